@@ -1,0 +1,178 @@
+// gpusampler::kernels public API: plain structs describing a (possibly fused, ragged) batch
+// of rows, and the backend interface that samples it exactly as SPEC section 1 defines.
+// Compiles with a plain C++17 compiler; nothing here needs CUDA headers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gpusampler/kernels/quota.hpp"
+
+namespace gpusampler::kernels {
+
+// Values match the wire enum gpusampler.v1.DType.
+enum class DType : int32_t {
+  kUnspecified = 0,
+  kBool = 1,
+  kInt8 = 2,
+  kUInt8 = 3,
+  kInt16 = 4,
+  kInt32 = 5,
+  kInt64 = 6,
+  kFloat16 = 7,
+  kBFloat16 = 8,
+  kFloat32 = 9,
+  kFloat64 = 10,
+};
+
+// Bytes per element; 0 for kUnspecified or an out-of-range value.
+size_t ItemSize(DType dtype);
+// True for the dtypes labels may have: BOOL and the signed/unsigned integers.
+bool IsLabelDType(DType dtype);
+// Lower-case name ("int64", "bfloat16", ...); "unspecified" for anything else.
+const char* DTypeName(DType dtype);
+// Parses DTypeName's output; returns false when unknown.
+bool ParseDType(const std::string& name, DType* out);
+// The padding label of SPEC section 1: -1 for signed dtypes, 0 for UINT8 and BOOL.
+int64_t PaddingLabel(DType dtype);
+// Whether `value` is representable in the label dtype (BOOL: 0 or 1).
+bool LabelRepresentable(DType dtype, int64_t value);
+
+// Sampling parameters of one request (SPEC section 1).
+struct SamplingSpec {
+  int64_t num_samples = 0;  // K
+  double positive_fraction = 0.5;
+  int64_t positive_label = 1;
+  int64_t negative_label = 0;
+  FillPolicy fill = FillPolicy::kBoth;
+};
+
+// One row of a launch. Rows of different requests (any N, K, spec, dtype, feature width)
+// may share a launch; every offset below is relative to the launch's buffers (Batch).
+struct RowDesc {
+  int64_t length = 0;          // N_r, elements in the row (< 2^31)
+  int64_t num_samples = 0;     // K
+  int64_t target = 0;          // floor(K * positive_fraction)
+  int64_t positive_label = 1;
+  int64_t negative_label = 0;
+  uint64_t seed = 0;           // request seed S
+  uint32_t row_in_request = 0; // r: index of the row inside its own request
+  FillPolicy fill = FillPolicy::kBoth;
+  DType label_dtype = DType::kInt64;
+  int64_t label_offset = 0;        // byte offset of the row's first label in Batch::labels
+  int64_t feature_offset = 0;      // byte offset of the row's first feature row
+  int64_t feature_row_bytes = 0;   // bytes of one element's feature row; 0 = labels only
+  int64_t out_slot = 0;            // first of the row's K slots in Batch::out_indices
+  int64_t out_label_offset = 0;    // byte offset into Batch::out_labels
+  int64_t out_feature_offset = 0;  // byte offset into Batch::out_features
+};
+
+// A launch. Every pointer addresses memory the backend works on: host memory for the CPU
+// backend, device memory for the CUDA backend (rows included).
+struct Batch {
+  const RowDesc* rows = nullptr;
+  int64_t num_rows = 0;
+  const uint8_t* labels = nullptr;
+  const uint8_t* features = nullptr;  // may be null when no row has features
+  int64_t* out_indices = nullptr;     // total_slots entries; -1 marks padding
+  uint8_t* out_labels = nullptr;
+  uint8_t* out_features = nullptr;
+  int32_t* out_num_positive = nullptr;  // num_rows entries
+  int32_t* out_num_negative = nullptr;
+  // Host-known sizes (sums over rows), used to size scratch space without reading the
+  // device; they are not data-dependent.
+  int64_t total_elements = 0;  // sum of length
+  int64_t total_slots = 0;     // sum of num_samples
+  int64_t max_length = 0;      // largest length
+  int64_t max_samples = 0;     // largest num_samples
+};
+
+// Builds row descriptors and buffer sizes for a batch made of requests. A helper for
+// callers (server, tests, benchmarks) that assemble launches on the host.
+class BatchBuilder {
+ public:
+  // Appends the `num_rows` rows of one request. `row_lengths[r]` are the rows' element
+  // counts; labels of the rows are laid out back to back in `label_dtype`, features (if
+  // `feature_row_bytes` > 0) likewise. Returns the index of the request's first row.
+  int64_t AddRequest(const SamplingSpec& spec, uint64_t seed, DType label_dtype,
+                     const std::vector<int64_t>& row_lengths, int64_t feature_row_bytes);
+
+  const std::vector<RowDesc>& rows() const { return rows_; }
+  int64_t label_bytes() const { return label_bytes_; }
+  int64_t feature_bytes() const { return feature_bytes_; }
+  int64_t total_slots() const { return total_slots_; }
+  int64_t out_label_bytes() const { return out_label_bytes_; }
+  int64_t out_feature_bytes() const { return out_feature_bytes_; }
+  int64_t total_elements() const { return total_elements_; }
+  int64_t max_length() const { return max_length_; }
+  int64_t max_samples() const { return max_samples_; }
+
+  // Fills the size fields and `rows`/`num_rows` of `batch` (rows point at this builder's
+  // host vector; a device backend needs them copied first).
+  void FillSizes(Batch* batch) const;
+
+ private:
+  std::vector<RowDesc> rows_;
+  int64_t label_bytes_ = 0;
+  int64_t feature_bytes_ = 0;
+  int64_t total_slots_ = 0;
+  int64_t out_label_bytes_ = 0;
+  int64_t out_feature_bytes_ = 0;
+  int64_t total_elements_ = 0;
+  int64_t max_length_ = 0;
+  int64_t max_samples_ = 0;
+};
+
+// Errors thrown by backends. The server converts them to a status in one place.
+class Error : public std::runtime_error {
+ public:
+  enum class Code { kInvalidArgument, kOutOfMemory, kDeviceFault, kUnavailable, kInternal };
+  Error(Code code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  Code code() const { return code_; }
+
+ private:
+  Code code_;
+};
+
+enum class MemorySpace { kHost, kDevice };
+
+// A sampling backend bound to one execution resource (a CPU thread pool, or one CUDA
+// device and stream). Not thread-safe: one caller at a time (a server worker owns one).
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu" or "cuda:N".
+  virtual std::string name() const = 0;
+  // Where Batch pointers must live.
+  virtual MemorySpace memory_space() const = 0;
+
+  // Samples every row of `batch`. CPU: runs to completion before returning (on the
+  // backend's threads). CUDA: enqueues on the backend's stream and returns at once; it
+  // never synchronizes and reads nothing data-dependent back to the host, so the whole
+  // call can be captured into a CUDA graph. Scratch space is owned by the backend and
+  // grown geometrically from the host-known sizes in `batch`.
+  // Throws Error (kInvalidArgument, kOutOfMemory, kDeviceFault).
+  virtual void Sample(const Batch& batch) = 0;
+
+  // The backend's stream as an opaque cudaStream_t (nullptr for CPU).
+  virtual void* stream() const { return nullptr; }
+};
+
+// A CPU backend using `threads` worker threads (0 = hardware concurrency). Rows are spread
+// across threads; a row larger than a threshold is also split across threads.
+std::unique_ptr<Backend> MakeCpuBackend(int threads);
+
+// Whether this build includes the CUDA backend.
+bool CudaCompiled();
+// Number of usable CUDA devices (0 when not compiled, no driver, or no device).
+int CudaDeviceCount();
+// A CUDA backend on `device` with its own non-blocking stream. Throws Error(kUnavailable)
+// when CUDA is not compiled in or the device is absent.
+std::unique_ptr<Backend> MakeCudaBackend(int device);
+
+}  // namespace gpusampler::kernels

@@ -1,0 +1,313 @@
+// The CPU backend. Per row (SPEC section 1):
+//   1. count positives and negatives, derive the quotas;
+//   2. one pass generates the selection keys u and keeps only the candidates whose key is
+//      below a per-class bound (CandidateBound: the quota plus a few standard deviations),
+//      rerunning without a bound on the rare miss, so the result stays exact;
+//   3. select the quota's smallest (u, i) among the candidates (nth_element, no sort);
+//   4. order the selected set by (v, i) with a stable radix sort on v over index order.
+// Rows are spread over the pool; a row of at least kSplitRowElements is also split.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cpu_select.hpp"
+#include "gpusampler/kernels/philox.hpp"
+#include "gpusampler/kernels/sampler.hpp"
+#include "thread_pool.hpp"
+
+namespace gpusampler::kernels {
+namespace {
+
+constexpr int64_t kSplitRowElements = int64_t{1} << 18;
+constexpr uint64_t kKeepAll = uint64_t{1} << 32;
+
+struct Scratch {
+  std::vector<uint64_t> pos, neg, tmp, items;
+  std::vector<uint32_t> sel_pos, sel_neg, sel;
+};
+
+struct Counts {
+  int64_t pos = 0;
+  int64_t neg = 0;
+};
+
+template <typename T>
+Counts CountRange(const T* labels, int64_t begin, int64_t end, int64_t pos, int64_t neg) {
+  int64_t p = 0, q = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    const int64_t x = static_cast<int64_t>(labels[i]);
+    p += x == pos;
+    q += x == neg;
+  }
+  return {p, q};
+}
+
+// Appends to pos_out / neg_out, in index order, PackKey(u, i) of every element of
+// [begin, end) of its class whose key is below the class bound. Each output needs room for
+// the class's members in the range plus one (writes are branch-free). Without `need_keys`
+// (no class keeps only part of itself) keys are left 0. Returns the counts.
+template <typename T>
+Counts FilterRange(const T* labels, int64_t begin, int64_t end, const RowDesc& row,
+                   uint64_t pos_bound, uint64_t neg_bound, bool need_keys, uint64_t* pos_out,
+                   uint64_t* neg_out) {
+  const int64_t pos = row.positive_label, neg = row.negative_label;
+  int64_t np = 0, nq = 0;
+  alignas(64) uint32_t keys[cpu::kTileElements] = {};
+  for (int64_t tile = begin; tile < end; tile += cpu::kTileElements) {
+    const int64_t tile_end = std::min(end, tile + cpu::kTileElements);
+    if (need_keys) {
+      cpu::KeyTile(row.seed, row.row_in_request, kSelectionStream, static_cast<uint64_t>(tile),
+                   keys);
+    }
+    for (int64_t i = tile; i < tile_end; ++i) {
+      const int64_t x = static_cast<int64_t>(labels[i]);
+      const uint32_t u = keys[i - tile];
+      const uint64_t packed = PackKey(u, static_cast<uint64_t>(i));
+      pos_out[np] = packed;
+      np += (x == pos) & (u < pos_bound);
+      neg_out[nq] = packed;
+      nq += (x == neg) & (u < neg_bound);
+    }
+  }
+  return {np, nq};
+}
+
+template <typename Fn>
+void DispatchLabels(DType dtype, const uint8_t* bytes, Fn&& fn) {
+  switch (dtype) {
+    case DType::kBool:
+    case DType::kUInt8:
+      return fn(reinterpret_cast<const uint8_t*>(bytes));
+    case DType::kInt8:
+      return fn(reinterpret_cast<const int8_t*>(bytes));
+    case DType::kInt16:
+      return fn(reinterpret_cast<const int16_t*>(bytes));
+    case DType::kInt32:
+      return fn(reinterpret_cast<const int32_t*>(bytes));
+    case DType::kInt64:
+      return fn(reinterpret_cast<const int64_t*>(bytes));
+    default:
+      throw Error(Error::Code::kInvalidArgument,
+                  std::string("label dtype ") + DTypeName(dtype) + " is not an integer type");
+  }
+}
+
+// Leaves in `out`, in increasing index order, the indices of the m candidates with the
+// smallest packed keys. `cand` is in index order.
+void SelectSmallest(const uint64_t* cand, int64_t c, int64_t m, std::vector<uint64_t>* tmp,
+                    std::vector<uint32_t>* out) {
+  out->resize(static_cast<size_t>(m));
+  if (m == 0) return;
+  uint32_t* o = out->data();
+  if (c == m) {
+    for (int64_t j = 0; j < c; ++j) o[j] = PackedIndex(cand[j]);
+    return;
+  }
+  tmp->assign(cand, cand + c);
+  std::nth_element(tmp->begin(), tmp->begin() + (m - 1), tmp->begin() + c);
+  const uint64_t pivot = (*tmp)[static_cast<size_t>(m - 1)];
+  int64_t k = 0;
+  for (int64_t j = 0; j < c; ++j) {
+    o[k] = PackedIndex(cand[j]);
+    k += cand[j] <= pivot;
+  }
+}
+
+void ValidateRow(const RowDesc& row, int64_t index) {
+  auto fail = [&](const std::string& what) {
+    throw Error(Error::Code::kInvalidArgument, "row " + std::to_string(index) + ": " + what);
+  };
+  if (row.length < 0 || row.length > INT32_MAX) {
+    fail("length " + std::to_string(row.length) + " outside [0, 2^31)");
+  }
+  if (row.num_samples < 0) fail("num_samples " + std::to_string(row.num_samples) + " < 0");
+  if (row.target < 0 || row.target > row.num_samples) {
+    fail("target " + std::to_string(row.target) + " outside [0, num_samples]");
+  }
+  if (!IsLabelDType(row.label_dtype)) {
+    fail(std::string("label dtype ") + DTypeName(row.label_dtype) + " is not an integer type");
+  }
+  if (row.positive_label == row.negative_label) {
+    fail("positive_label equals negative_label (" + std::to_string(row.positive_label) + ")");
+  }
+  if (row.feature_row_bytes < 0) fail("feature_row_bytes < 0");
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads)
+      : pool_(threads > 0 ? threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
+        scratch_(static_cast<size_t>(pool_.size())) {}
+
+  std::string name() const override { return "cpu"; }
+  MemorySpace memory_space() const override { return MemorySpace::kHost; }
+
+  void Sample(const Batch& batch) override {
+    for (int64_t r = 0; r < batch.num_rows; ++r) ValidateRow(batch.rows[r], r);
+    // Large rows one at a time, each split over the pool; small rows across the pool.
+    std::vector<int64_t> small;
+    for (int64_t r = 0; r < batch.num_rows; ++r) {
+      if (batch.rows[r].length >= kSplitRowElements && pool_.size() > 1) {
+        SampleRow(batch, batch.rows[r], &scratch_[0], &pool_);
+      } else {
+        small.push_back(r);
+      }
+    }
+    pool_.ParallelFor(static_cast<int64_t>(small.size()), [&](int64_t j, int worker) {
+      SampleRow(batch, batch.rows[small[j]], &scratch_[worker], nullptr);
+    });
+  }
+
+ private:
+  // Samples one row; with `pool`, its passes are split over the pool's threads.
+  void SampleRow(const Batch& batch, const RowDesc& row, Scratch* s, ThreadPool* pool) {
+    const int64_t n = row.length;
+    const int64_t chunks = pool ? pool->size() * 4 : 1;
+    // Chunk boundaries are multiples of a key tile.
+    const int64_t chunk_len =
+        ((n + chunks - 1) / chunks + cpu::kTileElements - 1) / cpu::kTileElements *
+        cpu::kTileElements;
+    auto chunk_begin = [&](int64_t c) { return std::min(n, c * chunk_len); };
+    auto parallel = [&](int64_t count, const std::function<void(int64_t)>& fn) {
+      if (pool) {
+        pool->ParallelFor(count, [&](int64_t c, int) { fn(c); });
+      } else {
+        for (int64_t c = 0; c < count; ++c) fn(c);
+      }
+    };
+    const uint8_t* label_bytes = batch.labels + row.label_offset;
+
+    // 1. Class counts, per chunk (the chunk counts size the filter's output regions).
+    std::vector<Counts> chunk_counts(static_cast<size_t>(chunks));
+    parallel(chunks, [&](int64_t c) {
+      DispatchLabels(row.label_dtype, label_bytes, [&](const auto* labels) {
+        chunk_counts[c] = CountRange(labels, chunk_begin(c), chunk_begin(c + 1),
+                                     row.positive_label, row.negative_label);
+      });
+    });
+    Counts total;
+    for (const auto& c : chunk_counts) {
+      total.pos += c.pos;
+      total.neg += c.neg;
+    }
+    const Quotas quotas = ComputeQuotas(total.pos, total.neg, row.num_samples, row.target, row.fill);
+
+    // 2. Candidates below the class bounds, in index order. Keys matter only when a class
+    // keeps part of itself.
+    const bool need_keys = (quotas.pos > 0 && quotas.pos < total.pos) ||
+                           (quotas.neg > 0 && quotas.neg < total.neg);
+    auto filter = [&](uint64_t pos_bound, uint64_t neg_bound, Counts* found) {
+      std::vector<int64_t> pos_at(chunks + 1, 0), neg_at(chunks + 1, 0);
+      for (int64_t c = 0; c < chunks; ++c) {
+        pos_at[c + 1] = pos_at[c] + chunk_counts[c].pos + 1;
+        neg_at[c + 1] = neg_at[c] + chunk_counts[c].neg + 1;
+      }
+      if (static_cast<int64_t>(s->pos.size()) < pos_at[chunks]) s->pos.resize(pos_at[chunks]);
+      if (static_cast<int64_t>(s->neg.size()) < neg_at[chunks]) s->neg.resize(neg_at[chunks]);
+      std::vector<Counts> got(static_cast<size_t>(chunks));
+      parallel(chunks, [&](int64_t c) {
+        DispatchLabels(row.label_dtype, label_bytes, [&](const auto* labels) {
+          got[c] = FilterRange(labels, chunk_begin(c), chunk_begin(c + 1), row, pos_bound,
+                               neg_bound, need_keys, s->pos.data() + pos_at[c],
+                               s->neg.data() + neg_at[c]);
+        });
+      });
+      // Close the gaps between chunk regions, keeping index order.
+      found->pos = found->neg = 0;
+      for (int64_t c = 0; c < chunks; ++c) {
+        std::memmove(s->pos.data() + found->pos, s->pos.data() + pos_at[c],
+                     got[c].pos * sizeof(uint64_t));
+        std::memmove(s->neg.data() + found->neg, s->neg.data() + neg_at[c],
+                     got[c].neg * sizeof(uint64_t));
+        found->pos += got[c].pos;
+        found->neg += got[c].neg;
+      }
+    };
+    const uint64_t pos_bound = CandidateBound(total.pos, quotas.pos);
+    const uint64_t neg_bound = CandidateBound(total.neg, quotas.neg);
+    Counts found;
+    filter(pos_bound, neg_bound, &found);
+    // 3. Exact selection. A class whose bound kept fewer candidates than its quota (rare)
+    // reruns without a bound; the other class's candidates come out the same again.
+    if (found.pos < quotas.pos || found.neg < quotas.neg) {
+      filter(found.pos < quotas.pos ? kKeepAll : pos_bound,
+             found.neg < quotas.neg ? kKeepAll : neg_bound, &found);
+    }
+    SelectSmallest(s->pos.data(), found.pos, quotas.pos, &s->tmp, &s->sel_pos);
+    SelectSmallest(s->neg.data(), found.neg, quotas.neg, &s->tmp, &s->sel_neg);
+
+    // 4. Order keys of the selected set, merged into index order, then stably sorted by v.
+    const int64_t m = quotas.pos + quotas.neg;
+    s->sel.resize(static_cast<size_t>(m));
+    std::merge(s->sel_pos.begin(), s->sel_pos.end(), s->sel_neg.begin(), s->sel_neg.end(),
+               s->sel.begin());
+    if (static_cast<int64_t>(s->items.size()) < m) s->items.resize(m);
+    const int64_t key_chunks = (m + cpu::kTileElements - 1) / cpu::kTileElements;
+    const int64_t per_task = std::max<int64_t>(1, key_chunks / chunks + 1);
+    parallel((key_chunks + per_task - 1) / per_task, [&](int64_t t) {
+      alignas(64) uint32_t v[cpu::kTileElements];
+      const int64_t end = std::min(m, (t + 1) * per_task * cpu::kTileElements);
+      for (int64_t j = t * per_task * cpu::kTileElements; j < end; j += cpu::kTileElements) {
+        const int count = static_cast<int>(std::min<int64_t>(cpu::kTileElements, end - j));
+        cpu::KeysOfElements(row.seed, row.row_in_request, kOrderStream, s->sel.data() + j, count,
+                            v);
+        for (int q = 0; q < count; ++q) s->items[j + q] = PackKey(v[q], s->sel[j + q]);
+      }
+    });
+    cpu::SortByHighWord(s->items.data(), m, &s->tmp);
+
+    // 5. Outputs: indices, labels and feature rows of the selection, then padding.
+    batch.out_num_positive[&row - batch.rows] = static_cast<int32_t>(quotas.pos);
+    batch.out_num_negative[&row - batch.rows] = static_cast<int32_t>(quotas.neg);
+    WriteOutputs(batch, row, s->items.data(), m, chunks, parallel);
+  }
+
+  template <typename Parallel>
+  static void WriteOutputs(const Batch& batch, const RowDesc& row, const uint64_t* items,
+                           int64_t m, int64_t chunks, Parallel& parallel) {
+    const int64_t k = row.num_samples;
+    const size_t item = ItemSize(row.label_dtype);
+    const int64_t fbytes = row.feature_row_bytes;
+    int64_t* out_idx = batch.out_indices + row.out_slot;
+    uint8_t* out_lab = batch.out_labels + row.out_label_offset;
+    const uint8_t* in_lab = batch.labels + row.label_offset;
+    uint8_t* out_feat = fbytes > 0 ? batch.out_features + row.out_feature_offset : nullptr;
+    const uint8_t* in_feat = fbytes > 0 ? batch.features + row.feature_offset : nullptr;
+    const int64_t per = (k + chunks - 1) / chunks;
+    const int64_t pad = PaddingLabel(row.label_dtype);
+    parallel(chunks, [&](int64_t c) {
+      const int64_t begin = std::min(k, c * per), end = std::min(k, (c + 1) * per);
+      for (int64_t slot = begin; slot < end; ++slot) {
+        if (slot < m) {
+          const int64_t i = PackedIndex(items[slot]);
+          out_idx[slot] = i;
+          std::memcpy(out_lab + slot * item, in_lab + i * item, item);
+          if (out_feat) {
+            std::memcpy(out_feat + slot * fbytes, in_feat + i * fbytes,
+                        static_cast<size_t>(fbytes));
+          }
+        } else {
+          out_idx[slot] = -1;
+          // Little-endian two's complement: the low `item` bytes of the int64 padding.
+          std::memcpy(out_lab + slot * item, &pad, item);
+          if (out_feat) std::memset(out_feat + slot * fbytes, 0, static_cast<size_t>(fbytes));
+        }
+      }
+    });
+  }
+
+  ThreadPool pool_;
+  std::vector<Scratch> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeCpuBackend(int threads) {
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace gpusampler::kernels

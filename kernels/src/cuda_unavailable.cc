@@ -1,0 +1,31 @@
+// The CUDA entry points of a build without the CUDA backend: queries report no device,
+// everything else throws Error(kUnavailable).
+#include "gpusampler/kernels/device.hpp"
+#include "gpusampler/kernels/sampler.hpp"
+
+namespace gpusampler::kernels {
+namespace {
+[[noreturn]] void Unavailable() {
+  throw Error(Error::Code::kUnavailable, "gpusampler was built without the CUDA backend");
+}
+}  // namespace
+
+bool CudaCompiled() { return false; }
+int CudaDeviceCount() { return 0; }
+std::unique_ptr<Backend> MakeCudaBackend(int) { Unavailable(); }
+DeviceInfo GetDeviceInfo(int) { Unavailable(); }
+void* DeviceAlloc(int, size_t) { Unavailable(); }
+void DeviceFree(void*) noexcept {}
+void* PinnedAlloc(size_t) { Unavailable(); }
+void PinnedFree(void*) noexcept {}
+void CopyAsync(void*, const void*, size_t, void*) { Unavailable(); }
+void MemsetAsync(void*, int, size_t, void*) { Unavailable(); }
+void EnqueueHostCallback(void*, std::function<void(const std::string&)>) { Unavailable(); }
+void StreamSynchronize(void*) { Unavailable(); }
+StreamTimer::StreamTimer(void* stream) : stream_(stream) { Unavailable(); }
+StreamTimer::~StreamTimer() = default;
+void StreamTimer::Start() { Unavailable(); }
+void StreamTimer::Stop() { Unavailable(); }
+float StreamTimer::ElapsedMs() { Unavailable(); }
+
+}  // namespace gpusampler::kernels

@@ -1,0 +1,262 @@
+#include "test_util.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+
+#include "gpusampler/kernels/device.hpp"
+#include "gpusampler/kernels/philox.hpp"
+
+namespace gpusampler::kernels::testing {
+
+uint8_t FeatureByte(uint32_t r, int64_t i, int64_t b) {
+  uint64_t x = (uint64_t{r} << 40) ^ (static_cast<uint64_t>(i) << 8) ^ static_cast<uint64_t>(b);
+  x *= 0x9E3779B97F4A7C15ull;
+  return static_cast<uint8_t>((x >> 56) | 1);  // never 0, so padding is distinguishable
+}
+
+std::vector<std::string> AllBackends() { return {"cpu:1", "cpu:3", "cuda"}; }
+
+bool BackendAvailable(const std::string& backend) {
+  if (backend == "cuda") return CudaDeviceCount() > 0;
+  return true;
+}
+
+namespace {
+
+void EncodeLabel(DType dtype, int64_t v, uint8_t* dst) {
+  const size_t item = ItemSize(dtype);
+  std::memcpy(dst, &v, item);  // little-endian: the low bytes
+}
+
+int64_t DecodeLabel(DType dtype, const uint8_t* src) {
+  switch (dtype) {
+    case DType::kBool:
+    case DType::kUInt8:
+      return *src;
+    case DType::kInt8:
+      return static_cast<int8_t>(*src);
+    case DType::kInt16: {
+      int16_t v;
+      std::memcpy(&v, src, 2);
+      return v;
+    }
+    case DType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, src, 4);
+      return v;
+    }
+    default: {
+      int64_t v;
+      std::memcpy(&v, src, 8);
+      return v;
+    }
+  }
+}
+
+std::unique_ptr<Backend> MakeBackend(const std::string& name) {
+  if (name == "cuda") return MakeCudaBackend(0);
+  if (name.rfind("cpu:", 0) == 0) return MakeCpuBackend(std::stoi(name.substr(4)));
+  throw std::invalid_argument("unknown backend " + name);
+}
+
+// Backends are cached: the CUDA context and CPU pools are expensive to create.
+Backend* CachedBackend(const std::string& name) {
+  static std::vector<std::pair<std::string, std::unique_ptr<Backend>>> cache;
+  for (auto& [n, b] : cache) {
+    if (n == name) return b.get();
+  }
+  cache.emplace_back(name, MakeBackend(name));
+  return cache.back().second.get();
+}
+
+}  // namespace
+
+std::vector<Result> RunFused(const std::string& backend_name, const std::vector<Case>& cases) {
+  BatchBuilder builder;
+  for (const auto& c : cases) {
+    std::vector<int64_t> lengths;
+    for (const auto& row : c.rows) lengths.push_back(static_cast<int64_t>(row.size()));
+    builder.AddRequest(c.spec, c.seed, c.dtype, lengths, c.feature_row_bytes);
+  }
+  const auto& rows = builder.rows();
+  std::vector<uint8_t> labels(static_cast<size_t>(builder.label_bytes()) + 1);
+  std::vector<uint8_t> features(static_cast<size_t>(builder.feature_bytes()) + 1);
+  {
+    size_t r = 0;
+    for (const auto& c : cases) {
+      for (size_t j = 0; j < c.rows.size(); ++j, ++r) {
+        const RowDesc& d = rows[r];
+        const size_t item = ItemSize(c.dtype);
+        for (size_t i = 0; i < c.rows[j].size(); ++i) {
+          EncodeLabel(c.dtype, c.rows[j][i], labels.data() + d.label_offset + i * item);
+          for (int64_t b = 0; b < d.feature_row_bytes; ++b) {
+            features[d.feature_offset + i * d.feature_row_bytes + b] =
+                FeatureByte(d.row_in_request, static_cast<int64_t>(i), b);
+          }
+        }
+      }
+    }
+  }
+  // Outputs start filled with a poison byte so unwritten slots are caught.
+  std::vector<int64_t> out_idx(static_cast<size_t>(builder.total_slots()), -7);
+  std::vector<uint8_t> out_lab(static_cast<size_t>(builder.out_label_bytes()) + 1, 0xAB);
+  std::vector<uint8_t> out_feat(static_cast<size_t>(builder.out_feature_bytes()) + 1, 0xAB);
+  std::vector<int32_t> num_pos(rows.size(), -7), num_neg(rows.size(), -7);
+
+  Backend* backend = CachedBackend(backend_name);
+  Batch batch;
+  builder.FillSizes(&batch);
+  if (backend->memory_space() == MemorySpace::kHost) {
+    batch.labels = labels.data();
+    batch.features = features.data();
+    batch.out_indices = out_idx.data();
+    batch.out_labels = out_lab.data();
+    batch.out_features = out_feat.data();
+    batch.out_num_positive = num_pos.data();
+    batch.out_num_negative = num_neg.data();
+    backend->Sample(batch);
+  } else {
+    void* stream = backend->stream();
+    std::vector<void*> owned;
+    auto upload = [&](const void* src, size_t bytes) {
+      void* d = DeviceAlloc(0, bytes + 8);
+      owned.push_back(d);
+      if (bytes) CopyAsync(d, src, bytes, stream);
+      return d;
+    };
+    auto d_rows = upload(rows.data(), rows.size() * sizeof(RowDesc));
+    auto d_labels = upload(labels.data(), labels.size());
+    auto d_features = upload(features.data(), features.size());
+    auto d_idx = upload(out_idx.data(), out_idx.size() * sizeof(int64_t));
+    auto d_lab = upload(out_lab.data(), out_lab.size());
+    auto d_feat = upload(out_feat.data(), out_feat.size());
+    auto d_pos = upload(num_pos.data(), num_pos.size() * sizeof(int32_t));
+    auto d_neg = upload(num_neg.data(), num_neg.size() * sizeof(int32_t));
+    batch.rows = static_cast<const RowDesc*>(d_rows);
+    batch.labels = static_cast<const uint8_t*>(d_labels);
+    batch.features = static_cast<const uint8_t*>(d_features);
+    batch.out_indices = static_cast<int64_t*>(d_idx);
+    batch.out_labels = static_cast<uint8_t*>(d_lab);
+    batch.out_features = static_cast<uint8_t*>(d_feat);
+    batch.out_num_positive = static_cast<int32_t*>(d_pos);
+    batch.out_num_negative = static_cast<int32_t*>(d_neg);
+    backend->Sample(batch);
+    CopyAsync(out_idx.data(), d_idx, out_idx.size() * sizeof(int64_t), stream);
+    CopyAsync(out_lab.data(), d_lab, out_lab.size(), stream);
+    CopyAsync(out_feat.data(), d_feat, out_feat.size(), stream);
+    CopyAsync(num_pos.data(), d_pos, num_pos.size() * sizeof(int32_t), stream);
+    CopyAsync(num_neg.data(), d_neg, num_neg.size() * sizeof(int32_t), stream);
+    StreamSynchronize(stream);
+    for (void* p : owned) DeviceFree(p);
+  }
+
+  std::vector<Result> results;
+  size_t r = 0;
+  for (const auto& c : cases) {
+    Result res;
+    const size_t item = ItemSize(c.dtype);
+    for (size_t j = 0; j < c.rows.size(); ++j, ++r) {
+      const RowDesc& d = rows[r];
+      const int64_t k = d.num_samples;
+      res.indices.emplace_back(out_idx.begin() + d.out_slot, out_idx.begin() + d.out_slot + k);
+      std::vector<int64_t> lab;
+      for (int64_t s = 0; s < k; ++s) {
+        lab.push_back(DecodeLabel(c.dtype, out_lab.data() + d.out_label_offset + s * item));
+      }
+      res.labels.push_back(std::move(lab));
+      res.features.emplace_back(
+          out_feat.begin() + d.out_feature_offset,
+          out_feat.begin() + d.out_feature_offset + k * d.feature_row_bytes);
+      res.num_positive.push_back(num_pos[r]);
+      res.num_negative.push_back(num_neg[r]);
+    }
+    results.push_back(std::move(res));
+  }
+  return results;
+}
+
+Result RunOne(const std::string& backend, const Case& c) { return RunFused(backend, {c})[0]; }
+
+Result Reference(const Case& c) {
+  Result res;
+  const int64_t k = c.spec.num_samples;
+  const int64_t target =
+      static_cast<int64_t>(std::floor(static_cast<double>(k) * c.spec.positive_fraction));
+  for (size_t r = 0; r < c.rows.size(); ++r) {
+    const auto& labels = c.rows[r];
+    // Labels as the dtype stores them (BOOL / UINT8 wrap like the encoder).
+    auto stored = [&](int64_t v) {
+      uint8_t buf[8];
+      EncodeLabel(c.dtype, v, buf);
+      return DecodeLabel(c.dtype, buf);
+    };
+    std::vector<std::pair<uint32_t, int64_t>> pos, neg;
+    const uint32_t row = static_cast<uint32_t>(r);
+    for (int64_t i = 0; i < static_cast<int64_t>(labels.size()); ++i) {
+      const int64_t x = stored(labels[i]);
+      const uint32_t u = ElementKey(c.seed, row, kSelectionStream, static_cast<uint64_t>(i));
+      if (x == c.spec.positive_label) pos.emplace_back(u, i);
+      if (x == c.spec.negative_label) neg.emplace_back(u, i);
+    }
+    const int64_t p = static_cast<int64_t>(pos.size()), q = static_cast<int64_t>(neg.size());
+    int64_t m_pos = std::min(p, target), m_neg = 0;
+    if (c.spec.fill == FillPolicy::kBoth) {
+      m_neg = std::min(q, k - m_pos);
+      m_pos = std::min(p, k - m_neg);
+    } else if (c.spec.fill == FillPolicy::kNegativesOnly) {
+      m_neg = std::min(q, k - m_pos);
+    } else {
+      m_neg = std::min(q, k - target);
+    }
+    std::sort(pos.begin(), pos.end());
+    std::sort(neg.begin(), neg.end());
+    std::vector<std::pair<uint32_t, int64_t>> chosen;
+    for (int64_t j = 0; j < m_pos; ++j) {
+      const int64_t i = pos[j].second;
+      chosen.emplace_back(ElementKey(c.seed, row, kOrderStream, static_cast<uint64_t>(i)), i);
+    }
+    for (int64_t j = 0; j < m_neg; ++j) {
+      const int64_t i = neg[j].second;
+      chosen.emplace_back(ElementKey(c.seed, row, kOrderStream, static_cast<uint64_t>(i)), i);
+    }
+    std::sort(chosen.begin(), chosen.end());
+    std::vector<int64_t> idx(static_cast<size_t>(k), -1), lab(static_cast<size_t>(k));
+    std::vector<uint8_t> feat(static_cast<size_t>(k * c.feature_row_bytes), 0);
+    const int64_t pad = (c.dtype == DType::kUInt8 || c.dtype == DType::kBool) ? 0 : -1;
+    for (int64_t s = 0; s < k; ++s) {
+      if (s < static_cast<int64_t>(chosen.size())) {
+        const int64_t i = chosen[s].second;
+        idx[s] = i;
+        lab[s] = stored(labels[i]);
+        for (int64_t b = 0; b < c.feature_row_bytes; ++b) {
+          feat[s * c.feature_row_bytes + b] = FeatureByte(row, i, b);
+        }
+      } else {
+        lab[s] = pad;
+      }
+    }
+    res.indices.push_back(std::move(idx));
+    res.labels.push_back(std::move(lab));
+    res.features.push_back(std::move(feat));
+    res.num_positive.push_back(static_cast<int32_t>(m_pos));
+    res.num_negative.push_back(static_cast<int32_t>(m_neg));
+  }
+  return res;
+}
+
+std::vector<int64_t> RandomLabels(int64_t n, double p_pos, double p_neg, uint64_t seed,
+                                  int64_t pos_label, int64_t neg_label) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  for (auto& x : out) {
+    const double z = uni(gen);
+    x = z < p_pos ? pos_label : (z < p_pos + p_neg ? neg_label : -1);
+  }
+  return out;
+}
+
+}  // namespace gpusampler::kernels::testing

@@ -1,0 +1,50 @@
+// Shared helpers of the kernels tests: cases, a brute-force reference, and running a set of
+// requests fused into one launch on any backend.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpusampler/kernels/sampler.hpp"
+
+namespace gpusampler::kernels::testing {
+
+// One request: rows of labels (held as int64, encoded to `dtype` when run).
+struct Case {
+  SamplingSpec spec;
+  uint64_t seed = 0;
+  DType dtype = DType::kInt64;
+  std::vector<std::vector<int64_t>> rows;
+  int64_t feature_row_bytes = 0;  // features are a deterministic byte pattern of (row, i)
+};
+
+struct Result {
+  std::vector<std::vector<int64_t>> indices;  // [B][K]
+  std::vector<std::vector<int64_t>> labels;   // [B][K], decoded from the output dtype
+  std::vector<std::vector<uint8_t>> features; // [B][K * feature_row_bytes]
+  std::vector<int32_t> num_positive;
+  std::vector<int32_t> num_negative;
+};
+
+// The feature byte pattern of element i of row r, byte b.
+uint8_t FeatureByte(uint32_t r, int64_t i, int64_t b);
+
+// Backends the suites run on: "cpu:1", "cpu:3" (threads) and "cuda".
+std::vector<std::string> AllBackends();
+// True when `backend` can run here (CUDA needs a device).
+bool BackendAvailable(const std::string& backend);
+
+// Runs every case fused into one launch; results in case order.
+std::vector<Result> RunFused(const std::string& backend, const std::vector<Case>& cases);
+Result RunOne(const std::string& backend, const Case& c);
+
+// Brute force from SPEC section 1: full sorts of (u, i) per class and of (v, i), scalar
+// Philox, quotas re-derived here from the spec text.
+Result Reference(const Case& c);
+
+// Labels with P(positive) = p_pos, P(negative) = p_neg, the rest -1.
+std::vector<int64_t> RandomLabels(int64_t n, double p_pos, double p_neg, uint64_t seed,
+                                  int64_t pos_label = 1, int64_t neg_label = 0);
+
+}  // namespace gpusampler::kernels::testing
