@@ -1,0 +1,44 @@
+# gpusampler: the two commands a new user needs are `make serve` and `make test`.
+BUILD_DIR ?= build
+PRESET ?= release
+JOBS ?= $(shell nproc)
+PYTHON ?= /usr/bin/python3
+ADDRESS ?= 0.0.0.0:50051
+METRICS_ADDRESS ?= 0.0.0.0:9464
+SERVE_ARGS ?=
+
+.PHONY: all deps configure build test test-cpp test-python bench serve clean format
+
+all: build
+
+deps:
+	bash deploy/install-deps.sh
+
+$(BUILD_DIR)/CMakeCache.txt:
+	cmake --preset $(PRESET)
+
+configure: deps $(BUILD_DIR)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+	@if [ -d tests/python ]; then \
+	  PYTHONPATH=$(CURDIR)/client/python GPUSAMPLER_BUILD_DIR=$(CURDIR)/$(BUILD_DIR) \
+	    $(PYTHON) -m pytest -q tests/python; \
+	fi
+
+bench: build
+	bash bench/compare.sh
+
+serve: build
+	$(BUILD_DIR)/bin/gpusampler-server --device auto --address $(ADDRESS) \
+	  --metrics-address $(METRICS_ADDRESS) $(SERVE_ARGS)
+
+format:
+	find kernels server client tests bench examples -regex '.*\.\(cc\|hpp\|h\|cu\|cuh\)' \
+	  -exec clang-format -i {} +
+
+clean:
+	rm -rf $(BUILD_DIR)
