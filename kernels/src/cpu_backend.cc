@@ -5,7 +5,7 @@
 //      rerunning without a bound on the rare miss, so the result stays exact;
 //   3. select the quota's smallest (u, i) among the candidates (nth_element, no sort);
 //   4. order the selected set by (v, i) with a stable radix sort on v over index order.
-// Rows are spread over the pool; a row of at least kSplitRowElements is also split.
+// Rows are spread over the pool; a row of at least split_row_elements is also split.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -21,7 +21,6 @@
 namespace gpusampler::kernels {
 namespace {
 
-constexpr int64_t kSplitRowElements = int64_t{1} << 18;
 constexpr uint64_t kKeepAll = uint64_t{1} << 32;
 
 struct Scratch {
@@ -99,11 +98,12 @@ void DispatchLabels(DType dtype, const uint8_t* bytes, Fn&& fn) {
 // smallest packed keys. `cand` is in index order.
 void SelectSmallest(const uint64_t* cand, int64_t c, int64_t m, std::vector<uint64_t>* tmp,
                     std::vector<uint32_t>* out) {
-  out->resize(static_cast<size_t>(m));
-  if (m == 0) return;
+  // One spare slot: the branch-free loop below writes once past the last selection.
+  out->resize(static_cast<size_t>(m) + 1);
   uint32_t* o = out->data();
-  if (c == m) {
-    for (int64_t j = 0; j < c; ++j) o[j] = PackedIndex(cand[j]);
+  if (m == 0 || c == m) {
+    for (int64_t j = 0; j < m; ++j) o[j] = PackedIndex(cand[j]);
+    out->resize(static_cast<size_t>(m));
     return;
   }
   tmp->assign(cand, cand + c);
@@ -114,6 +114,7 @@ void SelectSmallest(const uint64_t* cand, int64_t c, int64_t m, std::vector<uint
     o[k] = PackedIndex(cand[j]);
     k += cand[j] <= pivot;
   }
+  out->resize(static_cast<size_t>(m));
 }
 
 void ValidateRow(const RowDesc& row, int64_t index) {
@@ -138,9 +139,11 @@ void ValidateRow(const RowDesc& row, int64_t index) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads)
-      : pool_(threads > 0 ? threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
+  explicit CpuBackend(const CpuBackendOptions& options)
+      : options_(options),
+        pool_(options.threads > 0
+                  ? options.threads
+                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
         scratch_(static_cast<size_t>(pool_.size())) {}
 
   std::string name() const override { return "cpu"; }
@@ -151,7 +154,7 @@ class CpuBackend final : public Backend {
     // Large rows one at a time, each split over the pool; small rows across the pool.
     std::vector<int64_t> small;
     for (int64_t r = 0; r < batch.num_rows; ++r) {
-      if (batch.rows[r].length >= kSplitRowElements && pool_.size() > 1) {
+      if (batch.rows[r].length >= options_.split_row_elements && pool_.size() > 1) {
         SampleRow(batch, batch.rows[r], &scratch_[0], &pool_);
       } else {
         small.push_back(r);
@@ -227,8 +230,10 @@ class CpuBackend final : public Backend {
         found->neg += got[c].neg;
       }
     };
-    const uint64_t pos_bound = CandidateBound(total.pos, quotas.pos);
-    const uint64_t neg_bound = CandidateBound(total.neg, quotas.neg);
+    const uint64_t pos_bound = CandidateBound(total.pos, quotas.pos, options_.candidate_sigmas,
+                                              options_.candidate_slack);
+    const uint64_t neg_bound = CandidateBound(total.neg, quotas.neg, options_.candidate_sigmas,
+                                              options_.candidate_slack);
     Counts found;
     filter(pos_bound, neg_bound, &found);
     // 3. Exact selection. A class whose bound kept fewer candidates than its quota (rare)
@@ -300,14 +305,21 @@ class CpuBackend final : public Backend {
     });
   }
 
+  const CpuBackendOptions options_;
   ThreadPool pool_;
   std::vector<Scratch> scratch_;
 };
 
 }  // namespace
 
+std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
 std::unique_ptr<Backend> MakeCpuBackend(int threads) {
-  return std::make_unique<CpuBackend>(threads);
+  CpuBackendOptions options;
+  options.threads = threads;
+  return MakeCpuBackend(options);
 }
 
 }  // namespace gpusampler::kernels

@@ -17,7 +17,9 @@ uint8_t FeatureByte(uint32_t r, int64_t i, int64_t b) {
   return static_cast<uint8_t>((x >> 56) | 1);  // never 0, so padding is distinguishable
 }
 
-std::vector<std::string> AllBackends() { return {"cpu:1", "cpu:3", "cuda"}; }
+std::vector<std::string> AllBackends() {
+  return {"cpu:1", "cpu:3", "cpusplit:3", "cpumiss:2", "cuda"};
+}
 
 bool BackendAvailable(const std::string& backend) {
   if (backend == "cuda") return CudaDeviceCount() > 0;
@@ -56,10 +58,25 @@ int64_t DecodeLabel(DType dtype, const uint8_t* src) {
   }
 }
 
+// "cpu:T": the production CPU backend with T threads. "cpusplit:T" splits every row of 64
+// or more elements over the threads. "cpumiss:T" uses a candidate bound below the quota,
+// so most selections take the exact rerun path.
 std::unique_ptr<Backend> MakeBackend(const std::string& name) {
   if (name == "cuda") return MakeCudaBackend(0);
-  if (name.rfind("cpu:", 0) == 0) return MakeCpuBackend(std::stoi(name.substr(4)));
-  throw std::invalid_argument("unknown backend " + name);
+  const auto colon = name.find(':');
+  if (colon == std::string::npos) throw std::invalid_argument("unknown backend " + name);
+  CpuBackendOptions options;
+  options.threads = std::stoi(name.substr(colon + 1));
+  const std::string kind = name.substr(0, colon);
+  if (kind == "cpusplit") {
+    options.split_row_elements = 64;
+  } else if (kind == "cpumiss") {
+    options.candidate_sigmas = -3.0;
+    options.candidate_slack = 0.0;
+  } else if (kind != "cpu") {
+    throw std::invalid_argument("unknown backend " + name);
+  }
+  return MakeCpuBackend(options);
 }
 
 // Backends are cached: the CUDA context and CPU pools are expensive to create.

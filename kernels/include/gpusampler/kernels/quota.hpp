@@ -46,13 +46,16 @@ GPUSAMPLER_HD Quotas ComputeQuotas(int64_t num_pos, int64_t num_neg, int64_t k, 
 }
 
 // Keys below the returned bound (exclusive, in [0, 2^32]) are candidates for a class with
-// `count` members of which `quota` are kept. The bound keeps quota + 4 sd + 16 candidates
-// on average, so the exact selection misses (and reruns without a bound) with probability
-// about 3e-5. Returns 2^32 (keep all) when the quota is the whole class, 0 when it is empty.
-GPUSAMPLER_HD uint64_t CandidateBound(int64_t count, int64_t quota) {
+// `count` members of which `quota` are kept. The bound keeps quota + sigmas * sqrt(quota) +
+// slack candidates on average; with the defaults the exact selection misses (and reruns
+// without a bound) with probability about 3e-5. Returns 2^32 (keep all) when the quota is
+// the whole class, 0 when it is empty. Tests pass a negative margin to force the rerun.
+GPUSAMPLER_HD uint64_t CandidateBound(int64_t count, int64_t quota, double sigmas = 4.0,
+                                      double slack = 16.0) {
   if (quota <= 0) return 0;
   if (quota >= count) return uint64_t{1} << 32;
-  const double want = static_cast<double>(quota) + 4.0 * sqrt(static_cast<double>(quota)) + 16.0;
+  double want = static_cast<double>(quota) + sigmas * sqrt(static_cast<double>(quota)) + slack;
+  if (want < 0.0) want = 0.0;
   const double frac = want / static_cast<double>(count);
   if (frac >= 1.0) return uint64_t{1} << 32;
   return static_cast<uint64_t>(ceil(frac * 4294967296.0));

@@ -163,9 +163,19 @@ class Backend {
   virtual void* stream() const { return nullptr; }
 };
 
+struct CpuBackendOptions {
+  int threads = 0;                             // worker threads; 0 = hardware concurrency
+  int64_t split_row_elements = int64_t{1} << 18;  // rows this long are split over threads
+  // Candidate bound margin (see CandidateBound); only tests change these, to force the
+  // exact-selection rerun.
+  double candidate_sigmas = 4.0;
+  double candidate_slack = 16.0;
+};
+
 // A CPU backend using `threads` worker threads (0 = hardware concurrency). Rows are spread
 // across threads; a row larger than a threshold is also split across threads.
 std::unique_ptr<Backend> MakeCpuBackend(int threads);
+std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);
 
 // Whether this build includes the CUDA backend.
 bool CudaCompiled();

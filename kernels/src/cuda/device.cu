@@ -1,0 +1,181 @@
+// device.hpp on the CUDA runtime, plus the CUDA availability queries of sampler.hpp.
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "cuda/device_guard.cuh"
+#include "cuda/error.cuh"
+#include "gpusampler/kernels/device.hpp"
+#include "gpusampler/kernels/sampler.hpp"
+
+namespace gpusampler::kernels {
+namespace {
+
+cudaStream_t AsStream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+// Host callbacks must not call the CUDA API, cudaGetErrorName included; the names of the
+// errors that can reach a stream callback are spelled out here.
+std::string CallbackErrorName(cudaError_t status) {
+  switch (status) {
+    case cudaErrorIllegalAddress:
+      return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure:
+      return "cudaErrorLaunchFailure";
+    case cudaErrorLaunchTimeout:
+      return "cudaErrorLaunchTimeout";
+    case cudaErrorAssert:
+      return "cudaErrorAssert";
+    case cudaErrorHardwareStackError:
+      return "cudaErrorHardwareStackError";
+    case cudaErrorIllegalInstruction:
+      return "cudaErrorIllegalInstruction";
+    case cudaErrorMisalignedAddress:
+      return "cudaErrorMisalignedAddress";
+    case cudaErrorInvalidAddressSpace:
+      return "cudaErrorInvalidAddressSpace";
+    case cudaErrorInvalidPc:
+      return "cudaErrorInvalidPc";
+    case cudaErrorECCUncorrectable:
+      return "cudaErrorECCUncorrectable";
+    case cudaErrorNvlinkUncorrectable:
+      return "cudaErrorNvlinkUncorrectable";
+    case cudaErrorContained:
+      return "cudaErrorContained";
+    default:
+      return "cudaError(" + std::to_string(static_cast<int>(status)) + ")";
+  }
+}
+
+using HostCallback = std::function<void(const std::string& error)>;
+
+void CUDART_CB RunHostCallback(cudaStream_t /*stream*/, cudaError_t status, void* user_data) {
+  std::unique_ptr<HostCallback> fn(static_cast<HostCallback*>(user_data));
+  (*fn)(status == cudaSuccess ? std::string() : CallbackErrorName(status));
+}
+
+}  // namespace
+
+bool CudaCompiled() { return true; }
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    // No driver or no device: not an error for a caller that falls back to the CPU. Clear
+    // the (non-sticky) error so that later checks do not see it.
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+DeviceInfo GetDeviceInfo(int device) {
+  if (device < 0 || device >= CudaDeviceCount()) {
+    throw Error(Error::Code::kUnavailable, "CUDA device " + std::to_string(device) +
+                                               " is absent (" +
+                                               std::to_string(CudaDeviceCount()) + " present)");
+  }
+  cudaDeviceProp prop{};
+  GPUSAMPLER_CUDA_TRY(cudaGetDeviceProperties(&prop, device));
+  DeviceInfo info;
+  info.index = device;
+  info.name = prop.name;
+  info.total_memory = prop.totalGlobalMem;
+  const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  char uuid[64];
+  std::snprintf(uuid, sizeof(uuid),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  info.uuid = uuid;
+  return info;
+}
+
+void* DeviceAlloc(int device, size_t bytes) {
+  detail::ScopedDevice guard(device);
+  void* ptr = nullptr;
+  GPUSAMPLER_CUDA_TRY(cudaMalloc(&ptr, bytes));
+  return ptr;
+}
+
+void DeviceFree(void* ptr) noexcept {
+  if (ptr != nullptr) GPUSAMPLER_CUDA_TRY_NO_THROW(cudaFree(ptr));
+}
+
+void* PinnedAlloc(size_t bytes) {
+  void* ptr = nullptr;
+  // Portable: a server may stage for several devices from one pool.
+  GPUSAMPLER_CUDA_TRY(cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable));
+  return ptr;
+}
+
+void PinnedFree(void* ptr) noexcept {
+  if (ptr != nullptr) GPUSAMPLER_CUDA_TRY_NO_THROW(cudaFreeHost(ptr));
+}
+
+void CopyAsync(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return;
+  detail::ScopedDevice guard(detail::StreamDevice(AsStream(stream)));
+  GPUSAMPLER_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, AsStream(stream)));
+}
+
+void MemsetAsync(void* dst, int value, size_t bytes, void* stream) {
+  if (bytes == 0) return;
+  detail::ScopedDevice guard(detail::StreamDevice(AsStream(stream)));
+  GPUSAMPLER_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, AsStream(stream)));
+}
+
+// cudaStreamAddCallback rather than cudaLaunchHostFunc: it runs the callback exactly once and
+// passes the stream's error, whereas a host function is silently dropped after a device
+// fault, which would leave the caller waiting forever (and leak `fn`).
+void EnqueueHostCallback(void* stream, std::function<void(const std::string& error)> fn) {
+  auto heap_fn = std::make_unique<HostCallback>(std::move(fn));
+  GPUSAMPLER_CUDA_TRY(
+      cudaStreamAddCallback(AsStream(stream), RunHostCallback, heap_fn.get(), /*flags=*/0));
+  heap_fn.release();  // owned by RunHostCallback from now on
+}
+
+void StreamSynchronize(void* stream) {
+  GPUSAMPLER_CUDA_TRY(cudaStreamSynchronize(AsStream(stream)));
+}
+
+StreamTimer::StreamTimer(void* stream) : stream_(stream) {
+  // Events must live on the stream's device to be recorded on it.
+  detail::ScopedDevice guard(detail::StreamDevice(AsStream(stream)));
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+  GPUSAMPLER_CUDA_TRY(cudaEventCreate(&start));
+  const cudaError_t status = cudaEventCreate(&stop);
+  if (status != cudaSuccess) {
+    GPUSAMPLER_CUDA_TRY_NO_THROW(cudaEventDestroy(start));
+    GPUSAMPLER_CUDA_TRY(status);
+  }
+  start_ = start;
+  stop_ = stop;
+}
+
+StreamTimer::~StreamTimer() {
+  GPUSAMPLER_CUDA_TRY_NO_THROW(cudaEventDestroy(static_cast<cudaEvent_t>(start_)));
+  GPUSAMPLER_CUDA_TRY_NO_THROW(cudaEventDestroy(static_cast<cudaEvent_t>(stop_)));
+}
+
+void StreamTimer::Start() {
+  GPUSAMPLER_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(start_), AsStream(stream_)));
+}
+
+void StreamTimer::Stop() {
+  GPUSAMPLER_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(stop_), AsStream(stream_)));
+}
+
+float StreamTimer::ElapsedMs() {
+  GPUSAMPLER_CUDA_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)));
+  float ms = 0.0f;
+  GPUSAMPLER_CUDA_TRY(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_),
+                                           static_cast<cudaEvent_t>(stop_)));
+  return ms;
+}
+
+}  // namespace gpusampler::kernels

@@ -1,0 +1,80 @@
+// CUDA error checking for the CUDA backend: every cudaError_t becomes a kernels::Error with
+// file:line and the error's name, classified for the server (out of memory, sticky device
+// fault, other).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <string>
+
+#include "gpusampler/kernels/sampler.hpp"
+
+namespace gpusampler::kernels::detail {
+
+// Errors after which the CUDA context is unusable until the process exits: every later call
+// in the process fails, so the server must stop serving from this device.
+inline bool IsStickyCudaError(cudaError_t status) {
+  switch (status) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorContained:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorExternalDevice:
+      return true;
+    default:
+      return false;
+  }
+}
+
+inline Error::Code CudaErrorCode(cudaError_t status) {
+  if (status == cudaErrorMemoryAllocation) return Error::Code::kOutOfMemory;
+  if (IsStickyCudaError(status)) return Error::Code::kDeviceFault;
+  return Error::Code::kInternal;
+}
+
+inline std::string CudaErrorMessage(cudaError_t status, const char* call, const char* file,
+                                    int line) {
+  return std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
+         cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")";
+}
+
+[[noreturn]] inline void ThrowCudaError(cudaError_t status, const char* call, const char* file,
+                                        int line) {
+  throw Error(CudaErrorCode(status), CudaErrorMessage(status, call, file, line));
+}
+
+}  // namespace gpusampler::kernels::detail
+
+// Evaluates a call returning cudaError_t and throws kernels::Error when it fails.
+#define GPUSAMPLER_CUDA_TRY(call)                                                        \
+  do {                                                                                   \
+    const cudaError_t gpusampler_status_ = (call);                                       \
+    if (gpusampler_status_ != cudaSuccess) {                                             \
+      ::gpusampler::kernels::detail::ThrowCudaError(gpusampler_status_, #call, __FILE__, \
+                                                    __LINE__);                           \
+    }                                                                                    \
+  } while (0)
+
+// After every <<<>>> launch: configuration errors are reported here, synchronously.
+// cudaGetLastError also clears a non-sticky error so that it is not reported twice.
+#define GPUSAMPLER_CUDA_CHECK_LAST() GPUSAMPLER_CUDA_TRY(cudaGetLastError())
+
+// For destructors and other noexcept paths: prints the error to stderr instead of throwing.
+#define GPUSAMPLER_CUDA_TRY_NO_THROW(call)                                                    \
+  do {                                                                                        \
+    const cudaError_t gpusampler_status_ = (call);                                            \
+    if (gpusampler_status_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,              \
+                   cudaGetErrorName(gpusampler_status_));                                     \
+    }                                                                                         \
+  } while (0)
