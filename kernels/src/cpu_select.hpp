@@ -7,16 +7,28 @@
 namespace gpusampler::kernels::cpu {
 
 // Elements per call of the vectorized generator.
-inline constexpr int kTileElements = 16;
+inline constexpr int kTileElements = 64;
 
 // out[j] = ElementKey(seed, row, stream, first + j) for the kTileElements elements from
-// `first`. Vectorized (AVX-512 / AVX2 / baseline chosen at load time).
+// `first` (< 2^31 - kTileElements). Vectorized (AVX-512 / AVX2 / baseline chosen at load time).
 void KeyTile(uint64_t seed, uint32_t row, uint32_t stream, uint64_t first,
              uint32_t out[kTileElements]);
 
 // out[j] = ElementKey(seed, row, stream, indices[j]) for j < n <= kTileElements.
 void KeysOfElements(uint64_t seed, uint32_t row, uint32_t stream, const uint32_t* indices, int n,
                     uint32_t* out);
+
+// Whether FilterTile has a vector (AVX-512) version on this CPU.
+bool HasVectorFilter();
+
+// The candidate filter on one full tile: for j < kTileElements, element first + j (label
+// bytes at labels_tile, `dtype`) goes to pos_out (and *np grows) when its label equals
+// pos_label and keys[j] < pos_bound, to neg_out likewise; entries are PackKey(key, index),
+// in index order. Labels compare after widening to int64. Requires HasVectorFilter().
+void FilterTile(int dtype_size, bool is_signed, const void* labels_tile, const uint32_t* keys,
+                uint32_t first, int64_t pos_label, int64_t neg_label, uint64_t pos_bound,
+                uint64_t neg_bound, uint64_t* pos_out, int64_t* np, uint64_t* neg_out,
+                int64_t* nq);
 
 // Sorts items by their high 32 bits, stably (so items already ordered by their low 32 bits
 // end up ordered by the whole 64-bit value). `tmp` is scratch.

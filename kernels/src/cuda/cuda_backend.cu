@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -101,9 +101,8 @@ void CheckBatch(const Batch& batch) {
     invalid("total_slots " + std::to_string(batch.total_slots) + " exceeds " +
             std::to_string(INT_MAX));
   }
-  if (batch.num_rows > 0 &&
-      (batch.rows == nullptr || batch.out_num_positive == nullptr ||
-       batch.out_num_negative == nullptr)) {
+  if (batch.num_rows > 0 && (batch.rows == nullptr || batch.out_num_positive == nullptr ||
+                             batch.out_num_negative == nullptr)) {
     invalid("null rows or per-row output pointer");
   }
   if (batch.total_elements > 0 && batch.labels == nullptr) invalid("null labels");
@@ -176,17 +175,15 @@ void CudaBackend::ReleaseArena() noexcept {
 
 int64_t CudaBackend::TempBytes(const Batch& batch, int selection_end_bit) const {
   size_t scan_bytes = 0;
-  GPUSAMPLER_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes,
-                                                    static_cast<int64_t*>(nullptr),
-                                                    static_cast<int64_t*>(nullptr),
-                                                    batch.num_rows + 1, stream_));
+  GPUSAMPLER_CUDA_TRY(
+      cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int64_t*>(nullptr),
+                                    static_cast<int64_t*>(nullptr), batch.num_rows + 1, stream_));
   size_t selection_bytes = 0;
   if (batch.total_elements > 0) {
     cub::DoubleBuffer<uint64_t> keys(nullptr, nullptr);
     cub::DoubleBuffer<int32_t> vals(nullptr, nullptr);
-    GPUSAMPLER_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, selection_bytes, keys, vals,
-                                                        batch.total_elements, 0,
-                                                        selection_end_bit, stream_));
+    GPUSAMPLER_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
+        nullptr, selection_bytes, keys, vals, batch.total_elements, 0, selection_end_bit, stream_));
   }
   size_t order_bytes = 0;
   if (batch.total_slots > 0) {
@@ -259,13 +256,11 @@ void CudaBackend::Sample(const Batch& batch) {
   // 1. Each row's element range and slot range in the flattened scratch arrays.
   detail::LaunchPrepareRows(batch.rows, batch.num_rows, scratch, config_, stream_);
   size_t temp_bytes = temp_capacity;
-  GPUSAMPLER_CUDA_TRY(cub::DeviceScan::ExclusiveSum(arena.temp, temp_bytes, scratch.d_row_len,
-                                                    scratch.d_elem_off, batch.num_rows + 1,
-                                                    stream_));
+  GPUSAMPLER_CUDA_TRY(cub::DeviceScan::ExclusiveSum(
+      arena.temp, temp_bytes, scratch.d_row_len, scratch.d_elem_off, batch.num_rows + 1, stream_));
   temp_bytes = temp_capacity;
-  GPUSAMPLER_CUDA_TRY(cub::DeviceScan::ExclusiveSum(arena.temp, temp_bytes, scratch.d_row_k,
-                                                    scratch.d_slot_off, batch.num_rows + 1,
-                                                    stream_));
+  GPUSAMPLER_CUDA_TRY(cub::DeviceScan::ExclusiveSum(
+      arena.temp, temp_bytes, scratch.d_row_k, scratch.d_slot_off, batch.num_rows + 1, stream_));
 
   // 2. Selection order: rows, then classes, then (u, i).
   scratch.d_sorted_sel_keys = arena.sel_keys[0];
@@ -276,9 +271,8 @@ void CudaBackend::Sample(const Batch& batch) {
     cub::DoubleBuffer<uint64_t> keys(arena.sel_keys[0], arena.sel_keys[1]);
     cub::DoubleBuffer<int32_t> vals(arena.sel_vals[0], arena.sel_vals[1]);
     temp_bytes = temp_capacity;
-    GPUSAMPLER_CUDA_TRY(cub::DeviceRadixSort::SortPairs(arena.temp, temp_bytes, keys, vals,
-                                                        batch.total_elements, 0,
-                                                        selection_end_bit, stream_));
+    GPUSAMPLER_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
+        arena.temp, temp_bytes, keys, vals, batch.total_elements, 0, selection_end_bit, stream_));
     // The buffer holding the result depends only on the pass count, decided on the host.
     scratch.d_sorted_sel_keys = keys.Current();
     scratch.d_sorted_sel_vals = vals.Current();
@@ -294,8 +288,7 @@ void CudaBackend::Sample(const Batch& batch) {
     temp_bytes = temp_capacity;
     GPUSAMPLER_CUDA_TRY(cub::DeviceSegmentedRadixSort::SortKeys(
         arena.temp, temp_bytes, order, static_cast<int>(batch.total_slots),
-        static_cast<int>(batch.num_rows), scratch.d_sel_begin, scratch.d_sel_end, 0, 64,
-        stream_));
+        static_cast<int>(batch.num_rows), scratch.d_sel_begin, scratch.d_sel_end, 0, 64, stream_));
     scratch.d_sorted_order_keys = order.Current();
     detail::LaunchWriteOutputs(batch, scratch, config_, stream_);
   }

@@ -2,6 +2,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -54,7 +55,12 @@ using HostCallback = std::function<void(const std::string& error)>;
 
 void CUDART_CB RunHostCallback(cudaStream_t /*stream*/, cudaError_t status, void* user_data) {
   std::unique_ptr<HostCallback> fn(static_cast<HostCallback*>(user_data));
-  (*fn)(status == cudaSuccess ? std::string() : CallbackErrorName(status));
+  // An exception must not unwind into the CUDA runtime's thread.
+  try {
+    (*fn)(status == cudaSuccess ? std::string() : CallbackErrorName(status));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpusampler: stream callback threw: %s\n", e.what());
+  }
 }
 
 }  // namespace
@@ -75,8 +81,8 @@ int CudaDeviceCount() {
 DeviceInfo GetDeviceInfo(int device) {
   if (device < 0 || device >= CudaDeviceCount()) {
     throw Error(Error::Code::kUnavailable, "CUDA device " + std::to_string(device) +
-                                               " is absent (" +
-                                               std::to_string(CudaDeviceCount()) + " present)");
+                                               " is absent (" + std::to_string(CudaDeviceCount()) +
+                                               " present)");
   }
   cudaDeviceProp prop{};
   GPUSAMPLER_CUDA_TRY(cudaGetDeviceProperties(&prop, device));
@@ -173,8 +179,8 @@ void StreamTimer::Stop() {
 float StreamTimer::ElapsedMs() {
   GPUSAMPLER_CUDA_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)));
   float ms = 0.0f;
-  GPUSAMPLER_CUDA_TRY(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_),
-                                           static_cast<cudaEvent_t>(stop_)));
+  GPUSAMPLER_CUDA_TRY(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)));
   return ms;
 }
 

@@ -44,8 +44,8 @@ inline Error::Code CudaErrorCode(cudaError_t status) {
 
 inline std::string CudaErrorMessage(cudaError_t status, const char* call, const char* file,
                                     int line) {
-  return std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
-         cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")";
+  return std::string(file) + ":" + std::to_string(line) + ": " + call +
+         " failed: " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")";
 }
 
 [[noreturn]] inline void ThrowCudaError(cudaError_t status, const char* call, const char* file,
@@ -70,11 +70,11 @@ inline std::string CudaErrorMessage(cudaError_t status, const char* call, const 
 #define GPUSAMPLER_CUDA_CHECK_LAST() GPUSAMPLER_CUDA_TRY(cudaGetLastError())
 
 // For destructors and other noexcept paths: prints the error to stderr instead of throwing.
-#define GPUSAMPLER_CUDA_TRY_NO_THROW(call)                                                    \
-  do {                                                                                        \
-    const cudaError_t gpusampler_status_ = (call);                                            \
-    if (gpusampler_status_ != cudaSuccess) {                                                  \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,              \
-                   cudaGetErrorName(gpusampler_status_));                                     \
-    }                                                                                         \
+#define GPUSAMPLER_CUDA_TRY_NO_THROW(call)                                      \
+  do {                                                                          \
+    const cudaError_t gpusampler_status_ = (call);                              \
+    if (gpusampler_status_ != cudaSuccess) {                                    \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, \
+                   cudaGetErrorName(gpusampler_status_));                       \
+    }                                                                           \
   } while (0)

@@ -29,8 +29,7 @@ __device__ __forceinline__ int64_t GridThreads() {
 
 // The row owning flattened position `pos`: the largest j < num_rows with offsets[j] <= pos.
 // Empty rows have offsets[j] == offsets[j + 1] and are skipped by taking the largest j.
-__device__ __forceinline__ int64_t FindRow(const int64_t* offsets, int64_t num_rows,
-                                           int64_t pos) {
+__device__ __forceinline__ int64_t FindRow(const int64_t* offsets, int64_t num_rows, int64_t pos) {
   int64_t lo = 0;
   int64_t hi = num_rows;
   while (hi - lo > 1) {
@@ -75,9 +74,9 @@ __global__ void PrepareRowsKernel(const RowDesc* rows, int64_t num_rows, int64_t
   }
 }
 
-__global__ void SelectionKeysKernel(const RowDesc* rows, int64_t num_rows,
-                                    const int64_t* elem_off, int64_t total_elements,
-                                    const uint8_t* labels, uint64_t* keys, int32_t* vals) {
+__global__ void SelectionKeysKernel(const RowDesc* rows, int64_t num_rows, const int64_t* elem_off,
+                                    int64_t total_elements, const uint8_t* labels, uint64_t* keys,
+                                    int32_t* vals) {
   const int64_t row_elements_end = elem_off[num_rows];
   for (int64_t e = GlobalThread(); e < total_elements; e += GridThreads()) {
     if (e >= row_elements_end) {
@@ -99,10 +98,10 @@ __global__ void SelectionKeysKernel(const RowDesc* rows, int64_t num_rows,
         cls = kClassNegative;
       }
     }
-    const uint32_t u = ElementKey(row.seed, row.row_in_request, kSelectionStream,
-                                  static_cast<uint64_t>(i));
-    keys[e] = (static_cast<uint64_t>(j) << kRowShift) |
-              (static_cast<uint64_t>(cls) << kClassShift) | u;
+    const uint32_t u =
+        ElementKey(row.seed, row.row_in_request, kSelectionStream, static_cast<uint64_t>(i));
+    keys[e] =
+        (static_cast<uint64_t>(j) << kRowShift) | (static_cast<uint64_t>(cls) << kClassShift) | u;
     // Values are written in increasing i within each row and the radix sort is stable, so
     // equal u break ties by i, as (u, i) order requires.
     vals[e] = static_cast<int32_t>(i);
@@ -110,21 +109,21 @@ __global__ void SelectionKeysKernel(const RowDesc* rows, int64_t num_rows,
 }
 
 __global__ void QuotasKernel(const RowDesc* rows, int64_t num_rows, const int64_t* elem_off,
-                             int64_t total_elements, const int64_t* row_k,
-                             const int64_t* slot_off, int64_t total_slots,
-                             const uint64_t* sorted_keys, int64_t* num_pos, int64_t* quota_pos,
-                             int64_t* quota_neg, int64_t* sel_begin, int64_t* sel_end,
-                             int32_t* out_num_positive, int32_t* out_num_negative) {
+                             int64_t total_elements, const int64_t* row_k, const int64_t* slot_off,
+                             int64_t total_slots, const uint64_t* sorted_keys, int64_t* num_pos,
+                             int64_t* quota_pos, int64_t* quota_neg, int64_t* sel_begin,
+                             int64_t* sel_end, int32_t* out_num_positive,
+                             int32_t* out_num_negative) {
   for (int64_t j = GlobalThread(); j < num_rows; j += GridThreads()) {
     // Clamping keeps every access inside the scratch arrays even if the Batch sizes
     // disagree with the rows (a caller bug); with consistent sizes it changes nothing.
     const int64_t begin = Clamp64(elem_off[j], 0, total_elements);
     const int64_t end = Clamp64(elem_off[j + 1], begin, total_elements);
     const uint64_t row_key = static_cast<uint64_t>(j) << kRowShift;
-    const int64_t neg_begin = LowerBound(
-        sorted_keys, begin, end, row_key | (uint64_t{kClassNegative} << kClassShift));
-    const int64_t ignored_begin = LowerBound(
-        sorted_keys, neg_begin, end, row_key | (uint64_t{kClassIgnored} << kClassShift));
+    const int64_t neg_begin =
+        LowerBound(sorted_keys, begin, end, row_key | (uint64_t{kClassNegative} << kClassShift));
+    const int64_t ignored_begin =
+        LowerBound(sorted_keys, neg_begin, end, row_key | (uint64_t{kClassIgnored} << kClassShift));
     const int64_t p = neg_begin - begin;
     const int64_t q = ignored_begin - neg_begin;
 
@@ -226,8 +225,8 @@ __global__ void WriteOutputsKernel(const RowDesc* rows, int64_t num_rows, const 
       const uint8_t* src = (selected && features != nullptr)
                                ? features + row.feature_offset + i * feature_bytes
                                : nullptr;
-      WarpCopyBytes(out_features + row.out_feature_offset + t * feature_bytes, src,
-                    feature_bytes, lane);
+      WarpCopyBytes(out_features + row.out_feature_offset + t * feature_bytes, src, feature_bytes,
+                    lane);
     }
   }
 }
@@ -244,9 +243,9 @@ void LaunchPrepareRows(const RowDesc* d_rows, int64_t num_rows, const SampleScra
 void LaunchSelectionKeys(const Batch& batch, const SampleScratch& scratch, uint64_t* d_keys,
                          int32_t* d_vals, const LaunchConfig& config, cudaStream_t stream) {
   if (batch.total_elements == 0) return;
-  SelectionKeysKernel<<<BlocksFor(batch.total_elements, kThreads, config), kThreads, 0,
-                        stream>>>(batch.rows, batch.num_rows, scratch.d_elem_off,
-                                  batch.total_elements, batch.labels, d_keys, d_vals);
+  SelectionKeysKernel<<<BlocksFor(batch.total_elements, kThreads, config), kThreads, 0, stream>>>(
+      batch.rows, batch.num_rows, scratch.d_elem_off, batch.total_elements, batch.labels, d_keys,
+      d_vals);
   GPUSAMPLER_CUDA_CHECK_LAST();
 }
 
@@ -275,11 +274,10 @@ void LaunchWriteOutputs(const Batch& batch, const SampleScratch& scratch,
                         const LaunchConfig& config, cudaStream_t stream) {
   if (batch.total_slots == 0) return;
   constexpr int kWarpsPerBlock = kThreads / kWarpSize;
-  WriteOutputsKernel<<<BlocksFor(batch.total_slots, kWarpsPerBlock, config), kThreads, 0,
-                       stream>>>(batch.rows, batch.num_rows, scratch.d_row_k, scratch.d_slot_off,
-                                 batch.total_slots, scratch.d_quota_pos, scratch.d_quota_neg,
-                                 scratch.d_sorted_order_keys, batch.labels, batch.features,
-                                 batch.out_indices, batch.out_labels, batch.out_features);
+  WriteOutputsKernel<<<BlocksFor(batch.total_slots, kWarpsPerBlock, config), kThreads, 0, stream>>>(
+      batch.rows, batch.num_rows, scratch.d_row_k, scratch.d_slot_off, batch.total_slots,
+      scratch.d_quota_pos, scratch.d_quota_neg, scratch.d_sorted_order_keys, batch.labels,
+      batch.features, batch.out_indices, batch.out_labels, batch.out_features);
   GPUSAMPLER_CUDA_CHECK_LAST();
 }
 

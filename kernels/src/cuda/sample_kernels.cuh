@@ -32,15 +32,15 @@ inline constexpr uint32_t kClassIgnored = 2;
 
 // Scratch arrays of one launch, all device memory owned by CudaBackend.
 struct SampleScratch {
-  int64_t* d_row_len = nullptr;   // [B + 1], last entry 0 (input of the exclusive scan)
-  int64_t* d_row_k = nullptr;     // [B + 1], last entry 0
-  int64_t* d_elem_off = nullptr;  // [B + 1], exclusive scan of d_row_len
-  int64_t* d_slot_off = nullptr;  // [B + 1], exclusive scan of d_row_k
-  int64_t* d_num_pos = nullptr;   // [B], P
-  int64_t* d_quota_pos = nullptr; // [B], m_pos
-  int64_t* d_quota_neg = nullptr; // [B], m_neg
-  int64_t* d_sel_begin = nullptr; // [B], slot_off (segment begins of the order sort)
-  int64_t* d_sel_end = nullptr;   // [B], slot_off + m_pos + m_neg
+  int64_t* d_row_len = nullptr;    // [B + 1], last entry 0 (input of the exclusive scan)
+  int64_t* d_row_k = nullptr;      // [B + 1], last entry 0
+  int64_t* d_elem_off = nullptr;   // [B + 1], exclusive scan of d_row_len
+  int64_t* d_slot_off = nullptr;   // [B + 1], exclusive scan of d_row_k
+  int64_t* d_num_pos = nullptr;    // [B], P
+  int64_t* d_quota_pos = nullptr;  // [B], m_pos
+  int64_t* d_quota_neg = nullptr;  // [B], m_neg
+  int64_t* d_sel_begin = nullptr;  // [B], slot_off (segment begins of the order sort)
+  int64_t* d_sel_end = nullptr;    // [B], slot_off + m_pos + m_neg
   // Sorted by the selection sort (the current buffers of its double buffers).
   const uint64_t* d_sorted_sel_keys = nullptr;  // [total_elements]
   const int32_t* d_sorted_sel_vals = nullptr;   // [total_elements]
