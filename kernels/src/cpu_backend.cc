@@ -24,11 +24,19 @@ namespace {
 
 constexpr uint64_t kKeepAll = uint64_t{1} << 32;
 
+struct Counts {
+  int64_t pos = 0;
+  int64_t neg = 0;
+};
+
 struct Scratch {
   std::vector<uint64_t> pos, neg, tmp, items;
   std::vector<uint32_t> sel_pos, sel_neg, sel;
   std::vector<uint8_t> is_neg;
   std::vector<uint32_t> slot_of;
+  // Per-chunk bookkeeping, kept to avoid allocations per row.
+  std::vector<Counts> chunk_counts, got;
+  std::vector<int64_t> pos_at, neg_at;
 };
 
 // Stores `value` in the label dtype of `item` bytes (little-endian low bytes).
@@ -54,11 +62,6 @@ inline void StoreLabel(uint8_t* dst, size_t item, int64_t value) {
       break;
   }
 }
-
-struct Counts {
-  int64_t pos = 0;
-  int64_t neg = 0;
-};
 
 template <typename T>
 Counts CountRange(const T* labels, int64_t begin, int64_t end, int64_t pos, int64_t neg) {
@@ -209,7 +212,7 @@ class CpuBackend final : public Backend {
         ((n + chunks - 1) / chunks + cpu::kTileElements - 1) / cpu::kTileElements *
         cpu::kTileElements;
     auto chunk_begin = [&](int64_t c) { return std::min(n, c * chunk_len); };
-    auto parallel = [&](int64_t count, const std::function<void(int64_t)>& fn) {
+    auto parallel = [&](int64_t count, auto&& fn) {
       if (pool) {
         pool->ParallelFor(count, [&](int64_t c, int) { fn(c); });
       } else {
@@ -219,7 +222,8 @@ class CpuBackend final : public Backend {
     const uint8_t* label_bytes = batch.labels + row.label_offset;
 
     // 1. Class counts, per chunk (the chunk counts size the filter's output regions).
-    std::vector<Counts> chunk_counts(static_cast<size_t>(chunks));
+    std::vector<Counts>& chunk_counts = s->chunk_counts;
+    chunk_counts.assign(static_cast<size_t>(chunks), Counts{});
     parallel(chunks, [&](int64_t c) {
       DispatchLabels(row.label_dtype, label_bytes, [&](const auto* labels) {
         chunk_counts[c] = CountRange(labels, chunk_begin(c), chunk_begin(c + 1),
@@ -238,14 +242,18 @@ class CpuBackend final : public Backend {
     const bool need_keys = (quotas.pos > 0 && quotas.pos < total.pos) ||
                            (quotas.neg > 0 && quotas.neg < total.neg);
     auto filter = [&](uint64_t pos_bound, uint64_t neg_bound, Counts* found) {
-      std::vector<int64_t> pos_at(chunks + 1, 0), neg_at(chunks + 1, 0);
+      std::vector<int64_t>& pos_at = s->pos_at;
+      std::vector<int64_t>& neg_at = s->neg_at;
+      pos_at.assign(static_cast<size_t>(chunks + 1), 0);
+      neg_at.assign(static_cast<size_t>(chunks + 1), 0);
       for (int64_t c = 0; c < chunks; ++c) {
         pos_at[c + 1] = pos_at[c] + chunk_counts[c].pos + 1;
         neg_at[c + 1] = neg_at[c] + chunk_counts[c].neg + 1;
       }
       if (static_cast<int64_t>(s->pos.size()) < pos_at[chunks]) s->pos.resize(pos_at[chunks]);
       if (static_cast<int64_t>(s->neg.size()) < neg_at[chunks]) s->neg.resize(neg_at[chunks]);
-      std::vector<Counts> got(static_cast<size_t>(chunks));
+      std::vector<Counts>& got = s->got;
+      got.assign(static_cast<size_t>(chunks), Counts{});
       parallel(chunks, [&](int64_t c) {
         DispatchLabels(row.label_dtype, label_bytes, [&](const auto* labels) {
           got[c] = FilterRange(labels, chunk_begin(c), chunk_begin(c + 1), row, pos_bound,
