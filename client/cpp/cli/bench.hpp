@@ -1,0 +1,46 @@
+// Load generator behind `gpusampler-cli bench`.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+
+#include "gpusampler/client/client.hpp"
+
+namespace gpusampler::client {
+
+struct BenchOptions {
+  int concurrency = 4;          // workers; each has one call (or one stream) open at a time
+  int64_t requests = 0;         // total requests; 0 = bounded by duration_s only
+  double duration_s = 0;        // wall-clock bound; 0 = bounded by requests only
+  double rate = 0;              // total requests per second across workers; 0 = closed loop
+  bool stream = false;          // SampleStream sessions instead of unary calls
+  int window = 4;               // requests in flight per stream
+  bool labels_only = false;     // send no features
+  int64_t rows = 8;             // B
+  int64_t n = 4096;             // elements per row
+  int64_t k = 256;              // num_samples
+  int64_t dim = 16;             // float32 features per element
+  double positive_rate = 0.05;  // share of positives in the synthetic labels
+};
+
+struct BenchResult {
+  int64_t requests = 0;  // answered, successfully or not
+  int64_t ok = 0;
+  std::map<std::string, int64_t> errors;  // status code name -> count
+  double duration_s = 0;
+  double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0, mean_ms = 0;
+  double throughput_rps = 0;  // successful requests per second
+  int64_t rows_per_s = 0;
+};
+
+// Runs the load. Latency is measured from each request's scheduled send time when a rate
+// is set (so queueing in the client counts), else from its actual send time.
+BenchResult RunBench(Client& client, const BenchOptions& options);
+void PrintBenchText(const BenchOptions& options, const BenchResult& result, std::ostream& out);
+void PrintBenchJson(const BenchOptions& options, const BenchResult& result, std::ostream& out);
+// "OK", "CANCELLED", ..., "UNAUTHENTICATED".
+std::string StatusCodeName(grpc::StatusCode code);
+
+}  // namespace gpusampler::client

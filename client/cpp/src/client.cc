@@ -1,0 +1,307 @@
+#include "gpusampler/client/client.hpp"
+
+#include <arpa/inet.h>
+#include <grpcpp/generic/generic_stub.h>
+
+#include <cstdio>
+#include <future>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+namespace gpusampler::client {
+namespace {
+
+std::string Seconds(double s) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6fs", s < 0 ? 0.0 : s);
+  return buf;
+}
+
+// "1.2.3.4:5" -> 4, "[::1]:5" -> 6, anything else (host names, URIs) -> 0.
+int IpFamily(const std::string& target) {
+  if (!target.empty() && target[0] == '[') {
+    size_t close = target.find(']');
+    if (close == std::string::npos || close + 1 >= target.size() || target[close + 1] != ':') {
+      return 0;
+    }
+    in6_addr addr6;
+    return inet_pton(AF_INET6, target.substr(1, close - 1).c_str(), &addr6) == 1 ? 6 : 0;
+  }
+  size_t colon = target.rfind(':');
+  if (colon == std::string::npos) return 0;
+  in_addr addr;
+  return inet_pton(AF_INET, target.substr(0, colon).c_str(), &addr) == 1 ? 4 : 0;
+}
+
+// grpc.health.v1.HealthCheckRequest{service} in wire format. Hand-encoded so that this
+// library does not register health.proto, which a server linked into the same binary
+// may register too.
+std::string EncodeHealthRequest(const std::string& service) {
+  std::string out;
+  if (service.empty()) return out;
+  out.push_back(0x0a);  // field 1, length-delimited
+  uint64_t len = service.size();
+  while (len >= 0x80) {
+    out.push_back(static_cast<char>((len & 0x7f) | 0x80));
+    len >>= 7;
+  }
+  out.push_back(static_cast<char>(len));
+  return out + service;
+}
+
+// HealthCheckResponse.status (field 1, varint); unknown fields are skipped.
+bool DecodeHealthStatus(const std::string& bytes, int* status) {
+  *status = 0;
+  size_t pos = 0;
+  auto varint = [&](uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; pos < bytes.size() && shift < 64; shift += 7) {
+      uint8_t b = static_cast<uint8_t>(bytes[pos++]);
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  };
+  while (pos < bytes.size()) {
+    uint64_t key, value;
+    if (!varint(&key)) return false;
+    switch (key & 7) {
+      case 0:
+        if (!varint(&value)) return false;
+        if ((key >> 3) == 1) *status = static_cast<int>(value);
+        break;
+      case 1:
+        pos += 8;
+        break;
+      case 2:
+        if (!varint(&value)) return false;
+        pos += value;
+        break;
+      case 5:
+        pos += 4;
+        break;
+      default:
+        return false;
+    }
+  }
+  return pos == bytes.size();
+}
+
+}  // namespace
+
+std::string BuildServiceConfigJson(const RetryPolicy& retry) {
+  std::ostringstream json;
+  json << R"({"loadBalancingConfig":[{"round_robin":{}}],"methodConfig":[{"name":[)"
+       << R"({"service":"gpusampler.v1.Sampler"},{"service":"grpc.health.v1.Health"}])";
+  if (retry.enabled && retry.max_attempts >= 2 && !retry.codes.empty()) {
+    json << R"(,"retryPolicy":{"maxAttempts":)" << retry.max_attempts << R"(,"initialBackoff":")"
+         << Seconds(retry.initial_backoff_s) << R"(","maxBackoff":")"
+         << Seconds(retry.max_backoff_s) << R"(","backoffMultiplier":)" << retry.backoff_multiplier
+         << R"(,"retryableStatusCodes":[)";
+    for (size_t i = 0; i < retry.codes.size(); ++i) {
+      json << (i ? "," : "") << '"' << retry.codes[i] << '"';
+    }
+    json << "]}";
+  }
+  json << "}]}";
+  return json.str();
+}
+
+std::vector<std::string> ChannelTargets(const std::vector<std::string>& targets) {
+  if (targets.size() < 2) return targets;
+  const int family = IpFamily(targets[0]);
+  bool same = family != 0;
+  for (const std::string& t : targets) same = same && IpFamily(t) == family;
+  if (!same) return targets;
+  std::string uri = family == 4 ? "ipv4:" : "ipv6:";
+  for (size_t i = 0; i < targets.size(); ++i) uri += (i ? "," : "") + targets[i];
+  return {uri};
+}
+
+// ---------------------------------------------------------------------------- Client
+
+Client::Client(ClientOptions options) : options_(std::move(options)) {
+  if (options_.targets.empty()) options_.targets.push_back("127.0.0.1:50051");
+  grpc::ChannelArguments args;
+  args.SetServiceConfigJSON(BuildServiceConfigJson(options_.retry));
+  args.SetMaxSendMessageSize(options_.max_send_message_bytes);
+  args.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, options_.retry.enabled ? 1 : 0);
+  // A call can be retried only while its request fits the retry buffer (256 KiB by
+  // default); sampling requests are often larger.
+  args.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE, options_.max_send_message_bytes);
+  if (!options_.tls.server_name_override.empty()) {
+    args.SetSslTargetNameOverride(options_.tls.server_name_override);
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (options_.tls.enabled) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options_.tls.root_certs_pem;
+    ssl.pem_cert_chain = options_.tls.client_cert_pem;
+    ssl.pem_private_key = options_.tls.client_key_pem;
+    credentials = grpc::SslCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureChannelCredentials();
+  }
+  for (const std::string& target : ChannelTargets(options_.targets)) {
+    Channel c;
+    c.channel = grpc::CreateCustomChannel(target, credentials, args);
+    c.stub = v1::Sampler::NewStub(c.channel);
+    channels_.push_back(std::move(c));
+  }
+}
+
+const Client::Channel& Client::Pick() {
+  return channels_[next_.fetch_add(1, std::memory_order_relaxed) % channels_.size()];
+}
+
+std::unique_ptr<grpc::ClientContext> Client::NewContext(const CallOptions& call) const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  const std::chrono::milliseconds timeout = call.timeout.value_or(options_.default_timeout);
+  if (timeout.count() > 0) context->set_deadline(std::chrono::system_clock::now() + timeout);
+  // Metadata rather than call credentials: gRPC drops call credentials on insecure
+  // channels, and a token behind a TLS-terminating proxy is still wanted.
+  if (!options_.bearer_token.empty()) {
+    context->AddMetadata("authorization", "Bearer " + options_.bearer_token);
+  }
+  context->set_wait_for_ready(options_.wait_for_ready);
+  return context;
+}
+
+grpc::Status Client::Sample(const v1::SampleRequest& request, v1::SampleResponse* response,
+                            const CallOptions& call) {
+  auto context = NewContext(call);
+  return Pick().stub->Sample(context.get(), request, response);
+}
+
+grpc::Status Client::GetServerInfo(v1::ServerInfo* info, const CallOptions& call) {
+  auto context = NewContext(call);
+  return Pick().stub->GetServerInfo(context.get(), v1::GetServerInfoRequest(), info);
+}
+
+grpc::Status Client::CheckHealth(std::string* status, const std::string& service,
+                                 const CallOptions& call) {
+  auto context = NewContext(call);
+  grpc::GenericStub stub(Pick().channel);
+  std::string request_bytes = EncodeHealthRequest(service);
+  grpc::Slice slice(request_bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(context.get(), "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                 &response, [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  grpc::Status result = done.get_future().get();
+  if (!result.ok()) return result;
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "unreadable health response");
+  }
+  std::string bytes;
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  int code = 0;
+  if (!DecodeHealthStatus(bytes, &code)) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "malformed health response");
+  }
+  static const char* const kNames[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
+  *status = code >= 0 && code < 4 ? kNames[code] : "UNKNOWN";
+  return result;
+}
+
+std::unique_ptr<SampleSession> Client::OpenSession(int window, const CallOptions& call) {
+  std::unique_ptr<SampleSession> session(
+      new SampleSession(NewContext(call), window < 1 ? 1 : window));
+  session->stream_ = Pick().stub->SampleStream(session->context_.get());
+  return session;
+}
+
+// ---------------------------------------------------------------------- SampleSession
+
+SampleSession::SampleSession(std::unique_ptr<grpc::ClientContext> context, int window)
+    : context_(std::move(context)), window_(window) {}
+
+SampleSession::~SampleSession() {
+  if (!finished_) Finish();
+}
+
+int SampleSession::InFlight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_;
+}
+
+bool SampleSession::Send(const v1::SampleRequest& request) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return in_flight_ < window_ || broken_; });
+    if (broken_ || send_closed_) return false;
+    ++in_flight_;
+  }
+  if (stream_->Write(request)) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  broken_ = true;
+  cv_.notify_all();
+  return false;
+}
+
+void SampleSession::CloseSend() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (send_closed_) return;
+    send_closed_ = true;
+  }
+  stream_->WritesDone();
+}
+
+bool SampleSession::Receive(v1::SampleResponse* response) {
+  const bool ok = stream_->Read(response);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ok) {
+    --in_flight_;
+  } else {
+    broken_ = true;
+    read_done_ = true;
+  }
+  cv_.notify_all();
+  return ok;
+}
+
+grpc::Status SampleSession::Finish() {
+  if (finished_) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "already finished");
+  finished_ = true;
+  CloseSend();
+  bool drained;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drained = read_done_;
+  }
+  if (!drained) {
+    // gRPC's Finish needs every message read; unread responses are dropped by cancelling.
+    context_->TryCancel();
+    v1::SampleResponse discard;
+    while (stream_->Read(&discard)) {
+    }
+  }
+  return stream_->Finish();
+}
+
+grpc::Status SampleSession::Run(const std::function<bool(v1::SampleRequest*)>& next,
+                                const std::function<void(v1::SampleResponse&&)>& on_response) {
+  std::thread writer([&] {
+    v1::SampleRequest request;
+    while (next(&request)) {
+      if (!Send(request)) break;
+      request.Clear();
+    }
+    CloseSend();
+  });
+  v1::SampleResponse response;
+  while (Receive(&response)) {
+    on_response(std::move(response));
+    response.Clear();
+  }
+  writer.join();
+  return Finish();
+}
+
+}  // namespace gpusampler::client

@@ -1,0 +1,70 @@
+"""gpusampler: class-balanced, fixed-size sampling as a gRPC service.
+
+The client takes numpy arrays or torch tensors (bfloat16 included) and returns the same
+kind::
+
+    import gpusampler
+    with gpusampler.Client("127.0.0.1:50051") as client:
+        out = client.sample(labels, features, num_samples=256, positive_fraction=0.25)
+        batch_x, batch_y = out.features, out.labels
+
+See ``Client`` for the options and SPEC.md for the exact sampling semantics.
+"""
+
+import os as _os
+
+# The generated stubs live in _proto/gpusampler/v1 and import themselves as
+# ``gpusampler.v1.sampler_pb2``; adding _proto/gpusampler to this package's search path
+# makes that name resolve inside this package, with no rewriting of generated code.
+__path__.append(_os.path.join(_os.path.dirname(__file__), "_proto", "gpusampler"))  # type: ignore[name-defined]  # noqa: E501
+
+try:
+    from gpusampler.v1 import sampler_pb2 as _sampler_pb2  # noqa: F401
+except ImportError as _error:  # pragma: no cover - exercised only on a broken install
+    raise ImportError(
+        "gpusampler: the generated gRPC stubs are missing (gpusampler/_proto). Build them "
+        "with `make build` (they land in client/python/gpusampler/_proto) or install the "
+        "package with pip, which generates them: " + str(_error)
+    ) from _error
+
+from gpusampler.client import (  # noqa: E402
+    Client,
+    DeviceInfo,
+    Limits,
+    SampleResult,
+    ServerInfo,
+    Timing,
+)
+from gpusampler.errors import (  # noqa: E402
+    CancelledError,
+    DeadlineExceededError,
+    GpuSamplerError,
+    InternalError,
+    InvalidArgumentError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    UnauthenticatedError,
+    UnavailableError,
+    UnimplementedError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "SampleResult",
+    "Timing",
+    "ServerInfo",
+    "DeviceInfo",
+    "Limits",
+    "GpuSamplerError",
+    "InvalidArgumentError",
+    "ResourceExhaustedError",
+    "UnavailableError",
+    "DeadlineExceededError",
+    "CancelledError",
+    "UnauthenticatedError",
+    "PermissionDeniedError",
+    "UnimplementedError",
+    "InternalError",
+]

@@ -1,0 +1,80 @@
+"""Exceptions raised by gpusampler.Client, one per gRPC status code that a caller may
+want to handle differently. All derive from GpuSamplerError, which carries the code and
+the server's message."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Type
+
+import grpc
+
+
+class GpuSamplerError(Exception):
+    """A call failed. ``code`` is the grpc.StatusCode, ``details`` the server's message."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+class InvalidArgumentError(GpuSamplerError, ValueError):
+    """INVALID_ARGUMENT: malformed tensor, bad spec, bad row_splits (the message names
+    the field and the numbers)."""
+
+
+class ResourceExhaustedError(GpuSamplerError):
+    """RESOURCE_EXHAUSTED: over the server's limits, queue full, or device out of memory.
+    Retried automatically (with backoff) before it is raised."""
+
+
+class UnavailableError(GpuSamplerError, ConnectionError):
+    """UNAVAILABLE: no server reachable, or the server is draining. Retried automatically
+    before it is raised."""
+
+
+class DeadlineExceededError(GpuSamplerError, TimeoutError):
+    """DEADLINE_EXCEEDED: the call's timeout passed."""
+
+
+class CancelledError(GpuSamplerError):
+    """CANCELLED: the call was cancelled."""
+
+
+class UnauthenticatedError(GpuSamplerError, PermissionError):
+    """UNAUTHENTICATED: missing or wrong bearer token."""
+
+
+class PermissionDeniedError(GpuSamplerError, PermissionError):
+    """PERMISSION_DENIED."""
+
+
+class UnimplementedError(GpuSamplerError, NotImplementedError):
+    """UNIMPLEMENTED: the server does not offer this method (version mismatch?)."""
+
+
+class InternalError(GpuSamplerError):
+    """INTERNAL: a server bug or a malformed response."""
+
+
+_BY_CODE: Dict[grpc.StatusCode, Type[GpuSamplerError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.OUT_OF_RANGE: InvalidArgumentError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
+    grpc.StatusCode.CANCELLED: CancelledError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.UNIMPLEMENTED: UnimplementedError,
+    grpc.StatusCode.INTERNAL: InternalError,
+}
+
+
+def from_rpc_error(error: grpc.RpcError) -> GpuSamplerError:
+    """The GpuSamplerError subclass for a failed gRPC call."""
+    code: Optional[grpc.StatusCode] = error.code() if hasattr(error, "code") else None
+    details = error.details() if hasattr(error, "details") else str(error)
+    if code is None:
+        code = grpc.StatusCode.UNKNOWN
+    return _BY_CODE.get(code, GpuSamplerError)(code, details or "")

@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+"""Why balanced sampling matters: train the same classifier twice on a dataset with about
+1% positives, once on class-balanced batches from gpusampler and once on uniform batches
+(also from gpusampler), and compare recall and precision on held-out data.
+
+Every training batch comes from the service: each step sends a random pool of training
+rows (labels and features) and gets back K sampled rows with their features.
+  - balanced: positive_fraction 0.5, so about half of each batch is positive;
+  - uniform:  every row is sent as a "negative" with positive_fraction 0, so the K rows are
+              a uniform random subset of the pool; the true labels are gathered by index.
+
+Run a server first (`make serve`, or build/bin/gpusampler-server --device cpu), then:
+    PYTHONPATH=client/python /usr/bin/python3 examples/train_balanced.py --target 127.0.0.1:50051
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+import gpusampler
+
+
+def make_dataset(n: int, dim: int, positive_rate: float, generator: np.random.Generator):
+    """Gaussian classes: positives are shifted along a few directions, so they overlap the
+    negatives and the decision threshold depends on how the classes were weighted."""
+    y = (generator.random(n) < positive_rate).astype(np.int64)
+    x = generator.normal(size=(n, dim)).astype(np.float32)
+    shift = np.zeros(dim, dtype=np.float32)
+    shift[: dim // 2] = 0.9
+    x[y == 1] += shift
+    return x, y
+
+
+class Model(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(dim, 32), nn.ReLU(), nn.Linear(32, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).squeeze(-1)
+
+
+def train(client: gpusampler.Client, mode: str, x: torch.Tensor, y: torch.Tensor, args) -> Model:
+    torch.manual_seed(args.seed)
+    model = Model(x.shape[1])
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    loss_fn = nn.BCEWithLogitsLoss()
+    pools = np.random.default_rng(args.seed + 1)
+    for step in range(args.steps):
+        pool = torch.from_numpy(pools.choice(len(y), size=args.pool, replace=False))
+        pool_x, pool_y = x[pool], y[pool]
+        if mode == "balanced":
+            out = client.sample(pool_y, pool_x, num_samples=args.batch, positive_fraction=0.5,
+                                seed=args.seed * 100003 + step)
+            batch_y = out.labels
+        else:
+            out = client.sample(torch.zeros_like(pool_y), pool_x, num_samples=args.batch,
+                                positive_fraction=0.0, seed=args.seed * 100003 + step)
+            batch_y = pool_y[out.indices]
+        valid = out.indices >= 0  # padding slots (a pool smaller than K) carry no sample
+        logits = model(out.features[valid])
+        loss = loss_fn(logits, batch_y[valid].float())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model
+
+
+def evaluate(model: Model, x: torch.Tensor, y: torch.Tensor) -> dict:
+    with torch.no_grad():
+        predicted = torch.sigmoid(model(x)) > 0.5
+    truth = y == 1
+    tp = int((predicted & truth).sum())
+    fp = int((predicted & ~truth).sum())
+    fn = int((~predicted & truth).sum())
+    recall = tp / max(tp + fn, 1)
+    precision = tp / max(tp + fp, 1)
+    f1 = 2 * precision * recall / max(precision + recall, 1e-12)
+    return {"recall": recall, "precision": precision, "f1": f1, "tp": tp, "fp": fp, "fn": fn}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--target", default="127.0.0.1:50051", help="gpusampler server")
+    parser.add_argument("--quick", action="store_true", help="small data, few steps (tests)")
+    parser.add_argument("--train-size", type=int, default=200_000)
+    parser.add_argument("--test-size", type=int, default=100_000)
+    parser.add_argument("--dim", type=int, default=16)
+    parser.add_argument("--positive-rate", type=float, default=0.01)
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--batch", type=int, default=256, help="K, rows per training batch")
+    parser.add_argument("--pool", type=int, default=8192, help="rows sent per step")
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    args = parser.parse_args()
+    if args.quick:
+        args.train_size, args.test_size, args.steps, args.pool = 30_000, 30_000, 80, 4096
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(args.seed)
+    x_train, y_train = make_dataset(args.train_size, args.dim, args.positive_rate, rng)
+    x_test, y_test = make_dataset(args.test_size, args.dim, args.positive_rate, rng)
+    x_train, y_train = torch.from_numpy(x_train), torch.from_numpy(y_train)
+    x_test, y_test = torch.from_numpy(x_test), torch.from_numpy(y_test)
+    print(f"train {len(y_train)} rows ({int(y_train.sum())} positive), "
+          f"test {len(y_test)} rows ({int(y_test.sum())} positive); "
+          f"{args.steps} steps of {args.batch} rows from pools of {args.pool}")
+
+    results = {}
+    with gpusampler.Client(args.target) as client:
+        for mode in ("uniform", "balanced"):
+            start = time.perf_counter()
+            model = train(client, mode, x_train, y_train, args)
+            results[mode] = evaluate(model, x_test, y_test)
+            results[mode]["train_s"] = round(time.perf_counter() - start, 2)
+
+    print(f"{'sampler':<10} {'recall':>7} {'precision':>9} {'f1':>6} {'train_s':>8}")
+    for mode, r in results.items():
+        print(f"{mode:<10} {r['recall']:7.3f} {r['precision']:9.3f} {r['f1']:6.3f} {r['train_s']:8.2f}")
+    if args.json:
+        print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""examples/train_balanced.py in --quick mode: balanced batches must beat uniform ones on
+held-out recall."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from conftest import PYTHON, REPO
+
+
+def test_train_balanced_quick(server):
+    env = dict(os.environ, PYTHONPATH=str(REPO / "client" / "python"))
+    result = subprocess.run(
+        [PYTHON, str(REPO / "examples" / "train_balanced.py"), "--quick", "--json",
+         "--target", server.target],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    balanced, uniform = results["balanced"], results["uniform"]
+    assert balanced["recall"] > uniform["recall"] + 0.3, results
+    assert balanced["tp"] + balanced["fn"] == uniform["tp"] + uniform["fn"] > 0  # same test set
+    assert "uniform" in result.stdout and "balanced" in result.stdout
