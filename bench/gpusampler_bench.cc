@@ -52,19 +52,32 @@ Options Parse(int argc, char** argv) {
       if (a + 1 >= argc) Usage(("missing value for " + flag).c_str());
       return argv[++a];
     };
-    if (flag == "--backend") o.backend = value();
-    else if (flag == "--rows") o.rows = std::stoll(value());
-    else if (flag == "--n") o.n = static_cast<int64_t>(std::stod(value()));
-    else if (flag == "--k") o.k = static_cast<int64_t>(std::stod(value()));
-    else if (flag == "--dim") o.dim = std::stoll(value());
-    else if (flag == "--label-dtype") o.label_dtype = value();
-    else if (flag == "--threads") o.threads = std::stoi(value());
-    else if (flag == "--iters") o.iters = std::stoi(value());
-    else if (flag == "--warmup") o.warmup = std::stoi(value());
-    else if (flag == "--seed") o.seed = std::stoull(value());
-    else if (flag == "--json") o.json = true;
-    else if (flag == "--help" || flag == "-h") Usage("help");
-    else Usage(("unknown flag " + flag).c_str());
+    if (flag == "--backend")
+      o.backend = value();
+    else if (flag == "--rows")
+      o.rows = std::stoll(value());
+    else if (flag == "--n")
+      o.n = static_cast<int64_t>(std::stod(value()));
+    else if (flag == "--k")
+      o.k = static_cast<int64_t>(std::stod(value()));
+    else if (flag == "--dim")
+      o.dim = std::stoll(value());
+    else if (flag == "--label-dtype")
+      o.label_dtype = value();
+    else if (flag == "--threads")
+      o.threads = std::stoi(value());
+    else if (flag == "--iters")
+      o.iters = std::stoi(value());
+    else if (flag == "--warmup")
+      o.warmup = std::stoi(value());
+    else if (flag == "--seed")
+      o.seed = std::stoull(value());
+    else if (flag == "--json")
+      o.json = true;
+    else if (flag == "--help" || flag == "-h")
+      Usage("help");
+    else
+      Usage(("unknown flag " + flag).c_str());
   }
   if (o.k < 0) o.k = std::max<int64_t>(1, o.n / 10);
   if (o.rows < 1 || o.n < 0 || o.k < 1 || o.dim < 0 || o.iters < 1 || o.warmup < 0) {
@@ -175,16 +188,16 @@ int main(int argc, char** argv) {
         "\"iters\": %d, \"warmup\": %d, \"median_ms\": %.6f, \"p90_ms\": %.6f, "
         "\"min_ms\": %.6f, \"inputs\": \"%s\", \"timed\": \"sample+feature gather\"}\n",
         o.backend.c_str(), backend->name().c_str(), static_cast<long long>(o.rows),
-        static_cast<long long>(o.n), static_cast<long long>(o.k),
-        static_cast<long long>(o.dim), o.label_dtype.c_str(), o.threads, o.iters, o.warmup,
-        median, p90, *std::min_element(ms.begin(), ms.end()), memory);
+        static_cast<long long>(o.n), static_cast<long long>(o.k), static_cast<long long>(o.dim),
+        o.label_dtype.c_str(), o.threads, o.iters, o.warmup, median, p90,
+        *std::min_element(ms.begin(), ms.end()), memory);
   } else {
-    std::printf("%s rows=%lld n=%lld k=%lld dim=%lld %s threads=%d iters=%d: median %.4f ms, "
-                "p90 %.4f ms (inputs in %s memory)\n",
-                backend->name().c_str(), static_cast<long long>(o.rows),
-                static_cast<long long>(o.n), static_cast<long long>(o.k),
-                static_cast<long long>(o.dim), o.label_dtype.c_str(), o.threads, o.iters, median,
-                p90, memory);
+    std::printf(
+        "%s rows=%lld n=%lld k=%lld dim=%lld %s threads=%d iters=%d: median %.4f ms, "
+        "p90 %.4f ms (inputs in %s memory)\n",
+        backend->name().c_str(), static_cast<long long>(o.rows), static_cast<long long>(o.n),
+        static_cast<long long>(o.k), static_cast<long long>(o.dim), o.label_dtype.c_str(),
+        o.threads, o.iters, median, p90, memory);
   }
   return 0;
 }

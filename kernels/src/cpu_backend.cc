@@ -208,9 +208,8 @@ class CpuBackend final : public Backend {
     const int64_t n = row.length;
     const int64_t chunks = pool ? pool->size() * 4 : 1;
     // Chunk boundaries are multiples of a key tile.
-    const int64_t chunk_len =
-        ((n + chunks - 1) / chunks + cpu::kTileElements - 1) / cpu::kTileElements *
-        cpu::kTileElements;
+    const int64_t chunk_len = ((n + chunks - 1) / chunks + cpu::kTileElements - 1) /
+                              cpu::kTileElements * cpu::kTileElements;
     auto chunk_begin = [&](int64_t c) { return std::min(n, c * chunk_len); };
     auto parallel = [&](int64_t count, auto&& fn) {
       if (pool) {
@@ -226,8 +225,8 @@ class CpuBackend final : public Backend {
     chunk_counts.assign(static_cast<size_t>(chunks), Counts{});
     parallel(chunks, [&](int64_t c) {
       DispatchLabels(row.label_dtype, label_bytes, [&](const auto* labels) {
-        chunk_counts[c] = CountRange(labels, chunk_begin(c), chunk_begin(c + 1),
-                                     row.positive_label, row.negative_label);
+        chunk_counts[c] = CountRange(labels, chunk_begin(c), chunk_begin(c + 1), row.positive_label,
+                                     row.negative_label);
       });
     });
     Counts total;
@@ -235,12 +234,13 @@ class CpuBackend final : public Backend {
       total.pos += c.pos;
       total.neg += c.neg;
     }
-    const Quotas quotas = ComputeQuotas(total.pos, total.neg, row.num_samples, row.target, row.fill);
+    const Quotas quotas =
+        ComputeQuotas(total.pos, total.neg, row.num_samples, row.target, row.fill);
 
     // 2. Candidates below the class bounds, in index order. Keys matter only when a class
     // keeps part of itself.
-    const bool need_keys = (quotas.pos > 0 && quotas.pos < total.pos) ||
-                           (quotas.neg > 0 && quotas.neg < total.neg);
+    const bool need_keys =
+        (quotas.pos > 0 && quotas.pos < total.pos) || (quotas.neg > 0 && quotas.neg < total.neg);
     auto filter = [&](uint64_t pos_bound, uint64_t neg_bound, Counts* found) {
       std::vector<int64_t>& pos_at = s->pos_at;
       std::vector<int64_t>& neg_at = s->neg_at;
@@ -256,9 +256,9 @@ class CpuBackend final : public Backend {
       got.assign(static_cast<size_t>(chunks), Counts{});
       parallel(chunks, [&](int64_t c) {
         DispatchLabels(row.label_dtype, label_bytes, [&](const auto* labels) {
-          got[c] = FilterRange(labels, chunk_begin(c), chunk_begin(c + 1), row, pos_bound,
-                               neg_bound, need_keys, s->pos.data() + pos_at[c],
-                               s->neg.data() + neg_at[c]);
+          got[c] =
+              FilterRange(labels, chunk_begin(c), chunk_begin(c + 1), row, pos_bound, neg_bound,
+                          need_keys, s->pos.data() + pos_at[c], s->neg.data() + neg_at[c]);
         });
       });
       // Close the gaps between chunk regions, keeping index order.
@@ -272,10 +272,10 @@ class CpuBackend final : public Backend {
         found->neg += got[c].neg;
       }
     };
-    const uint64_t pos_bound = CandidateBound(total.pos, quotas.pos, options_.candidate_sigmas,
-                                              options_.candidate_slack);
-    const uint64_t neg_bound = CandidateBound(total.neg, quotas.neg, options_.candidate_sigmas,
-                                              options_.candidate_slack);
+    const uint64_t pos_bound =
+        CandidateBound(total.pos, quotas.pos, options_.candidate_sigmas, options_.candidate_slack);
+    const uint64_t neg_bound =
+        CandidateBound(total.neg, quotas.neg, options_.candidate_sigmas, options_.candidate_slack);
     Counts found;
     filter(pos_bound, neg_bound, &found);
     // 3. Exact selection. A class whose bound kept fewer candidates than its quota (rare)

@@ -145,8 +145,8 @@ __attribute__((target("avx512f"))) inline __m512i LoadLabels8(int size, bool is_
 
 __attribute__((target("avx512f"))) void FilterTileAvx512(
     int size, bool is_signed, const void* labels_tile, const uint32_t* keys, uint32_t first,
-    int64_t pos_label, int64_t neg_label, uint64_t pos_bound, uint64_t neg_bound,
-    uint64_t* pos_out, int64_t* np, uint64_t* neg_out, int64_t* nq) {
+    int64_t pos_label, int64_t neg_label, uint64_t pos_bound, uint64_t neg_bound, uint64_t* pos_out,
+    int64_t* np, uint64_t* neg_out, int64_t* nq) {
   const uint8_t* labels = static_cast<const uint8_t*>(labels_tile);
   const __m512i pos = _mm512_set1_epi64(pos_label), neg = _mm512_set1_epi64(neg_label);
   const __m512i pb = _mm512_set1_epi64(static_cast<long long>(pos_bound));
@@ -217,8 +217,8 @@ void FilterTile(int dtype_size, bool is_signed, const void* labels_tile, const u
                 uint64_t neg_bound, uint64_t* pos_out, int64_t* np, uint64_t* neg_out,
                 int64_t* nq) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  FilterTileAvx512(dtype_size, is_signed, labels_tile, keys, first, pos_label, neg_label,
-                   pos_bound, neg_bound, pos_out, np, neg_out, nq);
+  FilterTileAvx512(dtype_size, is_signed, labels_tile, keys, first, pos_label, neg_label, pos_bound,
+                   neg_bound, pos_out, np, neg_out, nq);
 #else
   (void)dtype_size, (void)is_signed, (void)labels_tile, (void)keys, (void)first;
   (void)pos_label, (void)neg_label, (void)pos_bound, (void)neg_bound;

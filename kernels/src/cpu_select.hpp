@@ -27,8 +27,7 @@ bool HasVectorFilter();
 // in index order. Labels compare after widening to int64. Requires HasVectorFilter().
 void FilterTile(int dtype_size, bool is_signed, const void* labels_tile, const uint32_t* keys,
                 uint32_t first, int64_t pos_label, int64_t neg_label, uint64_t pos_bound,
-                uint64_t neg_bound, uint64_t* pos_out, int64_t* np, uint64_t* neg_out,
-                int64_t* nq);
+                uint64_t neg_bound, uint64_t* pos_out, int64_t* np, uint64_t* neg_out, int64_t* nq);
 
 // Sorts items by their high 32 bits, stably (so items already ordered by their low 32 bits
 // end up ordered by the whole 64-bit value). `tmp` is scratch.

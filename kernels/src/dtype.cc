@@ -42,9 +42,9 @@ bool IsLabelDType(DType dtype) {
 }
 
 namespace {
-constexpr const char* kNames[] = {"unspecified", "bool",     "int8",     "uint8",
-                                  "int16",       "int32",    "int64",    "float16",
-                                  "bfloat16",    "float32",  "float64"};
+constexpr const char* kNames[] = {"unspecified", "bool",    "int8",   "uint8",
+                                  "int16",       "int32",   "int64",  "float16",
+                                  "bfloat16",    "float32", "float64"};
 constexpr int kNumNames = sizeof(kNames) / sizeof(kNames[0]);
 }  // namespace
 

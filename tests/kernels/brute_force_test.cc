@@ -56,8 +56,8 @@ void ExpectInvariants(const Case& c, const Result& got, const std::string& what)
 TEST_P(BruteForceTest, EdgeSizesAroundKAndLaneBoundaries) {
   std::mt19937_64 gen(1234);
   const int64_t k = 12;
-  std::vector<int64_t> sizes = {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65,
-                                k - 1, k, k + 1, 2 * k, 127, 128, 129, 1000};
+  std::vector<int64_t> sizes = {0,  1,  2,  3,  4,  5,     7, 8,     9,     15,  16,  17,  31,
+                                32, 33, 63, 64, 65, k - 1, k, k + 1, 2 * k, 127, 128, 129, 1000};
   for (int64_t n : sizes) {
     for (double p_pos : {0.0, 0.1, 0.5, 0.9, 1.0}) {
       Case c;
@@ -75,8 +75,8 @@ TEST_P(BruteForceTest, EdgeSizesAroundKAndLaneBoundaries) {
 
 TEST_P(BruteForceTest, EveryDtypeFillPolicyAndFraction) {
   std::mt19937_64 gen(99);
-  for (DType dtype : {DType::kBool, DType::kInt8, DType::kUInt8, DType::kInt16, DType::kInt32,
-                      DType::kInt64}) {
+  for (DType dtype :
+       {DType::kBool, DType::kInt8, DType::kUInt8, DType::kInt16, DType::kInt32, DType::kInt64}) {
     for (FillPolicy fill : {FillPolicy::kBoth, FillPolicy::kNegativesOnly, FillPolicy::kNone}) {
       for (double f : {0.0, 0.25, 0.5, 0.7, 1.0}) {
         Case c;
@@ -103,9 +103,9 @@ TEST_P(BruteForceTest, EveryDtypeFillPolicyAndFraction) {
         }
         c.rows = {labels};
         c.feature_row_bytes = static_cast<int64_t>(gen() % 3) * 4;
-        const std::string what = std::string(DTypeName(dtype)) + " fill=" +
-                                 std::to_string(static_cast<int>(fill)) + " f=" +
-                                 std::to_string(f);
+        const std::string what = std::string(DTypeName(dtype)) +
+                                 " fill=" + std::to_string(static_cast<int>(fill)) +
+                                 " f=" + std::to_string(f);
         const Result got = RunOne(GetParam(), c);
         ExpectSame(got, Reference(c), what);
         ExpectInvariants(c, got, what);

@@ -25,7 +25,8 @@ TEST(PhiloxTest, KnownAnswerVectors) {
     for (auto& k : key) f >> k;
     for (auto& w : want) f >> w;
     ASSERT_FALSE(f.fail()) << line;
-    const Philox4 got = Philox4x32(Philox4{{ctr[0], ctr[1], ctr[2], ctr[3]}}, key[0], key[1], rounds);
+    const Philox4 got =
+        Philox4x32(Philox4{{ctr[0], ctr[1], ctr[2], ctr[3]}}, key[0], key[1], rounds);
     for (int j = 0; j < 4; ++j) EXPECT_EQ(got.v[j], want[j]) << line << " word " << j;
     ++checked;
     ten_rounds += rounds == 10;

@@ -103,8 +103,7 @@ TEST_P(StatisticsTest, OutputPositionsUniformWhenPositivesAreScarce) {
       if (r.indices[0][s] == 17) first_at[s] += 1;
     }
   }
-  EXPECT_LT(ChiSquare(pos_at, std::vector<double>(10, kTrials * 2.0 / 10)),
-            ChiSquareCritical(9));
+  EXPECT_LT(ChiSquare(pos_at, std::vector<double>(10, kTrials * 2.0 / 10)), ChiSquareCritical(9));
   EXPECT_LT(ChiSquare(first_at, std::vector<double>(10, kTrials / 10.0)), ChiSquareCritical(9));
 }
 
@@ -147,8 +146,7 @@ TEST(StatisticsSelfTest, PositionTestRejectsOrderingBySelectionKeys) {
     std::sort(by_u.begin(), by_u.end());
     for (int s = 0; s < 10; ++s) pos_at[s] += c.rows[0][by_u[s].second] == 1;
   }
-  EXPECT_GT(ChiSquare(pos_at, std::vector<double>(10, kTrials * 2.0 / 10)),
-            ChiSquareCritical(9));
+  EXPECT_GT(ChiSquare(pos_at, std::vector<double>(10, kTrials * 2.0 / 10)), ChiSquareCritical(9));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StatisticsTest, ::testing::Values("cpu:3", "cuda"),

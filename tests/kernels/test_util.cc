@@ -184,9 +184,8 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
         lab.push_back(DecodeLabel(c.dtype, out_lab.data() + d.out_label_offset + s * item));
       }
       res.labels.push_back(std::move(lab));
-      res.features.emplace_back(
-          out_feat.begin() + d.out_feature_offset,
-          out_feat.begin() + d.out_feature_offset + k * d.feature_row_bytes);
+      res.features.emplace_back(out_feat.begin() + d.out_feature_offset,
+                                out_feat.begin() + d.out_feature_offset + k * d.feature_row_bytes);
       res.num_positive.push_back(num_pos[r]);
       res.num_negative.push_back(num_neg[r]);
     }

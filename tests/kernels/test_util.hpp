@@ -20,9 +20,9 @@ struct Case {
 };
 
 struct Result {
-  std::vector<std::vector<int64_t>> indices;  // [B][K]
-  std::vector<std::vector<int64_t>> labels;   // [B][K], decoded from the output dtype
-  std::vector<std::vector<uint8_t>> features; // [B][K * feature_row_bytes]
+  std::vector<std::vector<int64_t>> indices;   // [B][K]
+  std::vector<std::vector<int64_t>> labels;    // [B][K], decoded from the output dtype
+  std::vector<std::vector<uint8_t>> features;  // [B][K * feature_row_bytes]
   std::vector<int32_t> num_positive;
   std::vector<int32_t> num_negative;
 };

@@ -54,13 +54,13 @@ struct SamplingSpec {
 // One row of a launch. Rows of different requests (any N, K, spec, dtype, feature width)
 // may share a launch; every offset below is relative to the launch's buffers (Batch).
 struct RowDesc {
-  int64_t length = 0;          // N_r, elements in the row (< 2^31)
-  int64_t num_samples = 0;     // K
-  int64_t target = 0;          // floor(K * positive_fraction)
+  int64_t length = 0;       // N_r, elements in the row (< 2^31)
+  int64_t num_samples = 0;  // K
+  int64_t target = 0;       // floor(K * positive_fraction)
   int64_t positive_label = 1;
   int64_t negative_label = 0;
-  uint64_t seed = 0;           // request seed S
-  uint32_t row_in_request = 0; // r: index of the row inside its own request
+  uint64_t seed = 0;            // request seed S
+  uint32_t row_in_request = 0;  // r: index of the row inside its own request
   FillPolicy fill = FillPolicy::kBoth;
   DType label_dtype = DType::kInt64;
   int64_t label_offset = 0;        // byte offset of the row's first label in Batch::labels
@@ -164,7 +164,7 @@ class Backend {
 };
 
 struct CpuBackendOptions {
-  int threads = 0;                             // worker threads; 0 = hardware concurrency
+  int threads = 0;                                // worker threads; 0 = hardware concurrency
   int64_t split_row_elements = int64_t{1} << 18;  // rows this long are split over threads
   // Candidate bound margin (see CandidateBound); only tests change these, to force the
   // exact-selection rerun.
