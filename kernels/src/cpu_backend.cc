@@ -66,6 +66,12 @@ inline void StoreLabel(uint8_t* dst, size_t item, int64_t value) {
 template <typename T>
 Counts CountRange(const T* labels, int64_t begin, int64_t end, int64_t pos, int64_t neg) {
   int64_t p = 0, q = 0;
+  if (cpu::HasVectorFilter()) {
+    const int64_t vector_end = begin + (end - begin) / 8 * 8;
+    cpu::CountLabels(sizeof(T), std::is_signed_v<T>, labels + begin, vector_end - begin, pos, neg,
+                     &p, &q);
+    begin = vector_end;
+  }
   for (int64_t i = begin; i < end; ++i) {
     const int64_t x = static_cast<int64_t>(labels[i]);
     p += x == pos;

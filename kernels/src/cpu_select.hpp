@@ -21,6 +21,11 @@ void KeysOfElements(uint64_t seed, uint32_t row, uint32_t stream, const uint32_t
 // Whether FilterTile has a vector (AVX-512) version on this CPU.
 bool HasVectorFilter();
 
+// Adds to *np / *nq the labels equal to pos_label / neg_label among the n (a multiple of 8)
+// labels at `labels`. Requires HasVectorFilter().
+void CountLabels(int dtype_size, bool is_signed, const void* labels, int64_t n,
+                 int64_t pos_label, int64_t neg_label, int64_t* np, int64_t* nq);
+
 // The candidate filter on one full tile: for j < kTileElements, element first + j (label
 // bytes at labels_tile, `dtype`) goes to pos_out (and *np grows) when its label equals
 // pos_label and keys[j] < pos_bound, to neg_out likewise; entries are PackKey(key, index),

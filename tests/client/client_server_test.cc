@@ -1,0 +1,298 @@
+// gpusampler::client against the real gpusampler-server (CPU backend, port 0): golden
+// samples, streaming sessions and their window, errors, deadlines and retries.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpusampler/client/client.hpp"
+#include "gpusampler/client/tensor.hpp"
+
+extern char** environ;
+
+namespace gpusampler::client {
+namespace {
+
+// One server for the whole binary.
+class ServerEnvironment : public ::testing::Environment {
+ public:
+  static std::string target;
+  static int metrics_port;
+
+  void SetUp() override {
+    const std::string bin = GPUSAMPLER_SERVER_BIN;
+    ASSERT_EQ(access(bin.c_str(), X_OK), 0)
+        << bin << " does not exist: build the server (cmake --build build) before this test";
+    dir_ = ::testing::TempDir() + "/gpusampler_client_server_test." + std::to_string(getpid());
+    ASSERT_EQ(std::system(("mkdir -p " + dir_).c_str()), 0);
+    const std::string port_file = dir_ + "/ports", log = dir_ + "/server.log";
+    std::remove(port_file.c_str());
+    std::vector<std::string> args = {bin,           "--device",      "cpu",
+                                     "--address",   "127.0.0.1:0",   "--metrics-address",
+                                     "127.0.0.1:0", "--port-file",   port_file};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    ASSERT_EQ(posix_spawn(&pid_, bin.c_str(), &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream in(port_file);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (!text.empty() && text.back() == '\n') {
+        int grpc_port = 0;
+        std::istringstream(text) >> grpc_port >> metrics_port;
+        target = "127.0.0.1:" + std::to_string(grpc_port);
+        return;
+      }
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        FAIL() << "gpusampler-server exited before serving; see " << log;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    FAIL() << "gpusampler-server did not write " << port_file << " within 60 s";
+  }
+
+  void TearDown() override {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid_, &status, 0), pid_);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "server did not exit 0 on SIGTERM (status " << status << ")";
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string dir_;
+};
+std::string ServerEnvironment::target;
+int ServerEnvironment::metrics_port = 0;
+::testing::Environment* const kServer =
+    ::testing::AddGlobalTestEnvironment(new ServerEnvironment);
+
+ClientOptions Options() {
+  ClientOptions o;
+  o.targets = {ServerEnvironment::target};
+  return o;
+}
+
+v1::SampleRequest Request(int64_t rows, int64_t n, int64_t k, uint64_t seed) {
+  std::vector<int64_t> labels(rows * n);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = (i * 7919 % 11) < 2 ? 1 : 0;
+  v1::SampleRequest r;
+  r.mutable_spec()->set_num_samples(k);
+  *r.mutable_labels() = MakeTensor(labels, {rows, n});
+  r.set_seed(seed);
+  return r;
+}
+
+TEST(ClientServer, GoldenSamples) {
+  Client client(Options());
+  std::ifstream in(std::string(GPUSAMPLER_TEST_DATA) + "/golden_samples.jsonl");
+  std::string line;
+  int cases = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    const auto rows = j["labels"].get<std::vector<std::vector<int64_t>>>();
+    std::vector<int64_t> flat;
+    for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+    v1::SampleRequest request;
+    *request.mutable_labels() = MakeTensor(
+        flat, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
+    const auto& spec = j["spec"];
+    request.mutable_spec()->set_num_samples(spec["num_samples"].get<int64_t>());
+    request.mutable_spec()->set_positive_fraction(spec["positive_fraction"].get<double>());
+    request.mutable_spec()->set_positive_label(spec["positive_label"].get<int64_t>());
+    request.mutable_spec()->set_negative_label(spec["negative_label"].get<int64_t>());
+    v1::FillPolicy fill;
+    ASSERT_TRUE(v1::FillPolicy_Parse(spec["fill_policy"].get<std::string>(), &fill));
+    request.mutable_spec()->set_fill_policy(fill);
+    request.set_seed(j["seed"].get<uint64_t>());
+    v1::SampleResponse response;
+    grpc::Status status = client.Sample(request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    std::vector<int64_t> want;
+    for (const auto& r : j["indices"].get<std::vector<std::vector<int64_t>>>()) {
+      want.insert(want.end(), r.begin(), r.end());
+    }
+    const std::string name = j["name"].get<std::string>();
+    EXPECT_EQ(TensorValues<int64_t>(response.indices()), want) << name;
+    EXPECT_EQ(TensorValues<int32_t>(response.num_positive()),
+              j["num_positive"].get<std::vector<int32_t>>())
+        << name;
+    EXPECT_EQ(TensorValues<int32_t>(response.num_negative()),
+              j["num_negative"].get<std::vector<int32_t>>())
+        << name;
+    EXPECT_EQ(response.seed(), j["seed"].get<uint64_t>()) << name;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 13);
+}
+
+TEST(ClientServer, HealthAndInfo) {
+  Client client(Options());
+  std::string serving;
+  ASSERT_TRUE(client.CheckHealth(&serving).ok());
+  EXPECT_EQ(serving, "SERVING");
+  v1::ServerInfo info;
+  ASSERT_TRUE(client.GetServerInfo(&info).ok());
+  EXPECT_EQ(info.backend(), "cpu");
+  EXPECT_GT(info.limits().max_num_samples(), 0);
+}
+
+TEST(ClientServer, SessionRunKeepsOrderAndMatchesUnary) {
+  Client client(Options());
+  auto session = client.OpenSession(3);
+  int sent = 0;
+  std::vector<v1::SampleResponse> responses;
+  grpc::Status status = session->Run(
+      [&](v1::SampleRequest* r) {
+        if (sent == 25) return false;
+        *r = Request(2, 64 + sent, 5, 100 + sent);
+        r->set_request_id("r" + std::to_string(sent++));
+        // The window: never more than 3 sent and unanswered.
+        EXPECT_LE(session->InFlight(), 3);
+        return true;
+      },
+      [&](v1::SampleResponse&& r) { responses.push_back(std::move(r)); });
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(responses.size(), 25u);
+  for (int i = 0; i < 25; ++i) {
+    EXPECT_EQ(responses[i].request_id(), "r" + std::to_string(i));
+    v1::SampleResponse unary;
+    ASSERT_TRUE(client.Sample(Request(2, 64 + i, 5, 100 + i), &unary).ok());
+    EXPECT_EQ(responses[i].indices().data(), unary.indices().data()) << i;
+  }
+}
+
+TEST(ClientServer, SessionSingleThreadedWindow) {
+  Client client(Options());
+  auto session = client.OpenSession(2);
+  v1::SampleResponse response;
+  int received = 0;
+  for (int i = 0; i < 10; ++i) {
+    if (session->InFlight() == session->window()) {
+      ASSERT_TRUE(session->Receive(&response));
+      ++received;
+    }
+    ASSERT_TRUE(session->Send(Request(1, 50, 4, i)));
+    EXPECT_LE(session->InFlight(), 2);
+  }
+  session->CloseSend();
+  while (session->Receive(&response)) ++received;
+  EXPECT_EQ(received, 10);
+  EXPECT_TRUE(session->Finish().ok());
+}
+
+TEST(ClientServer, StreamFailsAfterEarlierResponses) {
+  Client client(Options());
+  auto session = client.OpenSession(8);
+  int n = 0, received = 0;
+  grpc::Status status = session->Run(
+      [&](v1::SampleRequest* r) {
+        if (n == 5) return false;
+        *r = Request(1, 40, n == 3 ? 0 : 4, n);  // the fourth asks for K = 0
+        ++n;
+        return true;
+      },
+      [&](v1::SampleResponse&&) { ++received; });
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("num_samples"), std::string::npos);
+  EXPECT_EQ(received, 3);
+}
+
+TEST(ClientServer, DeadlineAndUnavailable) {
+  Client client(Options());
+  v1::SampleResponse response;
+  CallOptions call;
+  call.timeout = std::chrono::milliseconds(1);
+  v1::SampleRequest big = Request(64, 20000, 512, 1);
+  EXPECT_EQ(client.Sample(big, &response, call).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  close(fd);  // nothing listens on this port now
+  ClientOptions o;
+  o.targets = {"127.0.0.1:" + std::to_string(ntohs(addr.sin_port))};
+  o.retry.max_attempts = 2;
+  Client dead(o);
+  EXPECT_EQ(dead.Sample(Request(1, 10, 2, 1), &response).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+}
+
+// Sum of gpusampler_requests_total{method="Sample",code=CODE} from the metrics endpoint.
+double RequestsTotal(const std::string& code) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(ServerEnvironment::metrics_port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
+  const std::string get = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (write(fd, get.data(), get.size()) != static_cast<ssize_t>(get.size())) return -1;
+  std::string body;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, n);
+  close(fd);
+  double total = 0;
+  std::istringstream lines(body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("gpusampler_requests_total{", 0) == 0 &&
+        line.find("method=\"Sample\"") != std::string::npos &&
+        line.find("code=\"" + code + "\"") != std::string::npos) {
+      total += std::stod(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  return total;
+}
+
+TEST(ClientServer, ResourceExhaustedIsRetriedByTheChannel) {
+  v1::ServerInfo info;
+  ASSERT_TRUE(Client(Options()).GetServerInfo(&info).ok());
+  for (int attempts : {1, 4}) {
+    ClientOptions o = Options();
+    o.retry.max_attempts = attempts;
+    o.retry.initial_backoff_s = 0.01;
+    o.retry.max_backoff_s = 0.02;
+    Client client(o);
+    const double before = RequestsTotal("RESOURCE_EXHAUSTED");
+    ASSERT_GE(before, 0) << "metrics endpoint unreachable";
+    v1::SampleResponse response;
+    EXPECT_EQ(client.Sample(Request(1, 10, info.limits().max_num_samples() + 1, 1), &response)
+                  .error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(RequestsTotal("RESOURCE_EXHAUSTED") - before, attempts);
+  }
+}
+
+}  // namespace
+}  // namespace gpusampler::client

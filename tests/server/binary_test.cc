@@ -1,0 +1,160 @@
+// The real gpusampler-server binary: port file, JSON logs, the probe client, metrics, and a
+// SIGTERM drain with requests in flight (every accepted request answered, exit 0).
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "test_util.hpp"
+
+extern char** environ;
+
+namespace gpusampler::server::testing {
+namespace {
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -1;
+}
+
+// Exit status, or -1 when it did not exit within `timeout`.
+int WaitExit(pid_t pid, std::chrono::seconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(BinaryTest, ServesProbesAndDrainsOnSigterm) {
+  const std::string dir = ::testing::TempDir();
+  const std::string port_file = dir + "/gpusampler-ports-" + std::to_string(getpid());
+  const std::string log = dir + "/gpusampler-server-" + std::to_string(getpid()) + ".log";
+  std::remove(port_file.c_str());
+  const pid_t pid = Spawn({GPUSAMPLER_SERVER_BIN, "--device", "auto", "--address", "127.0.0.1:0",
+                           "--metrics-address", "127.0.0.1:0", "--port-file", port_file,
+                           "--log-format", "json", "--cpu-workers", "1",
+                           "--shutdown-grace-seconds", "30"},
+                          log);
+  ASSERT_GT(pid, 0);
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::ifstream in(port_file);
+        return static_cast<bool>(in >> grpc_port >> metrics_port);
+      },
+      std::chrono::seconds(30)))
+      << ReadFile(log);
+  ASSERT_GT(grpc_port, 0);
+  ASSERT_GT(metrics_port, 0);
+  const std::string target = "127.0.0.1:" + std::to_string(grpc_port);
+
+  // The probe client answers 0.
+  const std::string probe = std::string(GPUSAMPLER_PROBE_BIN) + " --target " + target + " >> " +
+                            log + " 2>&1";
+  EXPECT_EQ(std::system(probe.c_str()), 0) << ReadFile(log);
+
+  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  auto stub = v1::Sampler::NewStub(channel);
+  EXPECT_EQ(HealthStatus(channel), "SERVING");
+
+  // Heavy requests in flight, then SIGTERM.
+  constexpr int kInFlight = 12;
+  std::vector<std::unique_ptr<AsyncCall>> calls;
+  for (int i = 0; i < kInFlight; ++i) {
+    v1::SampleRequest req;
+    req.mutable_spec()->set_num_samples(1000);
+    req.set_seed(static_cast<uint64_t>(i));
+    auto* l = req.mutable_labels();
+    l->set_dtype(v1::DTYPE_INT8);
+    l->add_shape(4);
+    l->add_shape(2'000'000);
+    std::string data(8'000'000, '\0');
+    for (size_t j = 0; j < data.size(); j += 7) data[j] = 1;
+    l->set_data(std::move(data));
+    calls.push_back(StartSample(stub.get(), std::move(req), std::chrono::seconds(60)));
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    const std::string m = HttpGet(metrics_port, "/metrics");
+    return m.find("\ngpusampler_inflight_requests " + std::to_string(kInFlight)) !=
+           std::string::npos;
+  }));
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  // New work is refused (draining, or already closed: UNAVAILABLE either way).
+  {
+    grpc::ClientContext ctx;
+    v1::SampleRequest req;
+    req.mutable_spec()->set_num_samples(1);
+    req.mutable_labels()->set_dtype(v1::DTYPE_INT64);
+    req.mutable_labels()->add_shape(1);
+    req.mutable_labels()->set_data(std::string(8, '\0'));
+    v1::SampleResponse resp;
+    EXPECT_EQ(stub->Sample(&ctx, req, &resp).error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
+  for (int i = 0; i < kInFlight; ++i) {
+    const grpc::Status s = calls[i]->status.get();
+    EXPECT_TRUE(s.ok()) << "accepted request " << i << ": " << s.error_message();
+    EXPECT_EQ(calls[i]->response.indices().data().size(), 4u * 1000 * 8);
+  }
+  EXPECT_EQ(WaitExit(pid, std::chrono::seconds(40)), 0) << ReadFile(log);
+
+  // Every log line is a JSON object.
+  std::istringstream lines(ReadFile(log));
+  std::string line;
+  int json_lines = 0;
+  bool saw_drain = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind("probe:", 0) == 0) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    ASSERT_TRUE(j.contains("msg") && j.contains("level") && j.contains("time")) << line;
+    saw_drain = saw_drain || j["msg"].get<std::string>().find("draining") != std::string::npos;
+    ++json_lines;
+  }
+  EXPECT_GT(json_lines, 3);
+  EXPECT_TRUE(saw_drain);
+  std::remove(port_file.c_str());
+}
+
+TEST(BinaryTest, BadFlagsExitNonZero) {
+  const std::string log = ::testing::TempDir() + "/gpusampler-badflags.log";
+  const pid_t pid = Spawn({GPUSAMPLER_SERVER_BIN, "--device", "tpu:0", "--address",
+                           "127.0.0.1:0", "--metrics-address", ""},
+                          log);
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitExit(pid, std::chrono::seconds(20)), 1);
+  EXPECT_NE(ReadFile(log).find("expected auto, cpu, cuda or cuda:0,1"), std::string::npos)
+      << ReadFile(log);
+}
+
+}  // namespace
+}  // namespace gpusampler::server::testing

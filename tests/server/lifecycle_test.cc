@@ -1,0 +1,222 @@
+// Scheduler and lifecycle through gRPC: a full queue, deadlines and cancellation (with the
+// launch counter proving no kernel ran), device out of memory and device faults (through a
+// test backend), and the metrics endpoint after real traffic.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "gpusampler/kernels/sampler.hpp"
+#include "scheduler.hpp"
+#include "test_util.hpp"
+
+namespace gpusampler::server::testing {
+namespace {
+
+v1::SampleRequest Small(int64_t k = 8, uint64_t seed = 1) {
+  RequestSpec r;
+  r.rows = {RandomRow(1000, seed)};
+  r.num_samples = k;
+  r.seed = seed;
+  return MakeRequest(r);
+}
+
+TEST(SchedulerTest, FullQueueIsResourceExhaustedAndQueuedWorkCompletes) {
+  ServerConfig config = TestConfig();
+  config.queue_capacity = 2;
+  auto t = StartServer(config);
+  t.server->scheduler().SetPausedForTesting(true);
+  auto a = StartSample(t.stub.get(), Small());
+  auto b = StartSample(t.stub.get(), Small());
+  ASSERT_TRUE(WaitFor([&] { return t.server->scheduler().queue_depth() == 2; }));
+  grpc::ClientContext ctx;
+  v1::SampleResponse resp;
+  const grpc::Status s = t.stub->Sample(&ctx, Small(), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(s.error_message().find("queue full (2 requests waiting"), std::string::npos)
+      << s.error_message();
+  t.server->scheduler().SetPausedForTesting(false);
+  EXPECT_TRUE(a->status.get().ok());
+  EXPECT_TRUE(b->status.get().ok());
+}
+
+TEST(SchedulerTest, DeadlinePassedAndCancelledRequestsNeverLaunch) {
+  auto t = StartServer(TestConfig());
+  Scheduler& sched = t.server->scheduler();
+  const int64_t launches = sched.launches();
+  const int64_t rows = sched.launched_rows();
+  sched.SetPausedForTesting(true);
+  auto late = StartSample(t.stub.get(), Small(), std::chrono::milliseconds(100));
+  auto cancelled = StartSample(t.stub.get(), Small());
+  ASSERT_TRUE(WaitFor([&] { return sched.queue_depth() == 2; }));
+  cancelled->context.TryCancel();
+  EXPECT_EQ(late->status.get().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(cancelled->status.get().error_code(), grpc::StatusCode::CANCELLED);
+  // Both reach a worker only after their deadline / cancellation.
+  sched.SetPausedForTesting(false);
+  ASSERT_TRUE(sched.WaitIdle(Clock::now() + std::chrono::seconds(10)));
+  EXPECT_EQ(sched.dropped(), 2);
+  EXPECT_EQ(sched.launches(), launches) << "a kernel ran for a dead request";
+  EXPECT_EQ(sched.launched_rows(), rows);
+  // The counter does move when work runs.
+  grpc::ClientContext ctx;
+  v1::SampleResponse resp;
+  ASSERT_TRUE(t.stub->Sample(&ctx, Small(), &resp).ok());
+  EXPECT_EQ(sched.launches(), launches + 1);
+  EXPECT_EQ(sched.launched_rows(), rows + 1);
+  const std::string scrape = HttpGet(t.server->metrics_port(), "/metrics");
+  EXPECT_NE(scrape.find("gpusampler_dropped_requests_total{reason=\"deadline\"} 1"),
+            std::string::npos);
+  EXPECT_NE(scrape.find("gpusampler_dropped_requests_total{reason=\"cancelled\"} 1"),
+            std::string::npos);
+}
+
+// A CPU backend that fails on chosen K values: 777 runs out of memory, 666 faults.
+class FaultyBackend final : public kernels::Backend {
+ public:
+  FaultyBackend() : cpu_(kernels::MakeCpuBackend(1)) {}
+  std::string name() const override { return "cpu"; }
+  kernels::MemorySpace memory_space() const override { return kernels::MemorySpace::kHost; }
+  void Sample(const kernels::Batch& batch) override {
+    for (int64_t r = 0; r < batch.num_rows; ++r) {
+      if (batch.rows[r].num_samples == 777) {
+        throw kernels::Error(kernels::Error::Code::kOutOfMemory, "test: out of memory");
+      }
+      if (batch.rows[r].num_samples == 666) {
+        throw kernels::Error(kernels::Error::Code::kDeviceFault, "test: illegal address");
+      }
+    }
+    cpu_->Sample(batch);
+  }
+
+ private:
+  std::unique_ptr<kernels::Backend> cpu_;
+};
+
+BackendFactory Faulty() {
+  return [](int) { return std::make_unique<FaultyBackend>(); };
+}
+
+TEST(DeviceErrorTest, OutOfMemoryFailsOnlyThatRequestAndServingGoesOn) {
+  ServerConfig config = TestConfig();
+  config.max_batch_rows = 64;
+  auto t = StartServer(config, Faulty());
+  {
+    grpc::ClientContext ctx;
+    v1::SampleResponse resp;
+    const grpc::Status s = t.stub->Sample(&ctx, Small(777), &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(s.error_message().find("out of memory"), std::string::npos) << s.error_message();
+  }
+  // Fused with innocent requests: only the one that does not fit fails.
+  t.server->scheduler().SetPausedForTesting(true);
+  auto ok1 = StartSample(t.stub.get(), Small(8, 1));
+  auto oom = StartSample(t.stub.get(), Small(777, 2));
+  auto ok2 = StartSample(t.stub.get(), Small(9, 3));
+  ASSERT_TRUE(WaitFor([&] { return t.server->scheduler().queue_depth() == 3; }));
+  t.server->scheduler().SetPausedForTesting(false);
+  EXPECT_TRUE(ok1->status.get().ok());
+  EXPECT_EQ(oom->status.get().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(ok2->status.get().ok());
+  EXPECT_EQ(HealthStatus(t.channel), "SERVING");
+  grpc::ClientContext ctx;
+  v1::SampleResponse resp;
+  EXPECT_TRUE(t.stub->Sample(&ctx, Small(), &resp).ok());
+}
+
+TEST(DeviceErrorTest, DeviceFaultSetsNotServingFailsInFlightAndRequestsExit) {
+  auto t = StartServer(TestConfig(), Faulty());
+  t.server->scheduler().SetPausedForTesting(true);
+  auto fault = StartSample(t.stub.get(), Small(666));
+  ASSERT_TRUE(WaitFor([&] { return t.server->scheduler().queue_depth() == 1; }));
+  // Queued behind the faulting launch (fusion off would not matter: the queue is failed).
+  auto behind = StartSample(t.stub.get(), Small(8));
+  ASSERT_TRUE(WaitFor([&] { return t.server->scheduler().queue_depth() == 2; }));
+  t.server->scheduler().SetPausedForTesting(false);
+  EXPECT_EQ(fault->status.get().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(behind->status.get().error_code(), grpc::StatusCode::UNAVAILABLE);
+  t.server->WaitForShutdownRequest();  // returns: the fault asked the process to exit
+  EXPECT_TRUE(t.server->failed());
+  EXPECT_EQ(HealthStatus(t.channel), "NOT_SERVING");
+  grpc::ClientContext ctx;
+  v1::SampleResponse resp;
+  EXPECT_EQ(t.stub->Sample(&ctx, Small(), &resp).error_code(), grpc::StatusCode::UNAVAILABLE);
+  t.server->Shutdown();
+}
+
+int64_t MetricValue(const std::string& scrape, const std::string& series) {
+  const size_t at = scrape.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return static_cast<int64_t>(std::stod(scrape.substr(at + series.size() + 2)));
+}
+
+TEST(MetricsTest, ScrapeAfterTrafficHasEverySpecMetricAndPassesPromtool) {
+  auto t = StartServer(TestConfig());
+  for (int i = 0; i < 5; ++i) {
+    grpc::ClientContext ctx;
+    v1::SampleResponse resp;
+    ASSERT_TRUE(t.stub->Sample(&ctx, Small(8, static_cast<uint64_t>(i)), &resp).ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::SampleResponse resp;
+    t.stub->Sample(&ctx, Small(0), &resp);  // INVALID_ARGUMENT
+  }
+  {
+    grpc::ClientContext ctx;
+    auto stream = t.stub->SampleStream(&ctx);
+    stream->Write(Small());
+    stream->WritesDone();
+    v1::SampleResponse resp;
+    ASSERT_TRUE(stream->Read(&resp));
+    ASSERT_TRUE(stream->Finish().ok());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // one busy-ratio update
+  const std::string scrape = HttpGet(t.server->metrics_port(), "/metrics");
+  ASSERT_FALSE(scrape.empty());
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_requests_total{code=\"OK\",method=\"Sample\"}"), 5);
+  EXPECT_EQ(MetricValue(scrape,
+                        "gpusampler_requests_total{code=\"INVALID_ARGUMENT\",method=\"Sample\"}"),
+            1);
+  EXPECT_EQ(
+      MetricValue(scrape, "gpusampler_requests_total{code=\"OK\",method=\"SampleStream\"}"), 1);
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_sampled_rows_total{device=\"cpu\"}"), 6);
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_batch_rows_count{device=\"cpu\"}"), 6);
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_queue_duration_seconds_count"), 6);
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_request_duration_seconds_count{method=\"Sample\"}"),
+            6);
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_queue_depth"), 0);
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_inflight_requests"), 0);
+  EXPECT_GT(MetricValue(scrape, "gpusampler_received_bytes_total"), 6 * 8000);
+  EXPECT_GT(MetricValue(scrape, "gpusampler_sent_bytes_total"), 6 * 128);
+  for (const char* name :
+       {"# TYPE gpusampler_request_duration_seconds histogram",
+        "# TYPE gpusampler_queue_duration_seconds histogram",
+        "# TYPE gpusampler_compute_duration_seconds histogram",
+        "# TYPE gpusampler_batch_rows histogram", "gpusampler_device_busy_ratio{device=\"cpu\"}",
+        "gpusampler_build_info{cuda=\"none\",revision=\""}) {
+    EXPECT_NE(scrape.find(name), std::string::npos) << name;
+  }
+  // No GPU in use: no GPU gauges.
+  EXPECT_EQ(scrape.find("gpusampler_gpu_utilization_ratio"), std::string::npos);
+
+  if (std::string(GPUSAMPLER_PROMTOOL).empty()) {
+    GTEST_SKIP() << "promtool not found (Debian package prometheus): format not checked";
+  }
+  const std::string path = ::testing::TempDir() + "/scrape.txt";
+  std::ofstream(path) << scrape;
+  const std::string cmd =
+      std::string(GPUSAMPLER_PROMTOOL) + " check metrics < " + path + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof(buf), p)) out += buf;
+  const int rc = pclose(p);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "") << "promtool reports problems";
+}
+
+}  // namespace
+}  // namespace gpusampler::server::testing

@@ -1,0 +1,298 @@
+// Every row of SPEC section 3 that validation owns: the status code, and a message that
+// names the field and the numbers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "test_util.hpp"
+
+namespace gpusampler::server::testing {
+namespace {
+
+struct Case {
+  std::string name;
+  std::function<void(v1::SampleRequest*)> mutate;
+  grpc::StatusCode code;
+  std::string message;  // a substring the message must contain
+};
+
+v1::SampleRequest Base() {
+  RequestSpec r;
+  r.rows = {RandomRow(100, 1), RandomRow(100, 2)};
+  r.num_samples = 10;
+  r.feature_dim = 4;
+  return MakeRequest(r);
+}
+
+void SetInt64s(v1::Tensor* t, std::vector<int64_t> shape, std::vector<int64_t> values) {
+  t->set_dtype(v1::DTYPE_INT64);
+  t->mutable_shape()->Assign(shape.begin(), shape.end());
+  t->set_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 8));
+}
+
+// Limits small enough to reach with small requests.
+ServerConfig LimitsConfig() {
+  ServerConfig c = TestConfig();
+  c.limits.max_message_bytes = 1 << 20;
+  c.limits.max_rows = 8;
+  c.limits.max_elements = 5000;
+  c.limits.max_row_elements = 3000;
+  c.limits.max_num_samples = 500;
+  return c;
+}
+
+const grpc::StatusCode kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
+const grpc::StatusCode kExhausted = grpc::StatusCode::RESOURCE_EXHAUSTED;
+
+std::vector<Case> Cases() {
+  return {
+      {"labels dtype unspecified", [](auto* r) { r->mutable_labels()->set_dtype(v1::DTYPE_UNSPECIFIED); },
+       kInvalid, "labels.dtype is DTYPE_UNSPECIFIED"},
+      {"labels dtype unknown", [](auto* r) { r->mutable_labels()->set_dtype(static_cast<v1::DType>(42)); },
+       kInvalid, "labels.dtype 42 is not a known DType"},
+      {"labels dtype float",
+       [](auto* r) {
+         r->mutable_labels()->set_dtype(v1::DTYPE_FLOAT64);
+       },
+       kInvalid, "labels.dtype FLOAT64 is not an integer or BOOL dtype"},
+      {"labels data short", [](auto* r) { r->mutable_labels()->mutable_data()->resize(1592); },
+       kInvalid, "labels.data has 1592 bytes, expected 1600 = prod(shape [2, 100]) * 8 (INT64)"},
+      {"labels negative dim", [](auto* r) { r->mutable_labels()->set_shape(0, -2); }, kInvalid,
+       "labels.shape[0] = -2 is negative"},
+      {"labels rank 3",
+       [](auto* r) {
+         r->mutable_labels()->set_shape(1, 50);
+         r->mutable_labels()->add_shape(2);
+       },
+       kInvalid, "labels.shape [2, 50, 2] must be [N] or [B, N]"},
+      {"labels rank 0",
+       [](auto* r) {
+         r->mutable_labels()->clear_shape();
+         r->mutable_labels()->mutable_data()->resize(8);
+       },
+       kInvalid, "labels.shape [] must be [N] or [B, N]"},
+      {"bool not 0/1",
+       [](auto* r) {
+         auto* l = r->mutable_labels();
+         l->set_dtype(v1::DTYPE_BOOL);
+         l->set_data(std::string(200, '\1'));
+         (*l->mutable_data())[7] = 2;
+       },
+       kInvalid, "labels.data[7] = 2 is not a BOOL (0 or 1)"},
+      {"positive label not representable",
+       [](auto* r) {
+         auto* l = r->mutable_labels();
+         l->set_dtype(v1::DTYPE_INT8);
+         l->set_data(std::string(200, '\0'));
+         r->mutable_spec()->set_positive_label(300);
+       },
+       kInvalid, "spec.positive_label = 300 is not representable in labels dtype INT8"},
+      {"negative label not representable in bool",
+       [](auto* r) {
+         auto* l = r->mutable_labels();
+         l->set_dtype(v1::DTYPE_BOOL);
+         l->set_data(std::string(200, '\0'));
+         r->mutable_spec()->set_negative_label(-1);
+       },
+       kInvalid, "spec.negative_label = -1 is not representable in labels dtype BOOL"},
+      {"num_samples 0", [](auto* r) { r->mutable_spec()->set_num_samples(0); }, kInvalid,
+       "spec.num_samples = 0, must be >= 1"},
+      {"num_samples negative", [](auto* r) { r->mutable_spec()->set_num_samples(-5); }, kInvalid,
+       "spec.num_samples = -5, must be >= 1"},
+      {"fraction above 1", [](auto* r) { r->mutable_spec()->set_positive_fraction(1.5); },
+       kInvalid, "spec.positive_fraction = 1.5"},
+      {"fraction negative", [](auto* r) { r->mutable_spec()->set_positive_fraction(-0.1); },
+       kInvalid, "spec.positive_fraction = -0.1"},
+      {"fraction NaN",
+       [](auto* r) {
+         r->mutable_spec()->set_positive_fraction(std::numeric_limits<double>::quiet_NaN());
+       },
+       kInvalid, "spec.positive_fraction = nan is outside [0, 1]"},
+      {"equal labels",
+       [](auto* r) {
+         r->mutable_spec()->set_positive_label(3);
+         r->mutable_spec()->set_negative_label(3);
+       },
+       kInvalid, "spec.positive_label and spec.negative_label are both 3"},
+      {"unknown fill policy",
+       [](auto* r) { r->mutable_spec()->set_fill_policy(static_cast<v1::FillPolicy>(9)); },
+       kInvalid, "spec.fill_policy 9 is not a known FillPolicy"},
+      {"row_splits with 2-d labels",
+       [](auto* r) { SetInt64s(r->mutable_row_splits(), {3}, {0, 100, 200}); }, kInvalid,
+       "labels.shape [2, 100] must be [total] when row_splits is given"},
+      {"row_splits dtype",
+       [](auto* r) {
+         r->mutable_labels()->clear_shape();
+         r->mutable_labels()->add_shape(200);
+         r->clear_features();
+         SetInt64s(r->mutable_row_splits(), {3}, {0, 100, 200});
+         r->mutable_row_splits()->set_dtype(v1::DTYPE_INT32);
+       },
+       kInvalid, "row_splits.dtype must be DTYPE_INT64, got DTYPE_INT32"},
+      {"row_splits not starting at 0",
+       [](auto* r) {
+         r->mutable_labels()->clear_shape();
+         r->mutable_labels()->add_shape(200);
+         r->clear_features();
+         SetInt64s(r->mutable_row_splits(), {3}, {5, 100, 200});
+       },
+       kInvalid, "row_splits[0] = 5, must be 0"},
+      {"row_splits decreasing",
+       [](auto* r) {
+         r->mutable_labels()->clear_shape();
+         r->mutable_labels()->add_shape(200);
+         r->clear_features();
+         SetInt64s(r->mutable_row_splits(), {4}, {0, 120, 80, 200});
+       },
+       kInvalid, "row_splits[2] = 80 < row_splits[1] = 120"},
+      {"row_splits wrong total",
+       [](auto* r) {
+         r->mutable_labels()->clear_shape();
+         r->mutable_labels()->add_shape(200);
+         r->clear_features();
+         SetInt64s(r->mutable_row_splits(), {3}, {0, 100, 199});
+       },
+       kInvalid, "row_splits[2] = 199, must equal the 200 labels elements"},
+      {"row_splits empty",
+       [](auto* r) {
+         r->mutable_labels()->clear_shape();
+         r->mutable_labels()->add_shape(200);
+         r->clear_features();
+         SetInt64s(r->mutable_row_splits(), {0}, {});
+       },
+       kInvalid, "row_splits.shape [0] must be [B+1]"},
+      {"row_splits data size",
+       [](auto* r) {
+         r->mutable_labels()->clear_shape();
+         r->mutable_labels()->add_shape(200);
+         r->clear_features();
+         SetInt64s(r->mutable_row_splits(), {3}, {0, 100});
+       },
+       kInvalid, "row_splits.data has 16 bytes, expected 24"},
+      {"features leading dims",
+       [](auto* r) { r->mutable_features()->set_shape(1, 99); }, kInvalid,
+       "features.shape [2, 99, 4] must start with the labels' shape [2, 100]"},
+      {"features size",
+       [](auto* r) { r->mutable_features()->mutable_data()->resize(10); }, kInvalid,
+       "features.data has 10 bytes, expected 3200 = prod(shape [2, 100, 4]) * 4 (FLOAT32)"},
+      {"features dtype unspecified",
+       [](auto* r) { r->mutable_features()->set_dtype(v1::DTYPE_UNSPECIFIED); }, kInvalid,
+       "features.dtype is DTYPE_UNSPECIFIED"},
+      // Limits: RESOURCE_EXHAUSTED.
+      {"num_samples over limit", [](auto* r) { r->mutable_spec()->set_num_samples(501); },
+       kExhausted, "spec.num_samples = 501 exceeds max_num_samples = 500"},
+      {"rows over limit",
+       [](auto* r) {
+         r->clear_features();
+         auto* l = r->mutable_labels();
+         l->set_shape(0, 9);
+         l->set_shape(1, 10);
+         l->mutable_data()->resize(9 * 10 * 8);
+       },
+       kExhausted, "labels has 9 rows, over max_rows = 8"},
+      {"ragged rows over limit",
+       [](auto* r) {
+         r->clear_features();
+         auto* l = r->mutable_labels();
+         l->clear_shape();
+         l->add_shape(9);
+         l->mutable_data()->resize(9 * 8);
+         SetInt64s(r->mutable_row_splits(), {10}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+       },
+       kExhausted, "row_splits has 9 rows, over max_rows = 8"},
+      {"elements over limit",
+       [](auto* r) {
+         r->clear_features();
+         auto* l = r->mutable_labels();
+         l->set_shape(0, 2);
+         l->set_shape(1, 2501);
+         l->mutable_data()->resize(5002 * 8);
+       },
+       kExhausted, "labels has 5002 elements, over max_elements = 5000"},
+      {"row elements over limit",
+       [](auto* r) {
+         r->clear_features();
+         auto* l = r->mutable_labels();
+         l->clear_shape();
+         l->add_shape(3001);
+         l->mutable_data()->resize(3001 * 8);
+       },
+       kExhausted, "labels row 0 has 3001 elements, over max_row_elements = 3000"},
+      {"response over limit",
+       [](auto* r) {
+         r->mutable_spec()->set_num_samples(500);
+         auto* f = r->mutable_features();
+         f->set_shape(2, 300);
+         f->mutable_data()->resize(2 * 100 * 300 * 4);
+         f->set_dtype(v1::DTYPE_FLOAT32);
+       },
+       kExhausted,
+       "response would have 1217040 bytes (B 2 * K 500 * (8 + 8 + 1200) + framing), over "
+       "max_message_bytes = 1048576"},
+      {"shape overflow",
+       [](auto* r) {
+         auto* l = r->mutable_labels();
+         l->set_shape(0, int64_t{1} << 40);
+         l->set_shape(1, int64_t{1} << 40);
+       },
+       kExhausted, "labels.shape [1099511627776, 1099511627776] has more elements than"},
+  };
+}
+
+TEST(ValidationTest, EverySpecRowGetsItsStatusAndAPreciseMessage) {
+  auto t = StartServer(LimitsConfig());
+  {
+    grpc::ClientContext ctx;
+    v1::SampleResponse resp;
+    const grpc::Status s = t.stub->Sample(&ctx, Base(), &resp);
+    ASSERT_TRUE(s.ok()) << "the base request must be valid: " << s.error_message();
+  }
+  const int64_t launches = t.server->scheduler().launches();
+  for (const auto& c : Cases()) {
+    v1::SampleRequest req = Base();
+    c.mutate(&req);
+    grpc::ClientContext ctx;
+    v1::SampleResponse resp;
+    const grpc::Status s = t.stub->Sample(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), c.code) << c.name << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(c.message), std::string::npos)
+        << c.name << ": got \"" << s.error_message() << "\", want \"" << c.message << "\"";
+  }
+  // Refused at the edge: nothing reached a worker.
+  EXPECT_EQ(t.server->scheduler().launches(), launches);
+  // And the server keeps serving.
+  grpc::ClientContext ctx;
+  v1::SampleResponse resp;
+  EXPECT_TRUE(t.stub->Sample(&ctx, Base(), &resp).ok());
+}
+
+TEST(ValidationTest, RequestOverMaxMessageBytesIsResourceExhausted) {
+  auto t = StartServer(LimitsConfig());
+  RequestSpec r;
+  r.rows = {RandomRow(2000, 1)};
+  r.feature_dim = 200;  // 1.6 MB of features > 1 MiB
+  grpc::ClientContext ctx;
+  v1::SampleResponse resp;
+  const grpc::Status s = t.stub->Sample(&ctx, MakeRequest(r), &resp);
+  EXPECT_EQ(s.error_code(), kExhausted) << s.error_message();
+}
+
+TEST(ValidationTest, StreamRequestsAreValidatedToo) {
+  auto t = StartServer(LimitsConfig());
+  grpc::ClientContext ctx;
+  auto stream = t.stub->SampleStream(&ctx);
+  v1::SampleRequest req = Base();
+  req.mutable_spec()->set_num_samples(501);
+  stream->Write(req);
+  stream->WritesDone();
+  v1::SampleResponse resp;
+  EXPECT_FALSE(stream->Read(&resp));
+  const grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), kExhausted);
+  EXPECT_NE(s.error_message().find("max_num_samples = 500"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpusampler::server::testing
