@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Installs gpusampler's build, test and runtime dependencies from Debian 12's packages.
-# Idempotent: packages already present are skipped, and apt is not touched when nothing
-# is missing. CUDA is not installed here; the build uses /usr/local/cuda when it exists.
+# Installs gpusampler's dependencies from Debian 12's packages. Idempotent: packages already
+# present are skipped, and apt is not touched when nothing is missing. CUDA is not installed
+# here; the build uses /usr/local/cuda when it exists.
+#
+#   deploy/install-deps.sh            build, test and runtime packages (developers, CI)
+#   deploy/install-deps.sh --runtime  only what the built binaries need (the container image)
 set -euo pipefail
 
-packages=(
-  build-essential cmake pkg-config git ca-certificates
+runtime=(
+  ca-certificates
+  libgrpc++1.51 libgrpc29 libprotobuf32 libspdlog1.10 libfmt9
+  libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcivetweb1 zlib1g
+)
+build=(
+  build-essential cmake pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev prometheus-cpp-dev libcivetweb-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
@@ -13,6 +21,12 @@ packages=(
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-numpy
   python3-pytest python3-torch python3-setuptools python3-pip
 )
+
+case "${1:-}" in
+  --runtime) packages=("${runtime[@]}") ;;
+  "") packages=("${runtime[@]}" "${build[@]}") ;;
+  *) echo "usage: $0 [--runtime]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
