@@ -42,9 +42,9 @@ class ServerEnvironment : public ::testing::Environment {
     ASSERT_EQ(std::system(("mkdir -p " + dir_).c_str()), 0);
     const std::string port_file = dir_ + "/ports", log = dir_ + "/server.log";
     std::remove(port_file.c_str());
-    std::vector<std::string> args = {bin,           "--device",      "cpu",
-                                     "--address",   "127.0.0.1:0",   "--metrics-address",
-                                     "127.0.0.1:0", "--port-file",   port_file};
+    std::vector<std::string> args = {bin,           "--device",    "cpu",
+                                     "--address",   "127.0.0.1:0", "--metrics-address",
+                                     "127.0.0.1:0", "--port-file", port_file};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -89,8 +89,7 @@ class ServerEnvironment : public ::testing::Environment {
 };
 std::string ServerEnvironment::target;
 int ServerEnvironment::metrics_port = 0;
-::testing::Environment* const kServer =
-    ::testing::AddGlobalTestEnvironment(new ServerEnvironment);
+::testing::Environment* const kServer = ::testing::AddGlobalTestEnvironment(new ServerEnvironment);
 
 ClientOptions Options() {
   ClientOptions o;
@@ -120,8 +119,8 @@ TEST(ClientServer, GoldenSamples) {
     std::vector<int64_t> flat;
     for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
     v1::SampleRequest request;
-    *request.mutable_labels() = MakeTensor(
-        flat, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
+    *request.mutable_labels() =
+        MakeTensor(flat, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
     const auto& spec = j["spec"];
     request.mutable_spec()->set_num_samples(spec["num_samples"].get<int64_t>());
     request.mutable_spec()->set_positive_fraction(spec["positive_fraction"].get<double>());
@@ -230,8 +229,7 @@ TEST(ClientServer, DeadlineAndUnavailable) {
   CallOptions call;
   call.timeout = std::chrono::milliseconds(1);
   v1::SampleRequest big = Request(64, 20000, 512, 1);
-  EXPECT_EQ(client.Sample(big, &response, call).error_code(),
-            grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(client.Sample(big, &response, call).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
 
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

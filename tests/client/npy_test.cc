@@ -21,7 +21,8 @@ std::string Npy(const std::string& header, const std::string& payload, int major
   out.push_back(static_cast<char>(major));
   out.push_back('\0');
   const size_t len = text.size();
-  for (size_t i = 0; i < (major == 1 ? 2u : 4u); ++i) out.push_back(static_cast<char>(len >> (8 * i)));
+  for (size_t i = 0; i < (major == 1 ? 2u : 4u); ++i)
+    out.push_back(static_cast<char>(len >> (8 * i)));
   return out + text + payload;
 }
 
@@ -32,13 +33,12 @@ std::string Bytes(const std::vector<int64_t>& v) {
 TEST(Npy, ParsesHeaderAsNumpyWritesIt) {
   v1::Tensor t;
   const std::vector<int64_t> values = {1, -2, 3, 4, 5, -6};
-  ASSERT_EQ(ParseNpy(Npy("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 3), }",
-                         Bytes(values)),
-                     &t),
-            "");
+  ASSERT_EQ(
+      ParseNpy(Npy("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 3), }", Bytes(values)),
+               &t),
+      "");
   EXPECT_EQ(t.dtype(), v1::DTYPE_INT64);
-  EXPECT_EQ(std::vector<int64_t>(t.shape().begin(), t.shape().end()),
-            (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(std::vector<int64_t>(t.shape().begin(), t.shape().end()), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(TensorValues<int64_t>(t), values);
 }
 
@@ -50,8 +50,7 @@ TEST(Npy, ParsesVersion2KeyOrderAndScalars) {
             "");
   EXPECT_EQ(t.dtype(), v1::DTYPE_FLOAT64);
   EXPECT_EQ(t.shape_size(), 0);
-  ASSERT_EQ(ParseNpy(Npy("{'descr': '|u1', 'fortran_order': False, 'shape': (0,), }", ""), &t),
-            "");
+  ASSERT_EQ(ParseNpy(Npy("{'descr': '|u1', 'fortran_order': False, 'shape': (0,), }", ""), &t), "");
   EXPECT_EQ(t.shape(0), 0);
 }
 
@@ -74,8 +73,8 @@ TEST(Npy, RoundTripsEveryDType) {
       const std::string bytes = SerializeNpy(in, &error);
       ASSERT_EQ(error, "") << DTypeName(dtype);
       // NumPy requires the data to start on a 64-byte boundary (format 1.0 pads to it).
-      const size_t header_len = static_cast<unsigned char>(bytes[8]) |
-                                static_cast<unsigned char>(bytes[9]) << 8;
+      const size_t header_len =
+          static_cast<unsigned char>(bytes[8]) | static_cast<unsigned char>(bytes[9]) << 8;
       EXPECT_EQ((10 + header_len) % 64, 0u);
       EXPECT_EQ(bytes[10 + header_len - 1], '\n');
       v1::Tensor out;
@@ -108,14 +107,12 @@ TEST(Npy, RejectsWhatTheWireCannotCarry) {
        "'>i8'"},
       {"native_order", Npy("{'descr': '=i8', 'fortran_order': False, 'shape': (1,), }", eight),
        "'=i8'"},
-      {"uint32", Npy("{'descr': '<u4', 'fortran_order': False, 'shape': (2,), }", eight),
-       "'<u4'"},
+      {"uint32", Npy("{'descr': '<u4', 'fortran_order': False, 'shape': (2,), }", eight), "'<u4'"},
       {"object", Npy("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", eight), "'|O'"},
       {"structured",
        Npy("{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (2,), }", eight),
        "structured"},
-      {"short", Npy("{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", eight),
-       "need 16"},
+      {"short", Npy("{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", eight), "need 16"},
       {"long", Npy("{'descr': '<i8', 'fortran_order': False, 'shape': (0,), }", eight), "need 0"},
       {"missing_key", Npy("{'descr': '<i8', 'shape': (1,), }", eight), "lacks"},
       {"extra_key", Npy("{'descr': '<i8', 'fortran_order': False, 'shape': (1,), 'x': 1}", eight),
