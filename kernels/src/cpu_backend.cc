@@ -30,7 +30,7 @@ struct Counts {
 };
 
 struct Scratch {
-  std::vector<uint64_t> pos, neg, tmp, items;
+  std::vector<uint64_t> pos, neg, tmp, tmp_neg, items;
   std::vector<uint32_t> sel_pos, sel_neg, sel;
   std::vector<uint8_t> is_neg;
   std::vector<uint32_t> slot_of;
@@ -290,8 +290,14 @@ class CpuBackend final : public Backend {
       filter(found.pos < quotas.pos ? kKeepAll : pos_bound,
              found.neg < quotas.neg ? kKeepAll : neg_bound, &found);
     }
-    SelectSmallest(s->pos.data(), found.pos, quotas.pos, &s->tmp, &s->sel_pos);
-    SelectSmallest(s->neg.data(), found.neg, quotas.neg, &s->tmp, &s->sel_neg);
+    // The two classes select independently (in parallel when the row is split).
+    parallel(2, [&](int64_t cls) {
+      if (cls == 0) {
+        SelectSmallest(s->pos.data(), found.pos, quotas.pos, &s->tmp, &s->sel_pos);
+      } else {
+        SelectSmallest(s->neg.data(), found.neg, quotas.neg, &s->tmp_neg, &s->sel_neg);
+      }
+    });
 
     // 4. Order keys of the selected set, merged into index order, then stably sorted by v.
     const int64_t m = quotas.pos + quotas.neg;
