@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -198,11 +199,35 @@ TEST(ClientServer, SessionSingleThreadedWindow) {
       ++received;
     }
     ASSERT_TRUE(session->Send(Request(1, 50, 4, i)));
-    EXPECT_LE(session->InFlight(), 2);
+    EXPECT_EQ(session->InFlight(), i + 1 - received);
   }
   session->CloseSend();
   while (session->Receive(&response)) ++received;
   EXPECT_EQ(received, 10);
+  EXPECT_TRUE(session->Finish().ok());
+}
+
+TEST(ClientServer, SendBlocksWhileTheWindowIsFull) {
+  Client client(Options());
+  auto session = client.OpenSession(2);
+  ASSERT_TRUE(session->Send(Request(1, 50, 4, 1)));
+  ASSERT_TRUE(session->Send(Request(1, 50, 4, 2)));
+  std::atomic<bool> third_sent{false};
+  std::thread sender([&] {
+    EXPECT_TRUE(session->Send(Request(1, 50, 4, 3)));
+    third_sent = true;
+    session->CloseSend();
+  });
+  // The server answers within milliseconds, but a response counts only once received.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(third_sent);
+  v1::SampleResponse response;
+  ASSERT_TRUE(session->Receive(&response));
+  sender.join();
+  EXPECT_TRUE(third_sent);
+  int rest = 0;
+  while (session->Receive(&response)) ++rest;
+  EXPECT_EQ(rest, 2);
   EXPECT_TRUE(session->Finish().ok());
 }
 
