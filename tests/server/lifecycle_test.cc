@@ -53,6 +53,8 @@ TEST(SchedulerTest, DeadlinePassedAndCancelledRequestsNeverLaunch) {
   cancelled->context.TryCancel();
   EXPECT_EQ(late->status.get().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_EQ(cancelled->status.get().error_code(), grpc::StatusCode::CANCELLED);
+  // The client sees CANCELLED at once; give the server's OnCancel a moment to run.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   // Both reach a worker only after their deadline / cancellation.
   sched.SetPausedForTesting(false);
   ASSERT_TRUE(sched.WaitIdle(Clock::now() + std::chrono::seconds(10)));
@@ -176,16 +178,15 @@ TEST(MetricsTest, ScrapeAfterTrafficHasEverySpecMetricAndPassesPromtool) {
   const std::string scrape = HttpGet(t.server->metrics_port(), "/metrics");
   ASSERT_FALSE(scrape.empty());
   EXPECT_EQ(MetricValue(scrape, "gpusampler_requests_total{code=\"OK\",method=\"Sample\"}"), 5);
-  EXPECT_EQ(MetricValue(scrape,
-                        "gpusampler_requests_total{code=\"INVALID_ARGUMENT\",method=\"Sample\"}"),
-            1);
   EXPECT_EQ(
-      MetricValue(scrape, "gpusampler_requests_total{code=\"OK\",method=\"SampleStream\"}"), 1);
+      MetricValue(scrape, "gpusampler_requests_total{code=\"INVALID_ARGUMENT\",method=\"Sample\"}"),
+      1);
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_requests_total{code=\"OK\",method=\"SampleStream\"}"),
+            1);
   EXPECT_EQ(MetricValue(scrape, "gpusampler_sampled_rows_total{device=\"cpu\"}"), 6);
   EXPECT_EQ(MetricValue(scrape, "gpusampler_batch_rows_count{device=\"cpu\"}"), 6);
   EXPECT_EQ(MetricValue(scrape, "gpusampler_queue_duration_seconds_count"), 6);
-  EXPECT_EQ(MetricValue(scrape, "gpusampler_request_duration_seconds_count{method=\"Sample\"}"),
-            6);
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_request_duration_seconds_count{method=\"Sample\"}"), 6);
   EXPECT_EQ(MetricValue(scrape, "gpusampler_queue_depth"), 0);
   EXPECT_EQ(MetricValue(scrape, "gpusampler_inflight_requests"), 0);
   EXPECT_GT(MetricValue(scrape, "gpusampler_received_bytes_total"), 6 * 8000);
@@ -206,8 +207,7 @@ TEST(MetricsTest, ScrapeAfterTrafficHasEverySpecMetricAndPassesPromtool) {
   }
   const std::string path = ::testing::TempDir() + "/scrape.txt";
   std::ofstream(path) << scrape;
-  const std::string cmd =
-      std::string(GPUSAMPLER_PROMTOOL) + " check metrics < " + path + " 2>&1";
+  const std::string cmd = std::string(GPUSAMPLER_PROMTOOL) + " check metrics < " + path + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;

@@ -58,6 +58,7 @@ TEST(GoldenThroughGrpc, FusedWithOtherRequests) {
   for (size_t j = 0; j < golden.size(); ++j) {
     RequestSpec filler;
     filler.rows = {RandomRow(100 + 37 * static_cast<int64_t>(j), j), RandomRow(50, j + 100)};
+    filler.ragged = true;
     filler.num_samples = 5 + static_cast<int64_t>(j);
     filler.dtype = j % 2 ? v1::DTYPE_INT8 : v1::DTYPE_INT32;
     filler.seed = 1000 + j;
@@ -79,8 +80,7 @@ TEST(GoldenThroughGrpc, FusedWithOtherRequests) {
     AsyncCall& call = *calls[2 * j + 1];
     ASSERT_TRUE(call.status.get().ok()) << golden[j].name;
     ExpectGolden(golden[j], call.response, "fused unary");
-    EXPECT_GT(call.response.timing().batch_rows(),
-              static_cast<int64_t>(golden[j].indices.size()))
+    EXPECT_GT(call.response.timing().batch_rows(), static_cast<int64_t>(golden[j].indices.size()))
         << golden[j].name << " was not fused";
     ASSERT_TRUE(calls[2 * j]->status.get().ok());
   }
@@ -153,8 +153,7 @@ TEST(StreamTest, FirstFailureEndsStreamAfterEarlierResponses) {
   EXPECT_FALSE(stream->Read(&resp));
   const grpc::Status s = stream->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(s.error_message().find("spec.num_samples = 0"), std::string::npos)
-      << s.error_message();
+  EXPECT_NE(s.error_message().find("spec.num_samples = 0"), std::string::npos) << s.error_message();
 }
 
 // A mix of shapes, dtypes, specs, ragged rows and features.
@@ -220,9 +219,8 @@ TEST(BatchingIndependence, ConcurrentMixedClientsMatchUnbatchedRuns) {
       // Every client has its own channel (its own connection).
       grpc::ChannelArguments args;
       args.SetInt("client_index", c);
-      auto channel = grpc::CreateCustomChannel(
-          "127.0.0.1:" + std::to_string(t.server->grpc_port()), grpc::InsecureChannelCredentials(),
-          args);
+      auto channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(t.server->grpc_port()),
+                                               grpc::InsecureChannelCredentials(), args);
       auto stub = v1::Sampler::NewStub(channel);
       for (int j = 0; j < kPerClient; ++j) {
         const int i = c * kPerClient + j;
@@ -230,8 +228,8 @@ TEST(BatchingIndependence, ConcurrentMixedClientsMatchUnbatchedRuns) {
         grpc::ClientContext ctx;
         const grpc::Status s = stub->Sample(&ctx, req, &got[c][i]);
         if (!s.ok()) errors[c] = s.error_message();
-        const int64_t own = req.has_row_splits() ? req.row_splits().shape(0) - 1
-                                                 : req.labels().shape(0);
+        const int64_t own =
+            req.has_row_splits() ? req.row_splits().shape(0) - 1 : req.labels().shape(0);
         if (got[c][i].timing().batch_rows() > own) ++fused;
       }
     });

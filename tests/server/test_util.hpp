@@ -10,9 +10,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpusampler/v1/sampler.grpc.pb.h"
+#include "scheduler.hpp"
 #include "server.hpp"
 
 namespace gpusampler::server::testing {
@@ -38,8 +40,8 @@ struct RequestSpec {
   std::optional<uint64_t> seed = 1;
   v1::DType dtype = v1::DTYPE_INT64;
   bool one_dim = false;
-  bool ragged = false;          // labels [total] + row_splits
-  int64_t feature_dim = 0;      // > 0: FLOAT32 features [.., feature_dim] with a known pattern
+  bool ragged = false;      // labels [total] + row_splits
+  int64_t feature_dim = 0;  // > 0: FLOAT32 features [.., feature_dim] with a known pattern
   std::string request_id;
 };
 v1::SampleRequest MakeRequest(const RequestSpec& spec);
@@ -75,8 +77,9 @@ struct AsyncCall {
   std::promise<grpc::Status> promise;
   std::future<grpc::Status> status = promise.get_future();
 };
-std::unique_ptr<AsyncCall> StartSample(v1::Sampler::Stub* stub, v1::SampleRequest request,
-                                       std::chrono::milliseconds timeout = std::chrono::seconds(30));
+std::unique_ptr<AsyncCall> StartSample(
+    v1::Sampler::Stub* stub, v1::SampleRequest request,
+    std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
 // grpc.health.v1 Check of service "" (the server as a whole): "SERVING", "NOT_SERVING", or
 // the error.

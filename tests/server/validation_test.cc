@@ -48,14 +48,13 @@ const grpc::StatusCode kExhausted = grpc::StatusCode::RESOURCE_EXHAUSTED;
 
 std::vector<Case> Cases() {
   return {
-      {"labels dtype unspecified", [](auto* r) { r->mutable_labels()->set_dtype(v1::DTYPE_UNSPECIFIED); },
-       kInvalid, "labels.dtype is DTYPE_UNSPECIFIED"},
-      {"labels dtype unknown", [](auto* r) { r->mutable_labels()->set_dtype(static_cast<v1::DType>(42)); },
-       kInvalid, "labels.dtype 42 is not a known DType"},
-      {"labels dtype float",
-       [](auto* r) {
-         r->mutable_labels()->set_dtype(v1::DTYPE_FLOAT64);
-       },
+      {"labels dtype unspecified",
+       [](auto* r) { r->mutable_labels()->set_dtype(v1::DTYPE_UNSPECIFIED); }, kInvalid,
+       "labels.dtype is DTYPE_UNSPECIFIED"},
+      {"labels dtype unknown",
+       [](auto* r) { r->mutable_labels()->set_dtype(static_cast<v1::DType>(42)); }, kInvalid,
+       "labels.dtype 42 is not a known DType"},
+      {"labels dtype float", [](auto* r) { r->mutable_labels()->set_dtype(v1::DTYPE_FLOAT64); },
        kInvalid, "labels.dtype FLOAT64 is not an integer or BOOL dtype"},
       {"labels data short", [](auto* r) { r->mutable_labels()->mutable_data()->resize(1592); },
        kInvalid, "labels.data has 1592 bytes, expected 1600 = prod(shape [2, 100]) * 8 (INT64)"},
@@ -101,8 +100,8 @@ std::vector<Case> Cases() {
        "spec.num_samples = 0, must be >= 1"},
       {"num_samples negative", [](auto* r) { r->mutable_spec()->set_num_samples(-5); }, kInvalid,
        "spec.num_samples = -5, must be >= 1"},
-      {"fraction above 1", [](auto* r) { r->mutable_spec()->set_positive_fraction(1.5); },
-       kInvalid, "spec.positive_fraction = 1.5"},
+      {"fraction above 1", [](auto* r) { r->mutable_spec()->set_positive_fraction(1.5); }, kInvalid,
+       "spec.positive_fraction = 1.5"},
       {"fraction negative", [](auto* r) { r->mutable_spec()->set_positive_fraction(-0.1); },
        kInvalid, "spec.positive_fraction = -0.1"},
       {"fraction NaN",
@@ -120,8 +119,10 @@ std::vector<Case> Cases() {
        [](auto* r) { r->mutable_spec()->set_fill_policy(static_cast<v1::FillPolicy>(9)); },
        kInvalid, "spec.fill_policy 9 is not a known FillPolicy"},
       {"row_splits with 2-d labels",
-       [](auto* r) { SetInt64s(r->mutable_row_splits(), {3}, {0, 100, 200}); }, kInvalid,
-       "labels.shape [2, 100] must be [total] when row_splits is given"},
+       [](auto* r) {
+         SetInt64s(r->mutable_row_splits(), {3}, {0, 100, 200});
+       },
+       kInvalid, "labels.shape [2, 100] must be [total] when row_splits is given"},
       {"row_splits dtype",
        [](auto* r) {
          r->mutable_labels()->clear_shape();
@@ -171,11 +172,10 @@ std::vector<Case> Cases() {
          SetInt64s(r->mutable_row_splits(), {3}, {0, 100});
        },
        kInvalid, "row_splits.data has 16 bytes, expected 24"},
-      {"features leading dims",
-       [](auto* r) { r->mutable_features()->set_shape(1, 99); }, kInvalid,
+      {"features leading dims", [](auto* r) { r->mutable_features()->set_shape(1, 99); }, kInvalid,
        "features.shape [2, 99, 4] must start with the labels' shape [2, 100]"},
-      {"features size",
-       [](auto* r) { r->mutable_features()->mutable_data()->resize(10); }, kInvalid,
+      {"features size", [](auto* r) { r->mutable_features()->mutable_data()->resize(10); },
+       kInvalid,
        "features.data has 10 bytes, expected 3200 = prod(shape [2, 100, 4]) * 4 (FLOAT32)"},
       {"features dtype unspecified",
        [](auto* r) { r->mutable_features()->set_dtype(v1::DTYPE_UNSPECIFIED); }, kInvalid,

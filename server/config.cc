@@ -1,0 +1,98 @@
+#include "config.hpp"
+
+#include <CLI/CLI.hpp>
+#include <sstream>
+
+namespace gpusampler::server {
+
+void AddFlags(CLI::App* app, ServerConfig* c) {
+  auto add = [&](const char* flag, auto* value, const char* env, const char* help) {
+    app->add_option(flag, *value, help)->envname(env)->capture_default_str();
+  };
+  add("--address", &c->address, "GPUSAMPLER_ADDRESS",
+      "gRPC listen address (host:port; port 0 picks one)");
+  add("--metrics-address", &c->metrics_address, "GPUSAMPLER_METRICS_ADDRESS",
+      "Prometheus listen address (host:port; empty disables)");
+  add("--device", &c->device, "GPUSAMPLER_DEVICE", "auto | cpu | cuda | cuda:0,1");
+  add("--streams-per-device", &c->streams_per_device, "GPUSAMPLER_STREAMS_PER_DEVICE",
+      "CUDA workers (streams) per device");
+  add("--cpu-threads", &c->cpu_threads, "GPUSAMPLER_CPU_THREADS",
+      "threads per CPU worker (0 = hardware threads / cpu workers)");
+  add("--cpu-workers", &c->cpu_workers, "GPUSAMPLER_CPU_WORKERS", "CPU workers");
+  add("--max-batch-rows", &c->max_batch_rows, "GPUSAMPLER_MAX_BATCH_ROWS",
+      "rows fused into one launch (1 disables dynamic batching)");
+  add("--max-batch-delay-us", &c->max_batch_delay_us, "GPUSAMPLER_MAX_BATCH_DELAY_US",
+      "how long a batch may wait to fill while other launches run");
+  add("--queue-capacity", &c->queue_capacity, "GPUSAMPLER_QUEUE_CAPACITY",
+      "queued requests before RESOURCE_EXHAUSTED");
+  add("--max-stream-inflight", &c->max_stream_inflight, "GPUSAMPLER_MAX_STREAM_INFLIGHT",
+      "requests of one SampleStream in flight");
+  add("--max-message-bytes", &c->limits.max_message_bytes, "GPUSAMPLER_MAX_MESSAGE_BYTES",
+      "largest request or response message");
+  add("--max-rows", &c->limits.max_rows, "GPUSAMPLER_MAX_ROWS", "rows per request");
+  add("--max-elements", &c->limits.max_elements, "GPUSAMPLER_MAX_ELEMENTS",
+      "label elements per request");
+  add("--max-row-elements", &c->limits.max_row_elements, "GPUSAMPLER_MAX_ROW_ELEMENTS",
+      "elements of one row");
+  add("--max-num-samples", &c->limits.max_num_samples, "GPUSAMPLER_MAX_NUM_SAMPLES",
+      "largest num_samples (K)");
+  add("--keepalive-time-ms", &c->keepalive_time_ms, "GPUSAMPLER_KEEPALIVE_TIME_MS",
+      "HTTP/2 keepalive ping interval");
+  add("--keepalive-timeout-ms", &c->keepalive_timeout_ms, "GPUSAMPLER_KEEPALIVE_TIMEOUT_MS",
+      "keepalive ping ack timeout");
+  add("--max-connection-age-ms", &c->max_connection_age_ms, "GPUSAMPLER_MAX_CONNECTION_AGE_MS",
+      "close connections after this age (0 = never)");
+  add("--shutdown-grace-seconds", &c->shutdown_grace_seconds, "GPUSAMPLER_SHUTDOWN_GRACE_SECONDS",
+      "time accepted work gets to finish on SIGTERM");
+  app->add_option("--log-level", c->log_level, "trace|debug|info|warn|error|critical|off")
+      ->envname("GPUSAMPLER_LOG_LEVEL")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app->add_option("--log-format", c->log_format, "text | json")
+      ->envname("GPUSAMPLER_LOG_FORMAT")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
+  add("--port-file", &c->port_file, "GPUSAMPLER_PORT_FILE",
+      "once SERVING, write \"grpc_port metrics_port\\n\" to this file");
+}
+
+bool ParseDevice(const std::string& value, int device_count, DeviceSelection* out,
+                 std::string* error) {
+  out->cuda_devices.clear();
+  if (value == "cpu") return true;
+  if (value == "auto" || value == "cuda") {
+    for (int d = 0; d < device_count; ++d) out->cuda_devices.push_back(d);
+    if (value == "cuda" && device_count == 0) {
+      *error = "--device cuda: no CUDA device is available";
+      return false;
+    }
+    return true;
+  }
+  if (value.rfind("cuda:", 0) != 0) {
+    *error = "--device " + value + ": expected auto, cpu, cuda or cuda:0,1";
+    return false;
+  }
+  std::stringstream list(value.substr(5));
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    char* end = nullptr;
+    const long d = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || d < 0) {
+      *error = "--device " + value + ": '" + item + "' is not a device index";
+      return false;
+    }
+    if (d >= device_count) {
+      *error = "--device " + value + ": device " + item + " absent (" +
+               std::to_string(device_count) + " CUDA devices)";
+      return false;
+    }
+    out->cuda_devices.push_back(static_cast<int>(d));
+  }
+  if (out->cuda_devices.empty()) {
+    *error = "--device " + value + ": no device listed";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace gpusampler::server

@@ -1,0 +1,57 @@
+// Server configuration: every knob is a CLI11 flag with a GPUSAMPLER_* environment
+// variable (AddFlags). Plain values; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace gpusampler::server {
+
+// Request limits; anything over them is RESOURCE_EXHAUSTED (SPEC section 3).
+struct Limits {
+  int64_t max_message_bytes = 64 << 20;         // request and response messages
+  int64_t max_rows = 65536;                     // B per request
+  int64_t max_elements = int64_t{1} << 27;      // label elements per request
+  int64_t max_row_elements = int64_t{1} << 27;  // N of one row (the kernels allow < 2^31)
+  int64_t max_num_samples = int64_t{1} << 20;   // K
+};
+
+struct ServerConfig {
+  std::string address = "0.0.0.0:50051";
+  std::string metrics_address = "0.0.0.0:9464";  // empty: no metrics endpoint
+  std::string device = "auto";                   // auto | cpu | cuda | cuda:0,1
+  int streams_per_device = 2;                    // CUDA workers per device
+  int cpu_threads = 0;               // threads per CPU worker; 0 = hardware threads / cpu_workers
+  int cpu_workers = 1;               // CPU workers (each a backend with its own pool)
+  int64_t max_batch_rows = 256;      // rows fused into one launch; 1 disables fusion
+  int64_t max_batch_delay_us = 200;  // how long a batch may wait to fill while devices are busy
+  int64_t queue_capacity = 1024;     // queued requests before RESOURCE_EXHAUSTED
+  int64_t max_stream_inflight = 32;  // requests of one SampleStream in flight
+  Limits limits;
+  int64_t keepalive_time_ms = 60000;
+  int64_t keepalive_timeout_ms = 20000;
+  int64_t max_connection_age_ms = 0;  // 0 = unlimited
+  double shutdown_grace_seconds = 30;
+  std::string log_level = "info";
+  std::string log_format = "text";  // text | json
+  std::string port_file;            // written once SERVING: "grpc_port metrics_port\n"
+};
+
+// Registers every flag of `config` on `app` (defaults are the current values).
+void AddFlags(CLI::App* app, ServerConfig* config);
+
+// Which devices `--device` selects. `cuda_devices` empty means CPU workers.
+struct DeviceSelection {
+  std::vector<int> cuda_devices;
+};
+// Parses --device; `device_count` is CudaDeviceCount(). Returns false with `error` set
+// when the value is malformed or names an absent device.
+bool ParseDevice(const std::string& value, int device_count, DeviceSelection* out,
+                 std::string* error);
+
+}  // namespace gpusampler::server

@@ -1,0 +1,63 @@
+// A validated sampling request as plain values, plus what the scheduler needs to run and
+// answer it. Built once at the edge (ValidateRequest); the kernels never see protobuf.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpusampler/kernels/sampler.hpp"
+#include "status.hpp"
+
+namespace gpusampler::v1 {
+class SampleResponse;
+}
+
+namespace gpusampler::server {
+
+using Clock = std::chrono::steady_clock;
+
+// Timings the worker reports back for one request.
+struct JobTiming {
+  Clock::time_point launched{};
+  Clock::time_point completed{};
+  int64_t batch_rows = 0;
+};
+
+// Thread-safety: the fields are written by the service before Submit and read by one worker
+// afterwards; `cancelled` may be set from any thread at any time.
+struct Job {
+  // What to sample. Pointers address the request message's bytes, which the caller keeps
+  // alive until `done` has been called.
+  kernels::SamplingSpec spec;
+  uint64_t seed = 0;
+  kernels::DType label_dtype = kernels::DType::kInt64;
+  const uint8_t* labels = nullptr;
+  std::vector<int64_t> row_offsets;  // B + 1 element offsets; row r is [row_offsets[r], [r+1])
+  bool drop_batch_dim = false;       // labels were [N]: outputs are [K], not [1, K]
+  // Optional features, gathered on the host from these bytes after sampling.
+  const uint8_t* features = nullptr;
+  kernels::DType feature_dtype = kernels::DType::kUnspecified;
+  std::vector<int64_t> feature_trailing_shape;  // one feature row's shape
+  int64_t feature_row_bytes = 0;                // 0: labels only
+
+  int64_t num_rows() const { return static_cast<int64_t>(row_offsets.size()) - 1; }
+  int64_t num_elements() const { return row_offsets.back(); }
+
+  // Scheduling.
+  Clock::time_point accepted{};
+  Clock::time_point deadline = Clock::time_point::max();
+  std::atomic<bool> cancelled{false};
+
+  // Where the worker writes the result (owned by the caller; untouched after `done`).
+  v1::SampleResponse* response = nullptr;
+  JobTiming timing;
+  // Called exactly once, from a worker thread (or from Submit's caller when the scheduler
+  // refuses the job). After it returns the job's pointers may dangle.
+  std::function<void(const Status&)> done;
+};
+
+}  // namespace gpusampler::server

@@ -1,0 +1,222 @@
+#include "metrics.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "nvml.hpp"
+
+namespace gpusampler::server {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+// 50 us .. ~26 s, factor 2: covers a loopback round trip up to a huge request.
+Histogram::BucketBoundaries LatencyBuckets() {
+  Histogram::BucketBoundaries b;
+  for (double x = 50e-6; x < 30; x *= 2) b.push_back(x);
+  return b;
+}
+
+Histogram::BucketBoundaries RowBuckets() {
+  Histogram::BucketBoundaries b;
+  for (double x = 1; x <= 65536; x *= 2) b.push_back(x);
+  return b;
+}
+
+const char* kMethodNames[kNumMethods] = {"Sample", "SampleStream", "GetServerInfo"};
+const char* kGrpcCodeNames[kNumCodes] = {
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
+
+}  // namespace
+
+void BusyClock::Begin() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (active_++ == 0) since_ = std::chrono::steady_clock::now();
+}
+
+void BusyClock::End() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--active_ == 0) {
+    busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now() - since_)
+                    .count();
+  }
+}
+
+int64_t BusyClock::BusyNs(std::chrono::steady_clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t ns = busy_ns_;
+  if (active_ > 0 && now > since_) {
+    ns += std::chrono::duration_cast<std::chrono::nanoseconds>(now - since_).count();
+  }
+  return ns;
+}
+
+Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices,
+                 const BuildInfo& build)
+    : registry_(std::make_shared<prometheus::Registry>()) {
+  auto& requests = BuildCounter()
+                       .Name("gpusampler_requests_total")
+                       .Help("RPCs finished, by method and gRPC status code.")
+                       .Register(*registry_);
+  auto& durations = BuildHistogram()
+                        .Name("gpusampler_request_duration_seconds")
+                        .Help("RPC duration from arrival to the final status, by method.")
+                        .Register(*registry_);
+  for (int m = 0; m < kNumMethods; ++m) {
+    for (int c = 0; c < kNumCodes; ++c) {
+      requests_[m][c] = &requests.Add({{"method", kMethodNames[m]}, {"code", kGrpcCodeNames[c]}});
+    }
+    durations_[m] = &durations.Add({{"method", kMethodNames[m]}}, LatencyBuckets());
+  }
+  queue_duration_ = &BuildHistogram()
+                         .Name("gpusampler_queue_duration_seconds")
+                         .Help("Time a request waited between acceptance and its launch.")
+                         .Register(*registry_)
+                         .Add({}, LatencyBuckets());
+  queue_depth_ = &BuildGauge()
+                      .Name("gpusampler_queue_depth")
+                      .Help("Requests waiting in the scheduler queue.")
+                      .Register(*registry_)
+                      .Add({});
+  inflight_ = &BuildGauge()
+                   .Name("gpusampler_inflight_requests")
+                   .Help("Sampling requests accepted and not yet answered.")
+                   .Register(*registry_)
+                   .Add({});
+  received_bytes_ = &BuildCounter()
+                         .Name("gpusampler_received_bytes_total")
+                         .Help("Serialized bytes of sampling requests received.")
+                         .Register(*registry_)
+                         .Add({});
+  sent_bytes_ = &BuildCounter()
+                     .Name("gpusampler_sent_bytes_total")
+                     .Help("Serialized bytes of sampling responses sent.")
+                     .Register(*registry_)
+                     .Add({});
+  auto& dropped = BuildCounter()
+                      .Name("gpusampler_dropped_requests_total")
+                      .Help("Requests dropped before launch (no kernel ran), by reason.")
+                      .Register(*registry_);
+  dropped_deadline_ = &dropped.Add({{"reason", "deadline"}});
+  dropped_cancelled_ = &dropped.Add({{"reason", "cancelled"}});
+
+  auto& compute = BuildHistogram()
+                      .Name("gpusampler_compute_duration_seconds")
+                      .Help("Duration of one launch (staging, sampling, copies), by device.")
+                      .Register(*registry_);
+  auto& batch_rows = BuildHistogram()
+                         .Name("gpusampler_batch_rows")
+                         .Help("Rows fused into one launch, by device.")
+                         .Register(*registry_);
+  auto& sampled = BuildCounter()
+                      .Name("gpusampler_sampled_rows_total")
+                      .Help("Rows sampled, by device.")
+                      .Register(*registry_);
+  auto& launches = BuildCounter()
+                       .Name("gpusampler_launches_total")
+                       .Help("Sampling launches (kernels) run, by device.")
+                       .Register(*registry_);
+  auto& busy = BuildGauge()
+                   .Name("gpusampler_device_busy_ratio")
+                   .Help(
+                       "Fraction of the last update period with a launch running, by device "
+                       "(own timing).")
+                   .Register(*registry_);
+  bool any_gpu = false;
+  for (const auto& [name, uuid] : devices) {
+    auto d = std::make_unique<DeviceMetrics>();
+    d->name = name;
+    d->uuid = uuid;
+    d->compute = &compute.Add({{"device", name}}, LatencyBuckets());
+    d->batch_rows = &batch_rows.Add({{"device", name}}, RowBuckets());
+    d->sampled_rows = &sampled.Add({{"device", name}});
+    d->launches = &launches.Add({{"device", name}});
+    d->busy_ratio = &busy.Add({{"device", name}});
+    any_gpu = any_gpu || !uuid.empty();
+    devices_.push_back(std::move(d));
+  }
+  if (any_gpu) {
+    gpu_util_family_ = &BuildGauge()
+                            .Name("gpusampler_gpu_utilization_ratio")
+                            .Help("GPU utilization reported by NVML, [0, 1].")
+                            .Register(*registry_);
+    gpu_used_family_ = &BuildGauge()
+                            .Name("gpusampler_gpu_memory_used_bytes")
+                            .Help("GPU memory in use, reported by NVML.")
+                            .Register(*registry_);
+    gpu_total_family_ = &BuildGauge()
+                             .Name("gpusampler_gpu_memory_total_bytes")
+                             .Help("GPU memory, reported by NVML.")
+                             .Register(*registry_);
+  }
+  BuildGauge()
+      .Name("gpusampler_build_info")
+      .Help("Build of this server; always 1.")
+      .Register(*registry_)
+      .Add({{"version", build.version}, {"revision", build.revision}, {"cuda", build.cuda}})
+      .Set(1);
+}
+
+Metrics::~Metrics() { StopUpdater(); }
+
+void Metrics::StartUpdater(std::chrono::milliseconds period) {
+  if (gpu_util_family_ != nullptr) {
+    std::string why;
+    nvml_ = Nvml::Load(&why);
+    if (!nvml_) {
+      spdlog::warn("NVML unavailable, no GPU utilization or memory gauges: {}", why);
+    } else {
+      for (auto& d : devices_) {
+        if (d->uuid.empty()) continue;
+        const prometheus::Labels labels{{"device", d->name}, {"gpu_uuid", d->uuid}};
+        d->gpu_utilization = &gpu_util_family_->Add(labels);
+        d->gpu_memory_used = &gpu_used_family_->Add(labels);
+        d->gpu_memory_total = &gpu_total_family_->Add(labels);
+      }
+    }
+  } else {
+    spdlog::info("no CUDA device in use: NVML not loaded, no GPU gauges");
+  }
+  last_update_ = std::chrono::steady_clock::now();
+  updater_ = std::thread([this, period] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, period, [this] { return stop_; })) Update();
+  });
+}
+
+void Metrics::StopUpdater() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (updater_.joinable()) updater_.join();
+}
+
+void Metrics::Update() {
+  const auto now = std::chrono::steady_clock::now();
+  const double wall_ns = static_cast<double>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_update_).count());
+  last_update_ = now;
+  for (auto& d : devices_) {
+    const int64_t busy = d->busy.BusyNs(now);
+    if (wall_ns > 0) {
+      d->busy_ratio->Set(std::min(1.0, static_cast<double>(busy - d->last_busy_ns) / wall_ns));
+    }
+    d->last_busy_ns = busy;
+    Nvml::Reading r;
+    if (nvml_ && d->gpu_utilization && nvml_->Read(d->uuid, &r)) {
+      d->gpu_utilization->Set(r.utilization);
+      d->gpu_memory_used->Set(static_cast<double>(r.memory_used));
+      d->gpu_memory_total->Set(static_cast<double>(r.memory_total));
+    }
+  }
+}
+
+}  // namespace gpusampler::server

@@ -1,0 +1,119 @@
+// Every metric of SPEC section 4. Families and children are built once, in the
+// constructor; the hot path only increments, observes and sets (all thread-safe).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "status.hpp"
+
+namespace gpusampler::server {
+
+class Nvml;
+
+enum class Method : int { kSample = 0, kSampleStream = 1, kGetServerInfo = 2 };
+constexpr int kNumMethods = 3;
+constexpr int kNumCodes = 17;  // gRPC status codes 0..16
+
+// Time during which at least one launch of a device ran. Thread-safe.
+class BusyClock {
+ public:
+  void Begin();
+  void End();
+  // Busy nanoseconds accumulated up to `now`.
+  int64_t BusyNs(std::chrono::steady_clock::time_point now);
+
+ private:
+  std::mutex mu_;
+  int active_ = 0;
+  int64_t busy_ns_ = 0;
+  std::chrono::steady_clock::time_point since_{};
+};
+
+struct DeviceMetrics {
+  std::string name;  // "cpu", "cuda:0"
+  std::string uuid;  // CUDA only
+  prometheus::Histogram* compute = nullptr;
+  prometheus::Histogram* batch_rows = nullptr;
+  prometheus::Counter* sampled_rows = nullptr;
+  prometheus::Counter* launches = nullptr;
+  prometheus::Gauge* busy_ratio = nullptr;
+  // NVML gauges; null when NVML is unavailable.
+  prometheus::Gauge* gpu_utilization = nullptr;
+  prometheus::Gauge* gpu_memory_used = nullptr;
+  prometheus::Gauge* gpu_memory_total = nullptr;
+  BusyClock busy;
+  int64_t last_busy_ns = 0;
+};
+
+struct BuildInfo {
+  std::string version, revision, cuda;
+};
+
+class Metrics {
+ public:
+  // `devices`: (name, uuid) of each device the server samples on (uuid empty for cpu).
+  Metrics(const std::vector<std::pair<std::string, std::string>>& devices, const BuildInfo& build);
+  ~Metrics();
+
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  // Loads NVML when a CUDA device is in use (logs why not otherwise) and starts the thread
+  // that refreshes the busy ratios and GPU gauges every `period`.
+  void StartUpdater(std::chrono::milliseconds period);
+  void StopUpdater();
+
+  void RecordRequest(Method method, Code code, double seconds) {
+    requests_[static_cast<int>(method)][static_cast<int>(code)]->Increment();
+    durations_[static_cast<int>(method)]->Observe(seconds);
+  }
+  void RecordQueue(double seconds) { queue_duration_->Observe(seconds); }
+  DeviceMetrics& device(int i) { return *devices_[static_cast<size_t>(i)]; }
+  int num_devices() const { return static_cast<int>(devices_.size()); }
+
+  prometheus::Gauge& queue_depth() { return *queue_depth_; }
+  prometheus::Gauge& inflight() { return *inflight_; }
+  prometheus::Counter& received_bytes() { return *received_bytes_; }
+  prometheus::Counter& sent_bytes() { return *sent_bytes_; }
+  prometheus::Counter& dropped_deadline() { return *dropped_deadline_; }
+  prometheus::Counter& dropped_cancelled() { return *dropped_cancelled_; }
+
+ private:
+  void Update();
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::array<std::array<prometheus::Counter*, kNumCodes>, kNumMethods> requests_{};
+  std::array<prometheus::Histogram*, kNumMethods> durations_{};
+  prometheus::Histogram* queue_duration_ = nullptr;
+  prometheus::Gauge* queue_depth_ = nullptr;
+  prometheus::Gauge* inflight_ = nullptr;
+  prometheus::Counter* received_bytes_ = nullptr;
+  prometheus::Counter* sent_bytes_ = nullptr;
+  prometheus::Counter* dropped_deadline_ = nullptr;
+  prometheus::Counter* dropped_cancelled_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* gpu_util_family_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* gpu_used_family_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* gpu_total_family_ = nullptr;
+  std::vector<std::unique_ptr<DeviceMetrics>> devices_;
+
+  std::unique_ptr<Nvml> nvml_;
+  std::thread updater_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::chrono::steady_clock::time_point last_update_{};
+};
+
+}  // namespace gpusampler::server

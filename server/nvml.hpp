@@ -1,0 +1,34 @@
+// NVML, loaded at run time with dlopen("libnvidia-ml.so.1"): no nvml.h, no link-time
+// dependency. Thread-safe after Load (NVML itself is thread-safe).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace gpusampler::server {
+
+class Nvml {
+ public:
+  // Loads and initialises NVML; returns null with `why` set when it is absent or fails.
+  static std::unique_ptr<Nvml> Load(std::string* why);
+  ~Nvml();
+  Nvml(const Nvml&) = delete;
+  Nvml& operator=(const Nvml&) = delete;
+
+  struct Reading {
+    double utilization = 0;  // GPU busy fraction over NVML's last sample period, [0, 1]
+    uint64_t memory_used = 0;
+    uint64_t memory_total = 0;
+  };
+  // Reads the device with this UUID ("GPU-..."); false when NVML does not know it.
+  bool Read(const std::string& uuid, Reading* out) const;
+
+ private:
+  Nvml() = default;
+  struct Api;
+  void* handle_ = nullptr;
+  std::unique_ptr<Api> api_;
+};
+
+}  // namespace gpusampler::server

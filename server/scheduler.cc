@@ -1,0 +1,258 @@
+#include "scheduler.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "gpusampler/v1/sampler.pb.h"
+
+namespace gpusampler::server {
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+int64_t Micros(Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Options options, Metrics* metrics, std::function<void(const Status&)> on_fatal)
+    : options_(options), metrics_(metrics), on_fatal_(std::move(on_fatal)) {}
+
+Scheduler::~Scheduler() { Stop(); }
+
+void Scheduler::AddWorker(std::unique_ptr<Worker> worker, int device_index) {
+  auto slot = std::make_unique<WorkerSlot>();
+  slot->worker = std::move(worker);
+  slot->device_index = device_index;
+  workers_.push_back(std::move(slot));
+}
+
+Status Scheduler::Start() {
+  // Warm-up: one small request per worker, so the first client pays no lazy
+  // initialisation (CUDA context, scratch allocation, thread pool start).
+  std::vector<int64_t> labels(256);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 3) - 1;
+  for (auto& slot : workers_) {
+    Job job;
+    job.spec.num_samples = 16;
+    job.seed = 1;
+    job.labels = reinterpret_cast<const uint8_t*>(labels.data());
+    job.row_offsets = {0, 128, 256};
+    v1::SampleResponse response;
+    job.response = &response;
+    try {
+      slot->worker->Run({&job});
+    } catch (const kernels::Error& e) {
+      return Status(Code::kUnavailable,
+                    "warm-up on " + slot->worker->device() + " failed: " + e.what());
+    }
+    if (response.num_positive().data().size() != 8) {
+      return Status(Code::kInternal, "warm-up on " + slot->worker->device() + " gave no output");
+    }
+  }
+  for (auto& slot : workers_) {
+    WorkerSlot* s = slot.get();
+    s->thread = std::thread([this, s] { Loop(s); });
+  }
+  return Status::Ok();
+}
+
+Status Scheduler::Submit(std::shared_ptr<Job> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!accepting_ || failed_) return Unavailable("server is draining; retry another replica");
+    if (static_cast<int64_t>(queue_.size()) >= options_.queue_capacity) {
+      return ResourceExhausted("queue full (" + std::to_string(options_.queue_capacity) +
+                               " requests waiting, --queue-capacity); retry later");
+    }
+    queue_.push_back(std::move(job));
+    metrics_->queue_depth().Set(static_cast<double>(queue_.size()));
+  }
+  work_cv_.notify_one();
+  return Status::Ok();
+}
+
+void Scheduler::StopAccepting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  accepting_ = false;
+}
+
+bool Scheduler::WaitIdle(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_until(lock, deadline, [this] { return queue_.empty() && running_ == 0; });
+}
+
+void Scheduler::Stop() {
+  std::deque<std::shared_ptr<Job>> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+    accepting_ = false;
+    left.swap(queue_);
+    metrics_->queue_depth().Set(0);
+  }
+  work_cv_.notify_all();
+  for (auto& slot : workers_) {
+    if (slot->thread.joinable()) slot->thread.join();
+  }
+  for (auto& job : left) job->done(Unavailable("server shut down before the request ran"));
+}
+
+int64_t Scheduler::queue_depth() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+void Scheduler::SetPausedForTesting(bool paused) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = paused;
+  }
+  work_cv_.notify_all();
+}
+
+void Scheduler::TakeLocked(std::vector<std::shared_ptr<Job>>* batch, int64_t* rows) {
+  while (!queue_.empty()) {
+    const int64_t r = queue_.front()->num_rows();
+    if (!batch->empty() && *rows + r > options_.max_batch_rows) break;
+    *rows += r;
+    batch->push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  metrics_->queue_depth().Set(static_cast<double>(queue_.size()));
+}
+
+void Scheduler::Loop(WorkerSlot* slot) {
+  std::vector<std::shared_ptr<Job>> batch;
+  while (true) {
+    batch.clear();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [this] { return stop_ || (!paused_ && !queue_.empty()); });
+      if (stop_) return;
+      int64_t rows = 0;
+      TakeLocked(&batch, &rows);
+      // Wait for more only while another launch runs: an idle server launches at once.
+      if (options_.max_batch_delay_us > 0 && rows < options_.max_batch_rows && running_ > 0) {
+        const auto until =
+            batch.front()->accepted + std::chrono::microseconds(options_.max_batch_delay_us);
+        while (rows < options_.max_batch_rows && !stop_ && running_ > 0) {
+          if (!queue_.empty()) {
+            const int64_t before = rows;
+            TakeLocked(&batch, &rows);
+            if (rows == before) break;  // the next job does not fit
+            continue;
+          }
+          if (work_cv_.wait_until(lock, until) == std::cv_status::timeout) {
+            TakeLocked(&batch, &rows);
+            break;
+          }
+        }
+      }
+      ++running_;
+    }
+    Launch(slot, batch);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --running_;
+      if (running_ == 0 && queue_.empty()) idle_cv_.notify_all();
+    }
+    // A waiting batch may now be the only one: let it launch.
+    work_cv_.notify_all();
+  }
+}
+
+void Scheduler::Launch(WorkerSlot* slot, std::vector<std::shared_ptr<Job>>& batch) {
+  const auto start = Clock::now();
+  std::vector<Job*> jobs;
+  jobs.reserve(batch.size());
+  for (auto& job : batch) {
+    // Dropped before launch: no kernel runs for these.
+    if (start >= job->deadline) {
+      ++dropped_;
+      metrics_->dropped_deadline().Increment();
+      job->done(Status(Code::kDeadlineExceeded, "deadline passed while queued"));
+    } else if (job->cancelled.load()) {
+      ++dropped_;
+      metrics_->dropped_cancelled().Increment();
+      job->done(Status(Code::kCancelled, "cancelled by the client while queued"));
+    } else {
+      jobs.push_back(job.get());
+    }
+  }
+  if (jobs.empty()) return;
+  bool failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed = failed_;
+  }
+  if (failed) {
+    for (Job* job : jobs) job->done(Unavailable("device fault; server is shutting down"));
+    return;
+  }
+  RunJobs(slot, jobs, start);
+}
+
+void Scheduler::RunJobs(WorkerSlot* slot, const std::vector<Job*>& jobs, Clock::time_point start) {
+  DeviceMetrics& dm = metrics_->device(slot->device_index);
+  int64_t rows = 0;
+  for (const Job* job : jobs) rows += job->num_rows();
+  Status status;
+  dm.busy.Begin();
+  try {
+    slot->worker->Run(jobs);
+  } catch (const kernels::Error& e) {
+    status = FromKernelError(e);
+    if (e.code() == kernels::Error::Code::kDeviceFault) {
+      dm.busy.End();
+      Fatal(status);
+      for (Job* job : jobs) job->done(Unavailable(status.message()));
+      return;
+    }
+  } catch (const std::exception& e) {
+    status = Status(Code::kInternal, e.what());
+  }
+  dm.busy.End();
+  const auto end = Clock::now();
+  ++launches_;
+  launched_rows_ += rows;
+  dm.launches->Increment();
+  if (!status.ok() && status.code() == Code::kResourceExhausted && jobs.size() > 1) {
+    // Out of memory with several requests fused: retry each alone so that only the
+    // request that does not fit fails.
+    for (Job* job : jobs) RunJobs(slot, {job}, start);
+    return;
+  }
+  dm.compute->Observe(Seconds(end - start));
+  dm.batch_rows->Observe(static_cast<double>(rows));
+  if (status.ok()) dm.sampled_rows->Increment(static_cast<double>(rows));
+  for (Job* job : jobs) {
+    if (status.ok()) {
+      metrics_->RecordQueue(Seconds(start - job->accepted));
+      v1::ServerTiming* t = job->response->mutable_timing();
+      t->set_queue_us(Micros(start - job->accepted));
+      t->set_compute_us(Micros(end - start));
+      t->set_batch_rows(rows);
+    }
+    job->timing.launched = start;
+    job->timing.completed = end;
+    job->timing.batch_rows = rows;
+    job->done(status);
+  }
+}
+
+void Scheduler::Fatal(const Status& status) {
+  std::deque<std::shared_ptr<Job>> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_) return;
+    failed_ = true;
+    left.swap(queue_);
+    metrics_->queue_depth().Set(0);
+  }
+  spdlog::critical("unrecoverable device fault: {}", status.message());
+  for (auto& job : left) job->done(Unavailable("device fault: " + status.message()));
+  if (on_fatal_) on_fatal_(status);
+}
+
+}  // namespace gpusampler::server

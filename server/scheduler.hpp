@@ -1,0 +1,95 @@
+// The scheduler: a bounded queue of jobs and one thread per worker. A worker thread takes
+// the oldest job plus whatever else is queued (up to max_batch_rows rows), drops jobs that
+// were cancelled or whose deadline passed, runs the rest as one fused launch and completes
+// them. It launches at once when no other launch is running, so batching never adds
+// latency to an idle server; while launches run, a batch may wait up to max_batch_delay_us
+// to fill. Thread-safe: every public method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "job.hpp"
+#include "metrics.hpp"
+#include "status.hpp"
+#include "worker.hpp"
+
+namespace gpusampler::server {
+
+class Scheduler {
+ public:
+  struct Options {
+    int64_t queue_capacity = 1024;
+    int64_t max_batch_rows = 256;
+    int64_t max_batch_delay_us = 200;
+  };
+  // `metrics` must outlive the scheduler. `on_fatal` runs once, on a worker thread, when a
+  // device fault makes the server unusable.
+  Scheduler(Options options, Metrics* metrics, std::function<void(const Status&)> on_fatal);
+  ~Scheduler();
+
+  // Adds a worker whose metrics are metrics->device(device_index). Before Start only.
+  void AddWorker(std::unique_ptr<Worker> worker, int device_index);
+  // Runs one small sample on every worker (warm-up), then starts the worker threads.
+  Status Start();
+
+  // Queues `job`. On refusal (queue full: RESOURCE_EXHAUSTED; draining or failed:
+  // UNAVAILABLE) returns the status and does not call job->done.
+  Status Submit(std::shared_ptr<Job> job);
+
+  // Refuses new jobs from now on; queued and running jobs go on.
+  void StopAccepting();
+  // Waits until nothing is queued or running, or until `deadline`. True when idle.
+  bool WaitIdle(Clock::time_point deadline);
+  // Stops the threads after their current launch; jobs still queued get UNAVAILABLE.
+  void Stop();
+
+  // Counters proving what ran: launches (kernels), rows launched, jobs dropped unlaunched.
+  int64_t launches() const { return launches_.load(); }
+  int64_t launched_rows() const { return launched_rows_.load(); }
+  int64_t dropped() const { return dropped_.load(); }
+  int64_t queue_depth() const;
+
+  // Test hook: while paused, workers take nothing from the queue.
+  void SetPausedForTesting(bool paused);
+
+ private:
+  struct WorkerSlot {
+    std::unique_ptr<Worker> worker;
+    int device_index = 0;
+    std::thread thread;
+  };
+  void Loop(WorkerSlot* slot);
+  // Moves queued jobs into `batch` while they fit in max_batch_rows (the first always fits).
+  void TakeLocked(std::vector<std::shared_ptr<Job>>* batch, int64_t* rows);
+  void Launch(WorkerSlot* slot, std::vector<std::shared_ptr<Job>>& batch);
+  void RunJobs(WorkerSlot* slot, const std::vector<Job*>& jobs, Clock::time_point start);
+  void Fatal(const Status& status);
+
+  const Options options_;
+  Metrics* metrics_;
+  std::function<void(const Status&)> on_fatal_;
+  std::vector<std::unique_ptr<WorkerSlot>> workers_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable idle_cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  int running_ = 0;  // launches in progress
+  bool accepting_ = true;
+  bool stop_ = false;
+  bool paused_ = false;
+  bool failed_ = false;
+
+  std::atomic<int64_t> launches_{0};
+  std::atomic<int64_t> launched_rows_{0};
+  std::atomic<int64_t> dropped_{0};
+};
+
+}  // namespace gpusampler::server

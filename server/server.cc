@@ -1,0 +1,239 @@
+#include "server.hpp"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <prometheus/exposer.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "gpusampler/kernels/device.hpp"
+#include "metrics.hpp"
+#include "scheduler.hpp"
+#include "service.hpp"
+
+namespace gpusampler::server {
+
+const char* Version() { return GPUSAMPLER_VERSION; }
+const char* Revision() { return GPUSAMPLER_REVISION; }
+const char* CudaVersion() { return GPUSAMPLER_CUDA_VERSION; }
+
+namespace {
+
+int64_t HostMemoryBytes() {
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+}
+
+Status WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
+  // Written under a temporary name and renamed, so a reader never sees half a line.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << grpc_port << " " << metrics_port << "\n";
+    if (!out) return Status(Code::kInternal, "cannot write port file " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status(Code::kInternal, "cannot rename " + tmp + " to " + path);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Server::Server(ServerConfig config, BackendFactory backend_factory)
+    : config_(std::move(config)), backend_factory_(std::move(backend_factory)) {}
+
+Server::~Server() { Shutdown(); }
+
+Status Server::Start() {
+  DeviceSelection selection;
+  std::string error;
+  const int cuda_count = backend_factory_ ? 0 : kernels::CudaDeviceCount();
+  if (!ParseDevice(config_.device, cuda_count, &selection, &error)) {
+    return Status(Code::kInvalidArgument, error);
+  }
+
+  // Devices and their workers.
+  std::vector<std::pair<std::string, std::string>> devices;
+  v1::ServerInfo info;
+  info.set_version(Version());
+  info.set_revision(Revision());
+  std::vector<std::pair<std::unique_ptr<Worker>, int>> workers;
+  try {
+    if (selection.cuda_devices.empty()) {
+      backend_ = "cpu";
+      devices.emplace_back("cpu", "");
+      auto* d = info.add_devices();
+      d->set_name("cpu");
+      d->set_id("cpu");
+      d->set_memory_bytes(HostMemoryBytes());
+      const int n = std::max(1, config_.cpu_workers);
+      const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+      const int threads = config_.cpu_threads > 0 ? config_.cpu_threads : std::max(1, hw / n);
+      for (int w = 0; w < n; ++w) {
+        auto backend = backend_factory_ ? backend_factory_(w) : kernels::MakeCpuBackend(threads);
+        workers.emplace_back(MakeHostWorker(std::move(backend), "cpu"), 0);
+      }
+      spdlog::info("backend cpu: {} worker(s) x {} thread(s)", n, threads);
+    } else {
+      backend_ = "cuda";
+      for (size_t i = 0; i < selection.cuda_devices.size(); ++i) {
+        const int dev = selection.cuda_devices[i];
+        const kernels::DeviceInfo di = kernels::GetDeviceInfo(dev);
+        const std::string id = "cuda:" + std::to_string(dev);
+        devices.emplace_back(id, di.uuid);
+        auto* d = info.add_devices();
+        d->set_name(di.name);
+        d->set_id(id);
+        d->set_memory_bytes(static_cast<int64_t>(di.total_memory));
+        for (int s = 0; s < std::max(1, config_.streams_per_device); ++s) {
+          workers.emplace_back(MakeCudaWorker(dev), static_cast<int>(i));
+        }
+        spdlog::info("backend {} ({}, {} MiB, {}): {} stream worker(s)", id, di.name,
+                     di.total_memory >> 20, di.uuid, std::max(1, config_.streams_per_device));
+      }
+    }
+  } catch (const kernels::Error& e) {
+    return FromKernelError(e);
+  }
+  info.set_backend(backend_);
+  auto* limits = info.mutable_limits();
+  limits->set_max_message_bytes(config_.limits.max_message_bytes);
+  limits->set_max_rows(config_.limits.max_rows);
+  limits->set_max_elements(config_.limits.max_elements);
+  limits->set_max_row_elements(config_.limits.max_row_elements);
+  limits->set_max_num_samples(config_.limits.max_num_samples);
+  limits->set_max_batch_rows(config_.max_batch_rows);
+
+  metrics_ = std::make_unique<Metrics>(devices, BuildInfo{Version(), Revision(), CudaVersion()});
+  scheduler_ = std::make_unique<Scheduler>(
+      Scheduler::Options{config_.queue_capacity, std::max<int64_t>(1, config_.max_batch_rows),
+                         config_.max_batch_delay_us},
+      metrics_.get(), [this](const Status& s) { OnFatal(s); });
+  for (auto& [worker, device] : workers) scheduler_->AddWorker(std::move(worker), device);
+  service_ = std::make_unique<SamplerService>(config_, scheduler_.get(), metrics_.get(), info);
+
+  if (!config_.metrics_address.empty()) {
+    try {
+      exposer_ = std::make_unique<prometheus::Exposer>(config_.metrics_address);
+    } catch (const std::exception& e) {
+      return Status(Code::kUnavailable, "cannot listen on metrics address " +
+                                            config_.metrics_address + ": " + e.what());
+    }
+    exposer_->RegisterCollectable(metrics_->registry());
+    const auto ports = exposer_->GetListeningPorts();
+    metrics_port_ = ports.empty() ? 0 : ports.front();
+  }
+  metrics_->StartUpdater(std::chrono::milliseconds(1000));
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config_.address, grpc::InsecureServerCredentials(), &grpc_port_);
+  builder.RegisterService(service_.get());
+  const int max_bytes = static_cast<int>(
+      std::min<int64_t>(config_.limits.max_message_bytes, std::numeric_limits<int>::max()));
+  builder.SetMaxReceiveMessageSize(max_bytes);
+  builder.SetMaxSendMessageSize(max_bytes);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(config_.keepalive_time_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             static_cast<int>(config_.keepalive_timeout_ms));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             static_cast<int>(std::min<int64_t>(config_.keepalive_time_ms, 10000)));
+  if (config_.max_connection_age_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                               static_cast<int>(config_.max_connection_age_ms));
+  }
+  grpc_server_ = builder.BuildAndStart();
+  if (!grpc_server_ || grpc_port_ == 0) {
+    return Status(Code::kUnavailable, "cannot listen on " + config_.address);
+  }
+  auto* health = grpc_server_->GetHealthCheckService();
+  health->SetServingStatus(false);
+  spdlog::info("gRPC listening on port {} ({}), metrics on port {} ({}); warming up", grpc_port_,
+               config_.address, metrics_port_, config_.metrics_address);
+
+  if (Status s = scheduler_->Start(); !s.ok()) return s;
+  health->SetServingStatus(true);
+  spdlog::info("SERVING: grpc_port={} metrics_port={} backend={}", grpc_port_, metrics_port_,
+               backend_);
+  if (!config_.port_file.empty()) {
+    if (Status s = WritePortFile(config_.port_file, grpc_port_, metrics_port_); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+void Server::WaitForShutdownRequest() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return shutdown_requested_; });
+}
+
+void Server::RequestShutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_requested_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool Server::failed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_;
+}
+
+void Server::OnFatal(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_ = true;
+  }
+  if (service_) service_->StopAccepting();
+  if (grpc_server_) grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+  spdlog::critical("NOT_SERVING after device fault ({}); exiting", status.message());
+  RequestShutdown();
+}
+
+void Server::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  const bool fault = failed();
+  const auto grace = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(fault ? 0.0 : config_.shutdown_grace_seconds));
+  const auto deadline = Clock::now() + grace;
+  // Refuse new work before reporting NOT_SERVING, so that a client that saw NOT_SERVING
+  // is never accepted.
+  if (service_) service_->StopAccepting();
+  if (scheduler_) scheduler_->StopAccepting();
+  if (grpc_server_) {
+    grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+    spdlog::info("draining: NOT_SERVING, new requests get UNAVAILABLE, grace {:.1f} s",
+                 std::chrono::duration<double>(grace).count());
+  }
+  if (scheduler_) {
+    if (!scheduler_->WaitIdle(deadline)) {
+      spdlog::warn("grace period over with work left; remaining requests get UNAVAILABLE");
+    }
+  }
+  // Stopping the scheduler answers whatever is still queued (UNAVAILABLE), so every call
+  // reaches Finish before gRPC waits for them.
+  if (scheduler_) scheduler_->Stop();
+  if (grpc_server_) {
+    // Streams that are still open (idle clients) are cancelled once the deadline passes.
+    const auto now = Clock::now();
+    const auto left = deadline > now ? deadline - now : Clock::duration::zero();
+    grpc_server_->Shutdown(std::chrono::system_clock::now() +
+                           std::chrono::duration_cast<std::chrono::system_clock::duration>(left));
+  }
+  if (grpc_server_) grpc_server_->Wait();
+  if (metrics_) metrics_->StopUpdater();
+  spdlog::info("shut down{}", fault ? " after a device fault" : "");
+}
+
+}  // namespace gpusampler::server

@@ -1,0 +1,86 @@
+// The gpusampler server: workers, scheduler, gRPC service (+ health, reflection) and the
+// metrics endpoint, with its lifecycle (warm-up, drain, device fault). Used by main.cc and
+// in-process by the tests and the benchmark. Thread-safe unless noted.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "config.hpp"
+#include "gpusampler/kernels/sampler.hpp"
+#include "status.hpp"
+
+namespace grpc {
+class Server;
+}
+namespace prometheus {
+class Exposer;
+}
+
+namespace gpusampler::server {
+
+class Metrics;
+class Scheduler;
+class SamplerService;
+
+// Test hook: builds the backend of CPU worker `index` instead of MakeCpuBackend.
+using BackendFactory = std::function<std::unique_ptr<kernels::Backend>(int index)>;
+
+class Server {
+ public:
+  explicit Server(ServerConfig config, BackendFactory backend_factory = nullptr);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Creates the workers, starts gRPC (NOT_SERVING) and metrics, warms up every worker,
+  // then reports SERVING and writes the port file. Not thread-safe; call once.
+  Status Start();
+
+  int grpc_port() const { return grpc_port_; }
+  int metrics_port() const { return metrics_port_; }
+  const std::string& backend() const { return backend_; }
+
+  // Blocks until RequestShutdown() or a fatal device fault.
+  void WaitForShutdownRequest();
+  void RequestShutdown();
+  // True once a device fault made the server unusable (exit non-zero).
+  bool failed() const;
+
+  // Drain: NOT_SERVING, new work UNAVAILABLE, accepted work gets up to
+  // --shutdown-grace-seconds (0 after a device fault), then gRPC and the workers stop.
+  // Idempotent.
+  void Shutdown();
+
+  Scheduler& scheduler() { return *scheduler_; }
+
+ private:
+  void OnFatal(const Status& status);
+
+  ServerConfig config_;
+  BackendFactory backend_factory_;
+  std::string backend_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<SamplerService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int grpc_port_ = 0;
+  int metrics_port_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool shutdown_requested_ = false;
+  bool failed_ = false;
+  bool shut_down_ = false;
+};
+
+// Values fixed at configure time (CMake).
+const char* Version();
+const char* Revision();
+const char* CudaVersion();  // "none" when built without CUDA
+
+}  // namespace gpusampler::server

@@ -1,0 +1,55 @@
+// The server's status value. Everything below the gRPC layer speaks Status; the service
+// converts it to grpc::Status in exactly one place (ToGrpcStatus in service.cc), and
+// kernels::Error is converted in exactly one place (FromKernelError).
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "gpusampler/kernels/sampler.hpp"
+
+namespace gpusampler::server {
+
+// Values match grpc::StatusCode, so the conversion is a cast.
+enum class Code : int {
+  kOk = 0,
+  kCancelled = 1,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kResourceExhausted = 8,
+  kInternal = 13,
+  kUnavailable = 14,
+};
+
+// An immutable (code, message) pair. Thread-compatible.
+class Status {
+ public:
+  Status() = default;
+  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == Code::kOk; }
+  Code code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  Code code_ = Code::kOk;
+  std::string message_;
+};
+
+inline Status InvalidArgument(std::string m) {
+  return Status(Code::kInvalidArgument, std::move(m));
+}
+inline Status ResourceExhausted(std::string m) {
+  return Status(Code::kResourceExhausted, std::move(m));
+}
+inline Status Unavailable(std::string m) { return Status(Code::kUnavailable, std::move(m)); }
+
+// The status a backend error becomes: out of memory -> RESOURCE_EXHAUSTED, device fault
+// and unavailable -> UNAVAILABLE, invalid argument -> INVALID_ARGUMENT, else INTERNAL.
+Status FromKernelError(const kernels::Error& error);
+
+// "OK", "INVALID_ARGUMENT", ... (the gRPC code names, used as metric label values).
+const char* CodeName(Code code);
+
+}  // namespace gpusampler::server

@@ -1,0 +1,269 @@
+#include "validate.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <string>
+
+namespace gpusampler::server {
+namespace {
+
+using kernels::DType;
+
+std::string Upper(const char* s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
+  std::string s = "[";
+  for (int i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::string Num(double x) {
+  std::ostringstream out;
+  out << x;
+  return out.str();
+}
+
+uint64_t DrawSeed() {
+  // One random_device read per thread; mt19937_64 after that (random_device may be slow).
+  thread_local std::mt19937_64 gen([] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }());
+  return gen();
+}
+
+// Checks dtype, dims and data size of tensor `name`. On success `*elements` is prod(shape).
+Status CheckTensor(const v1::Tensor& t, const std::string& name, const Limits& limits,
+                   int64_t* elements) {
+  const int dtype_value = static_cast<int>(t.dtype());
+  const DType dtype = static_cast<DType>(dtype_value);
+  const size_t item = kernels::ItemSize(dtype);
+  if (dtype_value == 0) return InvalidArgument(name + ".dtype is DTYPE_UNSPECIFIED");
+  if (item == 0) {
+    return InvalidArgument(name + ".dtype " + std::to_string(dtype_value) +
+                           " is not a known DType");
+  }
+  int64_t n = 1;
+  for (int i = 0; i < t.shape_size(); ++i) {
+    const int64_t d = t.shape(i);
+    if (d < 0) {
+      return InvalidArgument(name + ".shape[" + std::to_string(i) + "] = " + std::to_string(d) +
+                             " is negative (shape " + ShapeString(t.shape()) + ")");
+    }
+    if (__builtin_mul_overflow(n, d, &n) || n > limits.max_message_bytes) {
+      return ResourceExhausted(name + ".shape " + ShapeString(t.shape()) +
+                               " has more elements than max_message_bytes = " +
+                               std::to_string(limits.max_message_bytes));
+    }
+  }
+  const int64_t want = n * static_cast<int64_t>(item);
+  const int64_t have = static_cast<int64_t>(t.data().size());
+  if (have != want) {
+    return InvalidArgument(name + ".data has " + std::to_string(have) + " bytes, expected " +
+                           std::to_string(want) + " = prod(shape " + ShapeString(t.shape()) +
+                           ") * " + std::to_string(item) + " (" + Upper(kernels::DTypeName(dtype)) +
+                           ")");
+  }
+  *elements = n;
+  return Status::Ok();
+}
+
+}  // namespace
+
+int64_t ResponseBytes(const Job& job) {
+  const int64_t b = job.num_rows();
+  const int64_t k = job.spec.num_samples;
+  const int64_t per_slot =
+      8 + static_cast<int64_t>(kernels::ItemSize(job.label_dtype)) + job.feature_row_bytes;
+  return b * k * per_slot + 8 * b + 1024;
+}
+
+Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* job) {
+  // Spec.
+  const v1::SamplingSpec& spec = req.spec();
+  const int64_t k = spec.num_samples();
+  if (k < 1) {
+    return InvalidArgument("spec.num_samples = " + std::to_string(k) + ", must be >= 1");
+  }
+  if (k > limits.max_num_samples) {
+    return ResourceExhausted(
+        "spec.num_samples = " + std::to_string(k) +
+        " exceeds max_num_samples = " + std::to_string(limits.max_num_samples));
+  }
+  const double f = spec.has_positive_fraction() ? spec.positive_fraction() : 0.5;
+  if (!(f >= 0.0 && f <= 1.0)) {  // also rejects NaN
+    return InvalidArgument("spec.positive_fraction = " + Num(f) + " is outside [0, 1]");
+  }
+  const int64_t pos = spec.has_positive_label() ? spec.positive_label() : 1;
+  const int64_t neg = spec.has_negative_label() ? spec.negative_label() : 0;
+  if (pos == neg) {
+    return InvalidArgument("spec.positive_label and spec.negative_label are both " +
+                           std::to_string(pos));
+  }
+  kernels::FillPolicy fill;
+  switch (static_cast<int>(spec.fill_policy())) {
+    case v1::FILL_POLICY_UNSPECIFIED:
+    case v1::FILL_POLICY_BOTH:
+      fill = kernels::FillPolicy::kBoth;
+      break;
+    case v1::FILL_POLICY_NEGATIVES_ONLY:
+      fill = kernels::FillPolicy::kNegativesOnly;
+      break;
+    case v1::FILL_POLICY_NONE:
+      fill = kernels::FillPolicy::kNone;
+      break;
+    default:
+      return InvalidArgument("spec.fill_policy " + std::to_string(spec.fill_policy()) +
+                             " is not a known FillPolicy");
+  }
+  job->spec.num_samples = k;
+  job->spec.positive_fraction = f;
+  job->spec.positive_label = pos;
+  job->spec.negative_label = neg;
+  job->spec.fill = fill;
+
+  // Labels.
+  const v1::Tensor& labels = req.labels();
+  int64_t total = 0;
+  if (Status s = CheckTensor(labels, "labels", limits, &total); !s.ok()) return s;
+  const DType ldtype = static_cast<DType>(labels.dtype());
+  if (!kernels::IsLabelDType(ldtype)) {
+    return InvalidArgument("labels.dtype " + Upper(kernels::DTypeName(ldtype)) +
+                           " is not an integer or BOOL dtype");
+  }
+  for (auto [name, value] : {std::pair<const char*, int64_t>{"positive_label", pos},
+                             std::pair<const char*, int64_t>{"negative_label", neg}}) {
+    if (!kernels::LabelRepresentable(ldtype, value)) {
+      return InvalidArgument(std::string("spec.") + name + " = " + std::to_string(value) +
+                             " is not representable in labels dtype " +
+                             Upper(kernels::DTypeName(ldtype)));
+    }
+  }
+  if (total > limits.max_elements) {
+    return ResourceExhausted(
+        "labels has " + std::to_string(total) +
+        " elements, over max_elements = " + std::to_string(limits.max_elements));
+  }
+  const bool ragged = req.has_row_splits();
+  const int rank = labels.shape_size();
+  job->row_offsets.clear();
+  job->drop_batch_dim = false;
+  if (ragged) {
+    if (rank != 1) {
+      return InvalidArgument("labels.shape " + ShapeString(labels.shape()) +
+                             " must be [total] when row_splits is given");
+    }
+    const v1::Tensor& splits = req.row_splits();
+    if (splits.dtype() != v1::DTYPE_INT64) {
+      return InvalidArgument("row_splits.dtype must be DTYPE_INT64, got " +
+                             v1::DType_Name(splits.dtype()));
+    }
+    if (splits.shape_size() != 1 || splits.shape(0) < 1) {
+      return InvalidArgument("row_splits.shape " + ShapeString(splits.shape()) +
+                             " must be [B+1] with B >= 0");
+    }
+    int64_t n = 0;
+    if (Status s = CheckTensor(splits, "row_splits", limits, &n); !s.ok()) return s;
+    if (n - 1 > limits.max_rows) {
+      return ResourceExhausted("row_splits has " + std::to_string(n - 1) +
+                               " rows, over max_rows = " + std::to_string(limits.max_rows));
+    }
+    const auto* v = reinterpret_cast<const int64_t*>(splits.data().data());
+    if (v[0] != 0) {
+      return InvalidArgument("row_splits[0] = " + std::to_string(v[0]) + ", must be 0");
+    }
+    for (int64_t i = 1; i < n; ++i) {
+      if (v[i] < v[i - 1]) {
+        return InvalidArgument("row_splits[" + std::to_string(i) + "] = " + std::to_string(v[i]) +
+                               " < row_splits[" + std::to_string(i - 1) +
+                               "] = " + std::to_string(v[i - 1]) + " (must be non-decreasing)");
+      }
+    }
+    if (v[n - 1] != total) {
+      return InvalidArgument("row_splits[" + std::to_string(n - 1) +
+                             "] = " + std::to_string(v[n - 1]) + ", must equal the " +
+                             std::to_string(total) + " labels elements");
+    }
+    job->row_offsets.assign(v, v + n);
+  } else if (rank == 1 || rank == 2) {
+    const int64_t b = rank == 1 ? 1 : labels.shape(0);
+    const int64_t len = labels.shape(rank - 1);
+    if (b > limits.max_rows) {
+      return ResourceExhausted("labels has " + std::to_string(b) +
+                               " rows, over max_rows = " + std::to_string(limits.max_rows));
+    }
+    job->row_offsets.resize(static_cast<size_t>(b + 1));
+    for (int64_t r = 0; r <= b; ++r) job->row_offsets[r] = r * len;
+    job->drop_batch_dim = rank == 1;
+  } else {
+    return InvalidArgument("labels.shape " + ShapeString(labels.shape()) +
+                           " must be [N] or [B, N] (or [total] with row_splits)");
+  }
+  for (int64_t r = 0; r < job->num_rows(); ++r) {
+    const int64_t len = job->row_offsets[r + 1] - job->row_offsets[r];
+    if (len > limits.max_row_elements) {
+      return ResourceExhausted(
+          "labels row " + std::to_string(r) + " has " + std::to_string(len) +
+          " elements, over max_row_elements = " + std::to_string(limits.max_row_elements));
+    }
+  }
+  const auto* lbytes = reinterpret_cast<const uint8_t*>(labels.data().data());
+  if (ldtype == DType::kBool) {
+    for (int64_t i = 0; i < total; ++i) {
+      if (lbytes[i] > 1) {
+        return InvalidArgument("labels.data[" + std::to_string(i) +
+                               "] = " + std::to_string(lbytes[i]) + " is not a BOOL (0 or 1)");
+      }
+    }
+  }
+  job->label_dtype = ldtype;
+  job->labels = lbytes;
+
+  // Features: the labels' leading dims, then one opaque feature row.
+  job->features = nullptr;
+  job->feature_row_bytes = 0;
+  job->feature_trailing_shape.clear();
+  job->feature_dtype = DType::kUnspecified;
+  if (req.has_features()) {
+    const v1::Tensor& feat = req.features();
+    const int lead = ragged ? 1 : rank;
+    bool match = feat.shape_size() >= lead;
+    for (int i = 0; match && i < lead; ++i) match = feat.shape(i) == labels.shape(i);
+    if (!match) {
+      return InvalidArgument("features.shape " + ShapeString(feat.shape()) +
+                             " must start with the labels' shape " + ShapeString(labels.shape()));
+    }
+    int64_t n = 0;
+    if (Status s = CheckTensor(feat, "features", limits, &n); !s.ok()) return s;
+    job->feature_dtype = static_cast<DType>(feat.dtype());
+    int64_t row = static_cast<int64_t>(kernels::ItemSize(job->feature_dtype));
+    for (int i = lead; i < feat.shape_size(); ++i) {
+      job->feature_trailing_shape.push_back(feat.shape(i));
+      row *= feat.shape(i);
+    }
+    job->feature_row_bytes = row;
+    job->features = reinterpret_cast<const uint8_t*>(feat.data().data());
+  }
+
+  const int64_t out = ResponseBytes(*job);
+  if (out > limits.max_message_bytes) {
+    return ResourceExhausted(
+        "response would have " + std::to_string(out) + " bytes (B " +
+        std::to_string(job->num_rows()) + " * K " + std::to_string(k) + " * (8 + " +
+        std::to_string(kernels::ItemSize(ldtype)) + " + " + std::to_string(job->feature_row_bytes) +
+        ") + framing), over max_message_bytes = " + std::to_string(limits.max_message_bytes));
+  }
+  job->seed = req.has_seed() ? req.seed() : DrawSeed();
+  return Status::Ok();
+}
+
+}  // namespace gpusampler::server

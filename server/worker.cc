@@ -1,0 +1,291 @@
+#include "worker.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <mutex>
+
+#include "gpusampler/kernels/device.hpp"
+#include "gpusampler/v1/sampler.pb.h"
+
+namespace gpusampler::server {
+namespace {
+
+using kernels::BatchBuilder;
+using kernels::DType;
+using kernels::RowDesc;
+
+// Where a launch's outputs are, on the host.
+struct HostOutputs {
+  const int64_t* indices;
+  const uint8_t* labels;
+  const int32_t* num_positive;
+  const int32_t* num_negative;
+};
+
+// Adds every job's rows to `builder` (labels only: features never enter the launch) and
+// returns each job's first row.
+std::vector<int64_t> Plan(const std::vector<Job*>& jobs, BatchBuilder* builder) {
+  std::vector<int64_t> first(jobs.size());
+  std::vector<int64_t> lengths;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const Job& job = *jobs[j];
+    lengths.resize(static_cast<size_t>(job.num_rows()));
+    for (int64_t r = 0; r < job.num_rows(); ++r) {
+      lengths[r] = job.row_offsets[r + 1] - job.row_offsets[r];
+    }
+    first[j] = builder->AddRequest(job.spec, job.seed, job.label_dtype, lengths,
+                                   /*feature_row_bytes=*/0);
+  }
+  return first;
+}
+
+// Copies every job's labels back to back into `dst` (the layout Plan's rows describe).
+void StageLabels(const std::vector<Job*>& jobs, uint8_t* dst) {
+  for (const Job* job : jobs) {
+    const size_t bytes =
+        static_cast<size_t>(job->num_elements()) * kernels::ItemSize(job->label_dtype);
+    if (bytes) std::memcpy(dst, job->labels, bytes);
+    dst += bytes;
+  }
+}
+
+void SetTensor(v1::Tensor* t, DType dtype, const std::vector<int64_t>& shape, const void* data,
+               size_t bytes) {
+  t->set_dtype(static_cast<v1::DType>(dtype));
+  t->mutable_shape()->Assign(shape.begin(), shape.end());
+  t->mutable_data()->assign(static_cast<const char*>(data), bytes);
+}
+
+void WriteResponse(const Job& job, const RowDesc& first_row, int64_t first, const HostOutputs& out,
+                   const std::string& device) {
+  v1::SampleResponse* resp = job.response;
+  const int64_t b = job.num_rows();
+  const int64_t k = job.spec.num_samples;
+  const size_t slots = static_cast<size_t>(b * k);
+  const size_t item = kernels::ItemSize(job.label_dtype);
+  std::vector<int64_t> shape;
+  if (!job.drop_batch_dim) shape.push_back(b);
+  shape.push_back(k);
+  const int64_t* indices = out.indices + (b ? first_row.out_slot : 0);
+  SetTensor(resp->mutable_indices(), DType::kInt64, shape, indices, slots * 8);
+  SetTensor(resp->mutable_labels(), job.label_dtype, shape,
+            out.labels + (b ? first_row.out_label_offset : 0), slots * item);
+  SetTensor(resp->mutable_num_positive(), DType::kInt32, {b}, out.num_positive + first,
+            static_cast<size_t>(b) * 4);
+  SetTensor(resp->mutable_num_negative(), DType::kInt32, {b}, out.num_negative + first,
+            static_cast<size_t>(b) * 4);
+  if (job.feature_row_bytes > 0) {
+    // Gathered on the host from the request's own bytes: K feature rows per row instead of
+    // shipping all N of them to the device (docs/decisions.md, "Server").
+    const size_t frb = static_cast<size_t>(job.feature_row_bytes);
+    std::vector<int64_t> fshape = shape;
+    fshape.insert(fshape.end(), job.feature_trailing_shape.begin(),
+                  job.feature_trailing_shape.end());
+    v1::Tensor* t = resp->mutable_features();
+    t->set_dtype(static_cast<v1::DType>(job.feature_dtype));
+    t->mutable_shape()->Assign(fshape.begin(), fshape.end());
+    std::string* data = t->mutable_data();
+    data->resize(slots * frb);
+    char* dst = data->data();
+    for (int64_t r = 0; r < b; ++r) {
+      const uint8_t* row = job.features + static_cast<size_t>(job.row_offsets[r]) * frb;
+      for (int64_t s = 0; s < k; ++s, dst += frb) {
+        const int64_t i = indices[r * k + s];
+        if (i >= 0) {
+          std::memcpy(dst, row + static_cast<size_t>(i) * frb, frb);
+        } else {
+          std::memset(dst, 0, frb);
+        }
+      }
+    }
+  }
+  resp->set_seed(job.seed);
+  resp->set_device(device);
+}
+
+void WriteResponses(const std::vector<Job*>& jobs, const BatchBuilder& builder,
+                    const std::vector<int64_t>& first, const HostOutputs& out,
+                    const std::string& device) {
+  static const RowDesc kNoRow{};
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const bool has_rows = jobs[j]->num_rows() > 0;
+    WriteResponse(*jobs[j], has_rows ? builder.rows()[first[j]] : kNoRow, first[j], out, device);
+  }
+}
+
+class HostWorker final : public Worker {
+ public:
+  HostWorker(std::unique_ptr<kernels::Backend> backend, std::string device)
+      : backend_(std::move(backend)), device_(std::move(device)) {}
+
+  const std::string& device() const override { return device_; }
+
+  void Run(const std::vector<Job*>& jobs) override {
+    BatchBuilder builder;
+    const std::vector<int64_t> first = Plan(jobs, &builder);
+    kernels::Batch batch;
+    builder.FillSizes(&batch);
+    if (jobs.size() == 1) {
+      batch.labels = jobs[0]->labels;  // one request: sample straight from its bytes
+    } else {
+      labels_.resize(static_cast<size_t>(builder.label_bytes()));
+      StageLabels(jobs, labels_.data());
+      batch.labels = labels_.data();
+    }
+    indices_.resize(static_cast<size_t>(builder.total_slots()));
+    out_labels_.resize(static_cast<size_t>(builder.out_label_bytes()));
+    pos_.resize(static_cast<size_t>(batch.num_rows));
+    neg_.resize(static_cast<size_t>(batch.num_rows));
+    batch.out_indices = indices_.data();
+    batch.out_labels = out_labels_.data();
+    batch.out_num_positive = pos_.data();
+    batch.out_num_negative = neg_.data();
+    if (batch.num_rows > 0) backend_->Sample(batch);
+    WriteResponses(jobs, builder, first,
+                   {indices_.data(), out_labels_.data(), pos_.data(), neg_.data()}, device_);
+  }
+
+ private:
+  std::unique_ptr<kernels::Backend> backend_;
+  std::string device_;
+  // Grown by std::vector's geometric growth and never shrunk.
+  std::vector<uint8_t> labels_;
+  std::vector<int64_t> indices_;
+  std::vector<uint8_t> out_labels_;
+  std::vector<int32_t> pos_, neg_;
+};
+
+// A buffer that grows geometrically (x2) and never shrinks.
+class GrowingBuffer {
+ public:
+  GrowingBuffer(std::function<void*(size_t)> alloc, void (*release)(void*) noexcept)
+      : alloc_(std::move(alloc)), release_(release) {}
+  ~GrowingBuffer() { release_(ptr_); }
+  GrowingBuffer(const GrowingBuffer&) = delete;
+  GrowingBuffer& operator=(const GrowingBuffer&) = delete;
+
+  template <typename T = uint8_t>
+  T* Reserve(size_t bytes) {
+    if (bytes > capacity_) {
+      const size_t want = std::max(bytes, std::max<size_t>(capacity_ * 2, 4096));
+      release_(ptr_);
+      ptr_ = nullptr;
+      capacity_ = 0;
+      ptr_ = alloc_(want);
+      capacity_ = want;
+    }
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  std::function<void*(size_t)> alloc_;
+  void (*release_)(void*) noexcept;
+  void* ptr_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+class CudaWorker final : public Worker {
+ public:
+  explicit CudaWorker(int device)
+      : backend_(kernels::MakeCudaBackend(device)),
+        device_(backend_->name()),
+        h_in_(&kernels::PinnedAlloc, &kernels::PinnedFree),
+        h_out_(&kernels::PinnedAlloc, &kernels::PinnedFree),
+        d_in_([device](size_t n) { return kernels::DeviceAlloc(device, n); }, &kernels::DeviceFree),
+        d_out_([device](size_t n) { return kernels::DeviceAlloc(device, n); },
+               &kernels::DeviceFree) {}
+
+  const std::string& device() const override { return device_; }
+
+  void Run(const std::vector<Job*>& jobs) override {
+    BatchBuilder builder;
+    const std::vector<int64_t> first = Plan(jobs, &builder);
+    const int64_t num_rows = static_cast<int64_t>(builder.rows().size());
+    // One pinned and one device region each way; sections aligned to 256 bytes.
+    const size_t rows_bytes = Align(static_cast<size_t>(num_rows) * sizeof(RowDesc));
+    const size_t label_bytes = Align(static_cast<size_t>(builder.label_bytes()));
+    const size_t idx_bytes = Align(static_cast<size_t>(builder.total_slots()) * 8);
+    const size_t olab_bytes = Align(static_cast<size_t>(builder.out_label_bytes()));
+    const size_t cnt_bytes = Align(static_cast<size_t>(num_rows) * 4);
+    const size_t in_bytes = rows_bytes + label_bytes;
+    const size_t out_bytes = idx_bytes + olab_bytes + 2 * cnt_bytes;
+
+    uint8_t* h_in = h_in_.Reserve(in_bytes);
+    uint8_t* h_out = h_out_.Reserve(out_bytes);
+    uint8_t* d_in = d_in_.Reserve(in_bytes);
+    uint8_t* d_out = d_out_.Reserve(out_bytes);
+    if (num_rows > 0) {
+      std::memcpy(h_in, builder.rows().data(), static_cast<size_t>(num_rows) * sizeof(RowDesc));
+    }
+    StageLabels(jobs, h_in + rows_bytes);
+
+    void* stream = backend_->stream();
+    kernels::Batch batch;
+    builder.FillSizes(&batch);
+    batch.rows = reinterpret_cast<const RowDesc*>(d_in);
+    batch.labels = d_in + rows_bytes;
+    batch.out_indices = reinterpret_cast<int64_t*>(d_out);
+    batch.out_labels = d_out + idx_bytes;
+    batch.out_num_positive = reinterpret_cast<int32_t*>(d_out + idx_bytes + olab_bytes);
+    batch.out_num_negative = reinterpret_cast<int32_t*>(d_out + idx_bytes + olab_bytes + cnt_bytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      callback_done_ = false;
+    }
+    try {
+      kernels::CopyAsync(d_in, h_in, in_bytes, stream);
+      if (num_rows > 0) backend_->Sample(batch);
+      kernels::CopyAsync(h_out, d_out, out_bytes, stream);
+      kernels::EnqueueHostCallback(stream, [this](const std::string& error) {
+        std::lock_guard<std::mutex> lock(mu_);
+        callback_done_ = true;
+        callback_error_ = error;
+        cv_.notify_all();
+      });
+    } catch (const kernels::Error&) {
+      // Work already enqueued may still read the staging buffers; the next launch must not
+      // overwrite them under it. This is the worker's own thread, never a gRPC thread.
+      try {
+        kernels::StreamSynchronize(stream);
+      } catch (const kernels::Error&) {
+      }
+      throw;
+    }
+    std::string error;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return callback_done_; });
+      error = callback_error_;
+    }
+    if (!error.empty()) throw kernels::Error(kernels::Error::Code::kDeviceFault, error);
+    WriteResponses(jobs, builder, first,
+                   {reinterpret_cast<const int64_t*>(h_out), h_out + idx_bytes,
+                    reinterpret_cast<const int32_t*>(h_out + idx_bytes + olab_bytes),
+                    reinterpret_cast<const int32_t*>(h_out + idx_bytes + olab_bytes + cnt_bytes)},
+                   device_);
+  }
+
+ private:
+  static size_t Align(size_t n) { return (n + 255) / 256 * 256; }
+
+  std::unique_ptr<kernels::Backend> backend_;
+  std::string device_;
+  GrowingBuffer h_in_, h_out_, d_in_, d_out_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool callback_done_ = false;
+  std::string callback_error_;
+};
+
+}  // namespace
+
+std::unique_ptr<Worker> MakeHostWorker(std::unique_ptr<kernels::Backend> backend,
+                                       std::string device) {
+  return std::make_unique<HostWorker>(std::move(backend), std::move(device));
+}
+
+std::unique_ptr<Worker> MakeCudaWorker(int device) { return std::make_unique<CudaWorker>(device); }
+
+}  // namespace gpusampler::server

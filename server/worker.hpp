@@ -1,0 +1,37 @@
+// Workers: each owns one backend (a CPU thread pool, or one CUDA device and stream) and the
+// staging buffers of its launches. A worker runs one fused launch at a time, on the
+// scheduler thread that owns it; it is not thread-safe and need not be.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpusampler/kernels/sampler.hpp"
+#include "job.hpp"
+
+namespace gpusampler::server {
+
+class Worker {
+ public:
+  virtual ~Worker() = default;
+  // "cpu" or "cuda:N": the device label of metrics and responses.
+  virtual const std::string& device() const = 0;
+  // Samples every job's rows fused into one launch and writes each job's response tensors,
+  // seed and device (not its timing, not `done`). Features are gathered on the host from
+  // the request bytes once the indices are known. Blocks this (non-gRPC) thread until the
+  // outputs are on the host; a CUDA worker learns that from a stream host callback.
+  // Throws kernels::Error (kOutOfMemory, kDeviceFault, ...).
+  virtual void Run(const std::vector<Job*>& jobs) = 0;
+};
+
+// A worker over a backend whose memory space is the host (the CPU backend, or a test
+// double).
+std::unique_ptr<Worker> MakeHostWorker(std::unique_ptr<kernels::Backend> backend,
+                                       std::string device);
+
+// A worker with its own CUDA backend (stream) on `device`, pinned staging and device
+// buffers grown geometrically. Throws kernels::Error when the device is unusable.
+std::unique_ptr<Worker> MakeCudaWorker(int device);
+
+}  // namespace gpusampler::server
