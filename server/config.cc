@@ -25,6 +25,8 @@ void AddFlags(CLI::App* app, ServerConfig* c) {
       "how long a batch may wait to fill while other launches run");
   add("--queue-capacity", &c->queue_capacity, "GPUSAMPLER_QUEUE_CAPACITY",
       "queued requests before RESOURCE_EXHAUSTED");
+  add("--worker-spin-us", &c->worker_spin_us, "GPUSAMPLER_WORKER_SPIN_US",
+      "how long an idle worker polls for work before sleeping (latency vs idle CPU)");
   add("--max-stream-inflight", &c->max_stream_inflight, "GPUSAMPLER_MAX_STREAM_INFLIGHT",
       "requests of one SampleStream in flight");
   add("--max-message-bytes", &c->limits.max_message_bytes, "GPUSAMPLER_MAX_MESSAGE_BYTES",

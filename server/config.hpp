@@ -31,6 +31,7 @@ struct ServerConfig {
   int64_t max_batch_rows = 256;      // rows fused into one launch; 1 disables fusion
   int64_t max_batch_delay_us = 200;  // how long a batch may wait to fill while devices are busy
   int64_t queue_capacity = 1024;     // queued requests before RESOURCE_EXHAUSTED
+  int64_t worker_spin_us = 300;      // an idle worker polls this long before parking
   int64_t max_stream_inflight = 32;  // requests of one SampleStream in flight
   Limits limits;
   int64_t keepalive_time_ms = 60000;

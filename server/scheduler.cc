@@ -65,6 +65,7 @@ Status Scheduler::Submit(std::shared_ptr<Job> job) {
                                " requests waiting, --queue-capacity); retry later");
     }
     queue_.push_back(std::move(job));
+    has_work_.store(true, std::memory_order_release);
     metrics_->queue_depth().Set(static_cast<double>(queue_.size()));
   }
   work_cv_.notify_one();
@@ -89,6 +90,7 @@ void Scheduler::Stop() {
     stop_ = true;
     accepting_ = false;
     left.swap(queue_);
+    has_work_.store(true, std::memory_order_release);  // ends any spin
     metrics_->queue_depth().Set(0);
   }
   work_cv_.notify_all();
@@ -119,6 +121,7 @@ void Scheduler::TakeLocked(std::vector<std::shared_ptr<Job>>* batch, int64_t* ro
     batch->push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
+  has_work_.store(!queue_.empty(), std::memory_order_release);
   metrics_->queue_depth().Set(static_cast<double>(queue_.size()));
 }
 
@@ -128,6 +131,17 @@ void Scheduler::Loop(WorkerSlot* slot) {
     batch.clear();
     {
       std::unique_lock<std::mutex> lock(mu_);
+      if (queue_.empty() && options_.spin_us > 0) {
+        // Poll a little before parking: waking a parked thread costs tens of microseconds
+        // on a busy host, which is most of the service's own latency at low load
+        // (bench/results/service-cpu.md).
+        lock.unlock();
+        const auto until = Clock::now() + std::chrono::microseconds(options_.spin_us);
+        while (!has_work_.load(std::memory_order_acquire) && Clock::now() < until) {
+          __builtin_ia32_pause();
+        }
+        lock.lock();
+      }
       work_cv_.wait(lock, [this] { return stop_ || (!paused_ && !queue_.empty()); });
       if (stop_) return;
       int64_t rows = 0;

@@ -3,7 +3,9 @@
 // were cancelled or whose deadline passed, runs the rest as one fused launch and completes
 // them. It launches at once when no other launch is running, so batching never adds
 // latency to an idle server; while launches run, a batch may wait up to max_batch_delay_us
-// to fill. Thread-safe: every public method may be called from any thread.
+// to fill. An idle worker polls the queue for spin_us before it parks, so that a request
+// arriving soon after the last one does not pay a thread wake-up. Thread-safe: every public method
+// may be called from any thread.
 #pragma once
 
 #include <atomic>
@@ -28,6 +30,7 @@ class Scheduler {
     int64_t queue_capacity = 1024;
     int64_t max_batch_rows = 256;
     int64_t max_batch_delay_us = 200;
+    int64_t spin_us = 0;  // how long an idle worker polls the queue before parking
   };
   // `metrics` must outlive the scheduler. `on_fatal` runs once, on a worker thread, when a
   // device fault makes the server unusable.
@@ -87,6 +90,7 @@ class Scheduler {
   bool paused_ = false;
   bool failed_ = false;
 
+  std::atomic<bool> has_work_{false};  // the queue is non-empty (read while spinning)
   std::atomic<int64_t> launches_{0};
   std::atomic<int64_t> launched_rows_{0};
   std::atomic<int64_t> dropped_{0};

@@ -66,6 +66,17 @@ TEST(BinaryTest, ServesProbesAndDrainsOnSigterm) {
              "--cpu-workers", "1", "--shutdown-grace-seconds", "30"},
             log);
   ASSERT_GT(pid, 0);
+  // Never leave the server behind when an assertion ends the test early.
+  struct Reaper {
+    pid_t pid;
+    bool exited = false;
+    ~Reaper() {
+      if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } reaper{pid};
   int grpc_port = 0, metrics_port = 0;
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -138,6 +149,7 @@ TEST(BinaryTest, ServesProbesAndDrainsOnSigterm) {
   }
   EXPECT_GE(answered, kAccepted);
   EXPECT_EQ(WaitExit(pid, std::chrono::seconds(40)), 0) << ReadFile(log);
+  reaper.exited = true;
 
   // Every log line is a JSON object.
   std::istringstream lines(ReadFile(log));

@@ -1,0 +1,293 @@
+// gpusampler-service-bench: loopback throughput and latency (p50/p99) of gpusampler-server
+// (in-process, CPU backend) against a bare gRPC echo of the same bytes and against calling
+// the backend directly, at concurrency 1, 8 and 64, with and without dynamic batching,
+// labels-only and with features. Prints a Markdown table.
+//
+//   gpusampler-service-bench [--n 10000] [--k 1000] [--dim 16] [--seconds 2]
+//                            [--concurrency 1,8,64] [--cpu-threads 0] [--worker-spin-us 300]
+#include <grpcpp/grpcpp.h>
+
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "echo_server.hpp"
+#include "gpusampler/kernels/sampler.hpp"
+#include "gpusampler/v1/sampler.grpc.pb.h"
+#include "server.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace v1 = gpusampler::v1;
+namespace gk = gpusampler::kernels;
+
+struct Result {
+  double rps = 0, p50_us = 0, p99_us = 0;
+  int64_t errors = 0;
+  // Means of the server's own ServerTiming (zero for the echo).
+  double queue_us = 0, compute_us = 0, server_total_us = 0, batch_rows = 0;
+};
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
+  return v[i];
+}
+
+v1::SampleRequest MakeRequest(int64_t n, int64_t k, int64_t dim, bool features) {
+  v1::SampleRequest req;
+  req.mutable_spec()->set_num_samples(k);
+  req.set_seed(7);
+  auto* l = req.mutable_labels();
+  l->set_dtype(v1::DTYPE_INT64);
+  l->add_shape(1);
+  l->add_shape(n);
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  std::mt19937_64 gen(1);
+  for (auto& x : labels) x = static_cast<int64_t>(gen() & 1);  // half positives
+  l->set_data(labels.data(), labels.size() * 8);
+  if (features) {
+    auto* f = req.mutable_features();
+    f->set_dtype(v1::DTYPE_FLOAT32);
+    f->add_shape(1);
+    f->add_shape(n);
+    f->add_shape(dim);
+    std::vector<float> v(static_cast<size_t>(n * dim));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+    f->set_data(v.data(), v.size() * 4);
+  }
+  return req;
+}
+
+// `concurrency` threads issue blocking unary calls back to back for `seconds`.
+Result Load(int port, const v1::SampleRequest& req, int concurrency, double seconds) {
+  const int channels = std::min(concurrency, 8);
+  std::vector<std::unique_ptr<v1::Sampler::Stub>> stubs;
+  for (int c = 0; c < channels; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt("bench_channel", c);  // distinct args: a connection per channel
+    args.SetMaxReceiveMessageSize(64 << 20);
+    stubs.push_back(v1::Sampler::NewStub(grpc::CreateCustomChannel(
+        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args)));
+  }
+  // Warm-up: connect every channel.
+  for (auto& stub : stubs) {
+    grpc::ClientContext ctx;
+    v1::SampleResponse resp;
+    stub->Sample(&ctx, req, &resp);
+  }
+  std::vector<std::vector<double>> lat(static_cast<size_t>(concurrency));
+  std::vector<std::array<double, 4>> timing(static_cast<size_t>(concurrency));
+  std::atomic<int64_t> errors{0};
+  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(seconds));
+  std::vector<std::thread> threads;
+  const auto start = Clock::now();
+  for (int t = 0; t < concurrency; ++t) {
+    threads.emplace_back([&, t] {
+      auto* stub = stubs[static_cast<size_t>(t % channels)].get();
+      v1::SampleResponse resp;
+      while (Clock::now() < end) {
+        grpc::ClientContext ctx;
+        const auto t0 = Clock::now();
+        const grpc::Status s = stub->Sample(&ctx, req, &resp);
+        const auto t1 = Clock::now();
+        if (!s.ok()) {
+          ++errors;
+          continue;
+        }
+        lat[static_cast<size_t>(t)].push_back(
+            std::chrono::duration<double, std::micro>(t1 - t0).count());
+        auto& tm = timing[static_cast<size_t>(t)];
+        tm[0] += static_cast<double>(resp.timing().queue_us());
+        tm[1] += static_cast<double>(resp.timing().compute_us());
+        tm[2] += static_cast<double>(resp.timing().total_us());
+        tm[3] += static_cast<double>(resp.timing().batch_rows());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> all;
+  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  Result r;
+  r.rps = static_cast<double>(all.size()) / elapsed;
+  r.p50_us = Percentile(all, 0.50);
+  r.p99_us = Percentile(all, 0.99);
+  r.errors = errors.load();
+  for (const auto& tm : timing) {
+    r.queue_us += tm[0];
+    r.compute_us += tm[1];
+    r.server_total_us += tm[2];
+    r.batch_rows += tm[3];
+  }
+  const double count = std::max<double>(1, static_cast<double>(all.size()));
+  r.queue_us /= count;
+  r.compute_us /= count;
+  r.server_total_us /= count;
+  r.batch_rows /= count;
+  return r;
+}
+
+// The backend called directly: labels already in memory, no gRPC, no copies.
+Result InProcess(int64_t n, int64_t k, int threads, double seconds) {
+  auto backend = gk::MakeCpuBackend(threads);
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  std::mt19937_64 gen(1);
+  for (auto& x : labels) x = static_cast<int64_t>(gen() & 1);
+  gk::BatchBuilder builder;
+  gk::SamplingSpec spec;
+  spec.num_samples = k;
+  builder.AddRequest(spec, 7, gk::DType::kInt64, {n}, 0);
+  gk::Batch batch;
+  builder.FillSizes(&batch);
+  std::vector<int64_t> idx(static_cast<size_t>(k));
+  std::vector<int64_t> out_labels(static_cast<size_t>(k));
+  std::vector<int32_t> pos(1), neg(1);
+  batch.labels = reinterpret_cast<const uint8_t*>(labels.data());
+  batch.out_indices = idx.data();
+  batch.out_labels = reinterpret_cast<uint8_t*>(out_labels.data());
+  batch.out_num_positive = pos.data();
+  batch.out_num_negative = neg.data();
+  std::vector<double> lat;
+  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(seconds));
+  const auto start = Clock::now();
+  while (Clock::now() < end) {
+    const auto t0 = Clock::now();
+    backend->Sample(batch);
+    lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  Result r;
+  r.rps =
+      static_cast<double>(lat.size()) / std::chrono::duration<double>(Clock::now() - start).count();
+  r.p50_us = Percentile(lat, 0.5);
+  r.p99_us = Percentile(lat, 0.99);
+  return r;
+}
+
+// Where to gather features: on the host from the request bytes (K rows) vs staging all N
+// feature rows for the launch (the copy a device gather needs before any PCIe transfer).
+void GatherCost(int64_t n, int64_t k, int64_t dim) {
+  const size_t row = static_cast<size_t>(dim) * 4;
+  std::vector<uint8_t> features(static_cast<size_t>(n) * row, 1), staged(features.size());
+  std::vector<uint8_t> out(static_cast<size_t>(k) * row);
+  std::vector<int64_t> idx(static_cast<size_t>(k));
+  std::mt19937_64 gen(3);
+  for (auto& i : idx) i = static_cast<int64_t>(gen() % static_cast<uint64_t>(n));
+  constexpr int kIters = 2000;
+  auto t0 = Clock::now();
+  for (int it = 0; it < kIters; ++it) {
+    for (int64_t s = 0; s < k; ++s) {
+      std::memcpy(out.data() + static_cast<size_t>(s) * row,
+                  features.data() + static_cast<size_t>(idx[s]) * row, row);
+    }
+    asm volatile("" : : "r"(out.data()) : "memory");
+  }
+  const double gather_us =
+      std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / kIters;
+  t0 = Clock::now();
+  for (int it = 0; it < kIters; ++it) {
+    std::memcpy(staged.data(), features.data(), features.size());
+    asm volatile("" : : "r"(staged.data()) : "memory");
+  }
+  const double stage_us =
+      std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / kIters;
+  std::printf(
+      "\nFeature gather (N=%lld, K=%lld, D=%lld float32): host gather of K rows from the "
+      "request bytes %.1f us (%zu bytes); staging all N rows for a device gather %.1f us "
+      "(%zu bytes, before any PCIe transfer of them)\n",
+      static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(dim), gather_us,
+      out.size(), stage_us, staged.size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t n = 10000, k = 1000, dim = 16;
+  double seconds = 2;
+  std::string concurrency_list = "1,8,64";
+  int cpu_threads = 0;
+  int64_t spin_us = gpusampler::server::ServerConfig().worker_spin_us;
+  CLI::App app{"gpusampler-service-bench"};
+  app.add_option("--n", n)->capture_default_str();
+  app.add_option("--k", k)->capture_default_str();
+  app.add_option("--dim", dim)->capture_default_str();
+  app.add_option("--seconds", seconds, "per measurement")->capture_default_str();
+  app.add_option("--concurrency", concurrency_list)->capture_default_str();
+  app.add_option("--cpu-threads", cpu_threads, "server CPU threads (0 = all)")
+      ->capture_default_str();
+  app.add_option("--worker-spin-us", spin_us, "server --worker-spin-us")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  std::vector<int> concurrency;
+  std::stringstream list(concurrency_list);
+  for (std::string item; std::getline(list, item, ',');) concurrency.push_back(std::stoi(item));
+
+  spdlog::set_level(spdlog::level::warn);
+  gpusampler::bench::EchoService echo_service;
+  int echo_port = 0;
+  auto echo = gpusampler::bench::StartEchoServer(&echo_service, &echo_port);
+
+  auto start_server = [&](bool batching) {
+    gpusampler::server::ServerConfig c;
+    c.address = "127.0.0.1:0";
+    c.metrics_address = "127.0.0.1:0";
+    c.device = "cpu";
+    c.cpu_threads = cpu_threads;
+    c.worker_spin_us = spin_us;
+    c.max_batch_rows = batching ? 256 : 1;
+    c.max_batch_delay_us = batching ? 200 : 0;
+    auto s = std::make_unique<gpusampler::server::Server>(c);
+    if (!s->Start().ok()) std::abort();
+    return s;
+  };
+  auto batched = start_server(true);
+  auto unbatched = start_server(false);
+
+  const Result direct = InProcess(n, k, cpu_threads, seconds);
+  std::printf(
+      "In-process backend call (N=%lld, K=%lld, labels only): %.0f calls/s, p50 %.1f us, "
+      "p99 %.1f us\n\n",
+      static_cast<long long>(n), static_cast<long long>(k), direct.rps, direct.p50_us,
+      direct.p99_us);
+  std::printf(
+      "| payload | concurrency | target | req/s | p50 us | p99 us | errors | server queue us "
+      "| server compute us | server total us | rows per launch |\n");
+  std::printf("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (bool features : {false, true}) {
+    const v1::SampleRequest req = MakeRequest(n, k, dim, features);
+    for (int c : concurrency) {
+      const struct {
+        const char* name;
+        int port;
+      } targets[] = {{"bare gRPC echo", echo_port},
+                     {"service, batching off", unbatched->grpc_port()},
+                     {"service, batching on", batched->grpc_port()}};
+      for (const auto& t : targets) {
+        const Result r = Load(t.port, req, c, seconds);
+        std::printf("| %s | %d | %s | %.0f | %.0f | %.0f | %lld | %.0f | %.0f | %.0f | %.1f |\n",
+                    features ? "labels + features" : "labels only", c, t.name, r.rps, r.p50_us,
+                    r.p99_us, static_cast<long long>(r.errors), r.queue_us, r.compute_us,
+                    r.server_total_us, r.batch_rows);
+        std::fflush(stdout);
+      }
+    }
+  }
+  GatherCost(n, k, dim);
+  batched->Shutdown();
+  unbatched->Shutdown();
+  echo->Shutdown();
+  return 0;
+}
