@@ -133,9 +133,8 @@ void Scheduler::Loop(WorkerSlot* slot) {
       std::unique_lock<std::mutex> lock(mu_);
       if (queue_.empty() && options_.spin_us > 0) {
         // Poll (yielding the core to runnable threads) before parking: waking a parked
-        // thread costs tens of microseconds
-        // on a busy host, which is most of the service's own latency at low load
-        // (bench/results/service-cpu.md).
+        // thread costs tens of microseconds on a busy host, which was most of the service's
+        // own latency at low load (bench/results/service-cpu.md).
         lock.unlock();
         const auto until = Clock::now() + std::chrono::microseconds(options_.spin_us);
         while (!has_work_.load(std::memory_order_acquire) && Clock::now() < until) {
