@@ -371,15 +371,9 @@ class CpuBackend final : public Backend {
     uint8_t* out_feat = batch.out_features + row.out_feature_offset;
     const uint8_t* in_feat = batch.features + row.feature_offset;
     const int64_t per_sel = (m + chunks - 1) / chunks;
-    // Software prefetch keeps misses (and, on virtualized hosts, costly page walks) in
-    // flight; measured best at 16 rows ahead (docs/decisions.md).
-    constexpr int64_t kPrefetchAhead = 16;
     parallel(chunks, [&](int64_t c) {
       const int64_t begin = std::min(m, c * per_sel), end = std::min(m, (c + 1) * per_sel);
       for (int64_t j = begin; j < end; ++j) {
-        if (j + kPrefetchAhead < end) {
-          __builtin_prefetch(in_feat + int64_t{s->sel[j + kPrefetchAhead]} * fbytes);
-        }
         std::memcpy(out_feat + s->slot_of[j] * fbytes, in_feat + int64_t{s->sel[j]} * fbytes,
                     static_cast<size_t>(fbytes));
       }
