@@ -54,6 +54,8 @@ void AddFlags(CLI::App* app, ServerConfig* c) {
       ->envname("GPUSAMPLER_LOG_FORMAT")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
+  add("--auth-token-file", &c->auth_token_file, "GPUSAMPLER_AUTH_TOKEN_FILE",
+      "require \"authorization: Bearer <token>\" on Sampler calls, token read from this file");
   add("--port-file", &c->port_file, "GPUSAMPLER_PORT_FILE",
       "once SERVING, write \"grpc_port metrics_port\\n\" to this file");
 }

@@ -41,6 +41,10 @@ struct ServerConfig {
   std::string log_level = "info";
   std::string log_format = "text";  // text | json
   std::string port_file;            // written once SERVING: "grpc_port metrics_port\n"
+  // When set, Sampler calls need "authorization: Bearer <token>" with the token this file
+  // holds (surrounding whitespace ignored); health and reflection stay open for probes.
+  std::string auth_token_file;
+  std::string auth_token;  // filled from auth_token_file by Server::Start
 };
 
 // Registers every flag of `config` on `app` (defaults are the current values).

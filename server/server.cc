@@ -50,6 +50,16 @@ Server::Server(ServerConfig config, BackendFactory backend_factory)
 Server::~Server() { Shutdown(); }
 
 Status Server::Start() {
+  if (!config_.auth_token_file.empty()) {
+    std::ifstream in(config_.auth_token_file);
+    std::string token;
+    if (!(in >> token) || token.empty()) {
+      return Status(Code::kInvalidArgument,
+                    "--auth-token-file " + config_.auth_token_file + ": no token in the file");
+    }
+    config_.auth_token = token;
+    spdlog::info("authentication on: Sampler calls need a bearer token");
+  }
   DeviceSelection selection;
   std::string error;
   const int cuda_count = backend_factory_ ? 0 : kernels::CudaDeviceCount();

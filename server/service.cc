@@ -27,11 +27,32 @@ Clock::time_point SteadyDeadline(const grpc::CallbackServerContext& ctx, Clock::
   return now + std::chrono::duration_cast<Clock::duration>(left);
 }
 
+// UNAUTHENTICATED unless authentication is off or the call carries the bearer token.
+Status Authenticate(const SamplerService& svc, const grpc::CallbackServerContext& ctx) {
+  const std::string& token = svc.config().auth_token;
+  if (token.empty()) return Status::Ok();
+  const auto& md = ctx.client_metadata();
+  const auto it = md.find("authorization");
+  if (it == md.end()) {
+    return Status(Code::kUnauthenticated, "missing authorization metadata (Bearer token)");
+  }
+  const std::string want = "Bearer " + token;
+  const grpc::string_ref got = it->second;
+  // Compare every byte, so the time taken does not reveal the matching prefix.
+  unsigned diff = got.size() != want.size();
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff |= static_cast<unsigned>(want[i] ^ (i < got.size() ? got.data()[i] : 0));
+  }
+  if (diff) return Status(Code::kUnauthenticated, "wrong bearer token");
+  return Status::Ok();
+}
+
 // Validates `request` into a Job answering into `response`; null with `*status` set when
 // the request is refused.
 std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerContext& ctx,
                                 const Request& request, Response* response,
                                 Clock::time_point accepted, Status* status) {
+  if (*status = Authenticate(*svc, ctx); !status->ok()) return nullptr;
   if (!svc->accepting()) {
     *status = Unavailable("server is draining; retry another replica");
     return nullptr;
@@ -328,10 +349,11 @@ grpc::ServerUnaryReactor* SamplerService::GetServerInfo(grpc::CallbackServerCont
                                                         const v1::GetServerInfoRequest*,
                                                         v1::ServerInfo* response) {
   const auto start = Clock::now();
-  *response = info_;
+  const Status status = Authenticate(*this, *context);
+  if (status.ok()) *response = info_;
   auto* reactor = context->DefaultReactor();
-  metrics_->RecordRequest(Method::kGetServerInfo, Code::kOk, SecondsSince(start));
-  reactor->Finish(grpc::Status::OK);
+  metrics_->RecordRequest(Method::kGetServerInfo, status.code(), SecondsSince(start));
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 

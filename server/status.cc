@@ -35,6 +35,8 @@ const char* CodeName(Code code) {
       return "INTERNAL";
     case Code::kUnavailable:
       return "UNAVAILABLE";
+    case Code::kUnauthenticated:
+      return "UNAUTHENTICATED";
   }
   return "UNKNOWN";
 }

@@ -19,6 +19,7 @@ enum class Code : int {
   kResourceExhausted = 8,
   kInternal = 13,
   kUnavailable = 14,
+  kUnauthenticated = 16,
 };
 
 // An immutable (code, message) pair. Thread-compatible.

@@ -235,9 +235,11 @@ class CudaWorker final : public Worker {
       callback_done_ = false;
     }
     try {
-      kernels::CopyAsync(d_in, h_in, in_bytes, stream);
-      if (num_rows > 0) backend_->Sample(batch);
-      kernels::CopyAsync(h_out, d_out, out_bytes, stream);
+      if (num_rows > 0) {
+        kernels::CopyAsync(d_in, h_in, in_bytes, stream);
+        backend_->Sample(batch);
+        kernels::CopyAsync(h_out, d_out, out_bytes, stream);
+      }
       kernels::EnqueueHostCallback(stream, [this](const std::string& error) {
         std::lock_guard<std::mutex> lock(mu_);
         callback_done_ = true;

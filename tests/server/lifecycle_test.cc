@@ -147,6 +147,41 @@ TEST(DeviceErrorTest, DeviceFaultSetsNotServingFailsInFlightAndRequestsExit) {
   t.server->Shutdown();
 }
 
+TEST(AuthTest, BearerTokenRequiredWhenConfiguredHealthStaysOpen) {
+  const std::string path = ::testing::TempDir() + "/gpusampler-token";
+  std::ofstream(path) << "  s3cret-token\n";
+  ServerConfig config = TestConfig();
+  config.auth_token_file = path;
+  auto t = StartServer(config);
+  auto call = [&](const char* auth) {
+    grpc::ClientContext ctx;
+    if (auth) ctx.AddMetadata("authorization", auth);
+    v1::SampleResponse resp;
+    return t.stub->Sample(&ctx, Small(), &resp);
+  };
+  const grpc::Status missing = call(nullptr);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("Bearer wrong").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("Bearer s3cret-token-longer").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(call("Bearer s3cret-token").ok());
+  {
+    grpc::ClientContext ctx;
+    v1::ServerInfo info;
+    EXPECT_EQ(t.stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext ctx;
+    auto stream = t.stub->SampleStream(&ctx);
+    stream->Write(Small());
+    stream->WritesDone();
+    v1::SampleResponse resp;
+    EXPECT_FALSE(stream->Read(&resp));
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  EXPECT_EQ(HealthStatus(t.channel), "SERVING");
+}
+
 int64_t MetricValue(const std::string& scrape, const std::string& series) {
   const size_t at = scrape.find("\n" + series + " ");
   if (at == std::string::npos) return -1;
@@ -195,10 +230,13 @@ TEST(MetricsTest, ScrapeAfterTrafficHasEverySpecMetricAndPassesPromtool) {
        {"# TYPE gpusampler_request_duration_seconds histogram",
         "# TYPE gpusampler_queue_duration_seconds histogram",
         "# TYPE gpusampler_compute_duration_seconds histogram",
-        "# TYPE gpusampler_batch_rows histogram", "gpusampler_device_busy_ratio{device=\"cpu\"}",
-        "gpusampler_build_info{cuda=\"none\",revision=\""}) {
+        "# TYPE gpusampler_batch_rows histogram", "gpusampler_device_busy_ratio{device=\"cpu\"}"}) {
     EXPECT_NE(scrape.find(name), std::string::npos) << name;
   }
+  const std::string build_info = std::string("gpusampler_build_info{cuda=\"") + CudaVersion() +
+                                 "\",revision=\"" + Revision() + "\",version=\"" + Version() +
+                                 "\"} 1";
+  EXPECT_NE(scrape.find(build_info), std::string::npos) << build_info;
   // No GPU in use: no GPU gauges.
   EXPECT_EQ(scrape.find("gpusampler_gpu_utilization_ratio"), std::string::npos);
 
