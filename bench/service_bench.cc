@@ -5,11 +5,19 @@
 //
 //   gpusampler-service-bench [--n 10000] [--k 1000] [--dim 16] [--seconds 2]
 //                            [--concurrency 1,8,64] [--cpu-threads 0] [--worker-spin-us 300]
+//                            [--device cpu|cuda|cuda:N]
+// The in-process row always calls the CPU backend; for CUDA, compare with
+// `gpusampler-bench --backend cuda`.
 #include <grpcpp/grpcpp.h>
 
 #include <spdlog/spdlog.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -71,8 +79,45 @@ v1::SampleRequest MakeRequest(int64_t n, int64_t k, int64_t dim, bool features) 
   return req;
 }
 
-// `concurrency` threads issue blocking unary calls back to back for `seconds`.
-Result Load(int port, const v1::SampleRequest& req, int concurrency, double seconds) {
+// GET http://127.0.0.1:port/metrics; "" on failure.
+std::string Scrape(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[65536];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return out;
+}
+
+// The device gauges of a scrape (busy ratio, and NVML's GPU utilization and memory).
+std::string DeviceGauges(const std::string& scrape) {
+  std::istringstream lines(scrape);
+  std::string out;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("gpusampler_device_busy_ratio{", 0) == 0 ||
+        line.rfind("gpusampler_gpu_", 0) == 0) {
+      out += (out.empty() ? "" : "; ") + line;
+    }
+  }
+  return out;
+}
+
+// `concurrency` threads issue blocking unary calls back to back for `seconds`. With
+// `metrics_port`, the device gauges are scraped once, in the middle of the load (the
+// gauges refresh every second).
+Result Load(int port, const v1::SampleRequest& req, int concurrency, double seconds,
+            int metrics_port = 0, std::string* gauges = nullptr) {
   const int channels = std::min(concurrency, 8);
   std::vector<std::unique_ptr<v1::Sampler::Stub>> stubs;
   for (int c = 0; c < channels; ++c) {
@@ -117,6 +162,10 @@ Result Load(int port, const v1::SampleRequest& req, int concurrency, double seco
         tm[3] += static_cast<double>(resp.timing().batch_rows());
       }
     });
+  }
+  if (metrics_port > 0 && gauges != nullptr) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds * 0.75));
+    *gauges = DeviceGauges(Scrape(metrics_port));
   }
   for (auto& th : threads) th.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
@@ -220,6 +269,7 @@ int main(int argc, char** argv) {
   double seconds = 2;
   std::string concurrency_list = "1,8,64";
   int cpu_threads = 0;
+  std::string device = "cpu";
   int64_t spin_us = gpusampler::server::ServerConfig().worker_spin_us;
   CLI::App app{"gpusampler-service-bench"};
   app.add_option("--n", n)->capture_default_str();
@@ -228,6 +278,8 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "per measurement")->capture_default_str();
   app.add_option("--concurrency", concurrency_list)->capture_default_str();
   app.add_option("--cpu-threads", cpu_threads, "server CPU threads (0 = all)")
+      ->capture_default_str();
+  app.add_option("--device", device, "server --device (cpu, cuda, cuda:0, ...)")
       ->capture_default_str();
   app.add_option("--worker-spin-us", spin_us, "server --worker-spin-us")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -244,7 +296,7 @@ int main(int argc, char** argv) {
     gpusampler::server::ServerConfig c;
     c.address = "127.0.0.1:0";
     c.metrics_address = "127.0.0.1:0";
-    c.device = "cpu";
+    c.device = device;
     c.cpu_threads = cpu_threads;
     c.worker_spin_us = spin_us;
     c.max_batch_rows = batching ? 256 : 1;
@@ -256,6 +308,7 @@ int main(int argc, char** argv) {
   auto batched = start_server(true);
   auto unbatched = start_server(false);
 
+  std::vector<std::string> gauge_notes;
   const Result direct = InProcess(n, k, cpu_threads, seconds);
   std::printf(
       "In-process backend call (N=%lld, K=%lld, labels only): %.0f calls/s, p50 %.1f us, "
@@ -272,11 +325,14 @@ int main(int argc, char** argv) {
       const struct {
         const char* name;
         int port;
-      } targets[] = {{"bare gRPC echo", echo_port},
-                     {"service, batching off", unbatched->grpc_port()},
-                     {"service, batching on", batched->grpc_port()}};
+        int metrics_port;
+      } targets[] = {{"bare gRPC echo", echo_port, 0},
+                     {"service, batching off", unbatched->grpc_port(), 0},
+                     {"service, batching on", batched->grpc_port(), batched->metrics_port()}};
       for (const auto& t : targets) {
-        const Result r = Load(t.port, req, c, seconds);
+        std::string gauges;
+        const Result r = Load(t.port, req, c, seconds, t.metrics_port, &gauges);
+        if (!gauges.empty()) gauge_notes.push_back(std::to_string(c) + " " + gauges);
         std::printf("| %s | %d | %s | %.0f | %.0f | %.0f | %lld | %.0f | %.0f | %.0f | %.1f |\n",
                     features ? "labels + features" : "labels only", c, t.name, r.rps, r.p50_us,
                     r.p99_us, static_cast<long long>(r.errors), r.queue_us, r.compute_us,
@@ -284,6 +340,12 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
+  }
+  if (!gauge_notes.empty()) {
+    std::printf(
+        "\nDevice gauges of the batching server, scraped during each load (payload order "
+        "as above, by concurrency):\n");
+    for (const auto& g : gauge_notes) std::printf("- c=%s\n", g.c_str());
   }
   GatherCost(n, k, dim);
   batched->Shutdown();
