@@ -113,11 +113,17 @@ void Scheduler::SetPausedForTesting(bool paused) {
   work_cv_.notify_all();
 }
 
-void Scheduler::TakeLocked(std::vector<std::shared_ptr<Job>>* batch, int64_t* rows) {
+void Scheduler::TakeLocked(std::vector<std::shared_ptr<Job>>* batch, int64_t* rows,
+                           int64_t* elements) {
   while (!queue_.empty()) {
     const int64_t r = queue_.front()->num_rows();
-    if (!batch->empty() && *rows + r > options_.max_batch_rows) break;
+    const int64_t e = queue_.front()->num_elements();
+    if (!batch->empty() &&
+        (*rows + r > options_.max_batch_rows || *elements + e > options_.max_batch_elements)) {
+      break;
+    }
     *rows += r;
+    *elements += e;
     batch->push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
@@ -145,7 +151,8 @@ void Scheduler::Loop(WorkerSlot* slot) {
       work_cv_.wait(lock, [this] { return stop_ || (!paused_ && !queue_.empty()); });
       if (stop_) return;
       int64_t rows = 0;
-      TakeLocked(&batch, &rows);
+      int64_t elements = 0;
+      TakeLocked(&batch, &rows, &elements);
       // Wait for more only while another launch runs: an idle server launches at once.
       if (options_.max_batch_delay_us > 0 && rows < options_.max_batch_rows && running_ > 0) {
         const auto until =
@@ -153,12 +160,12 @@ void Scheduler::Loop(WorkerSlot* slot) {
         while (rows < options_.max_batch_rows && !stop_ && running_ > 0) {
           if (!queue_.empty()) {
             const int64_t before = rows;
-            TakeLocked(&batch, &rows);
+            TakeLocked(&batch, &rows, &elements);
             if (rows == before) break;  // the next job does not fit
             continue;
           }
           if (work_cv_.wait_until(lock, until) == std::cv_status::timeout) {
-            TakeLocked(&batch, &rows);
+            TakeLocked(&batch, &rows, &elements);
             break;
           }
         }

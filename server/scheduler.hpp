@@ -31,6 +31,9 @@ class Scheduler {
     int64_t max_batch_rows = 256;
     int64_t max_batch_delay_us = 200;
     int64_t spin_us = 0;  // how long an idle worker polls the queue before parking
+    // Label elements fused into one launch (bounds staging and device scratch); a larger
+    // request still runs, alone.
+    int64_t max_batch_elements = int64_t{1} << 27;
   };
   // `metrics` must outlive the scheduler. `on_fatal` runs once, on a worker thread, when a
   // device fault makes the server unusable.
@@ -69,8 +72,9 @@ class Scheduler {
     std::thread thread;
   };
   void Loop(WorkerSlot* slot);
-  // Moves queued jobs into `batch` while they fit in max_batch_rows (the first always fits).
-  void TakeLocked(std::vector<std::shared_ptr<Job>>* batch, int64_t* rows);
+  // Moves queued jobs into `batch` while they fit in max_batch_rows and max_batch_elements
+  // (the first always fits).
+  void TakeLocked(std::vector<std::shared_ptr<Job>>* batch, int64_t* rows, int64_t* elements);
   void Launch(WorkerSlot* slot, std::vector<std::shared_ptr<Job>>& batch);
   void RunJobs(WorkerSlot* slot, const std::vector<Job*>& jobs, Clock::time_point start);
   void Fatal(const Status& status);

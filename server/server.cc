@@ -122,7 +122,8 @@ Status Server::Start() {
   metrics_ = std::make_unique<Metrics>(devices, BuildInfo{Version(), Revision(), CudaVersion()});
   scheduler_ = std::make_unique<Scheduler>(
       Scheduler::Options{config_.queue_capacity, std::max<int64_t>(1, config_.max_batch_rows),
-                         config_.max_batch_delay_us, config_.worker_spin_us},
+                         config_.max_batch_delay_us, config_.worker_spin_us,
+                         config_.limits.max_elements},
       metrics_.get(), [this](const Status& s) { OnFatal(s); });
   for (auto& [worker, device] : workers) scheduler_->AddWorker(std::move(worker), device);
   service_ = std::make_unique<SamplerService>(config_, scheduler_.get(), metrics_.get(), info);

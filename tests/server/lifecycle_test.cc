@@ -41,6 +41,36 @@ TEST(SchedulerTest, FullQueueIsResourceExhaustedAndQueuedWorkCompletes) {
   EXPECT_TRUE(b->status.get().ok());
 }
 
+TEST(SchedulerTest, FusionStopsAtMaxElements) {
+  ServerConfig config = TestConfig();
+  config.max_batch_rows = 1000;
+  config.limits.max_elements = 3000;  // also the fused launch's element budget
+  auto t = StartServer(config);
+  Scheduler& sched = t.server->scheduler();
+  const int64_t launches = sched.launches();
+  sched.SetPausedForTesting(true);
+  auto request = [](int64_t n, uint64_t seed) {
+    RequestSpec r;
+    r.rows = {RandomRow(n, seed)};
+    r.seed = seed;
+    return MakeRequest(r);
+  };
+  auto a = StartSample(t.stub.get(), request(1000, 1));
+  ASSERT_TRUE(WaitFor([&] { return sched.queue_depth() == 1; }));
+  auto b = StartSample(t.stub.get(), request(1000, 2));
+  ASSERT_TRUE(WaitFor([&] { return sched.queue_depth() == 2; }));
+  auto c = StartSample(t.stub.get(), request(1500, 3));
+  ASSERT_TRUE(WaitFor([&] { return sched.queue_depth() == 3; }));
+  sched.SetPausedForTesting(false);
+  ASSERT_TRUE(a->status.get().ok());
+  ASSERT_TRUE(b->status.get().ok());
+  ASSERT_TRUE(c->status.get().ok());
+  EXPECT_EQ(a->response.timing().batch_rows(), 2);  // a + b: 2000 elements
+  EXPECT_EQ(b->response.timing().batch_rows(), 2);
+  EXPECT_EQ(c->response.timing().batch_rows(), 1);  // + c would be 3500 > 3000
+  EXPECT_EQ(sched.launches() - launches, 2);
+}
+
 TEST(SchedulerTest, DeadlinePassedAndCancelledRequestsNeverLaunch) {
   auto t = StartServer(TestConfig());
   Scheduler& sched = t.server->scheduler();
