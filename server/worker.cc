@@ -24,10 +24,24 @@ struct HostOutputs {
   const int32_t* num_negative;
 };
 
-// Adds every job's rows to `builder` (labels only: features never enter the launch) and
-// returns each job's first row.
-std::vector<int64_t> Plan(const std::vector<Job*>& jobs, BatchBuilder* builder) {
-  std::vector<int64_t> first(jobs.size());
+// A launch: the rows of every job (labels only: features never enter a launch), with each
+// job's labels and output labels starting 8-byte aligned, so that no label is misaligned
+// for its dtype when requests of different dtypes share a launch.
+struct Plan {
+  kernels::Batch sizes;  // the host-known size fields
+  std::vector<RowDesc> rows;
+  std::vector<int64_t> first;        // each job's first row
+  std::vector<int64_t> label_start;  // each job's byte offset in the staged labels
+  int64_t label_bytes = 0;
+  int64_t out_label_bytes = 0;
+};
+
+int64_t Align8(int64_t n) { return (n + 7) / 8 * 8; }
+
+Plan MakePlan(const std::vector<Job*>& jobs) {
+  BatchBuilder builder;
+  Plan plan;
+  plan.first.resize(jobs.size());
   std::vector<int64_t> lengths;
   for (size_t j = 0; j < jobs.size(); ++j) {
     const Job& job = *jobs[j];
@@ -35,19 +49,42 @@ std::vector<int64_t> Plan(const std::vector<Job*>& jobs, BatchBuilder* builder) 
     for (int64_t r = 0; r < job.num_rows(); ++r) {
       lengths[r] = job.row_offsets[r + 1] - job.row_offsets[r];
     }
-    first[j] = builder->AddRequest(job.spec, job.seed, job.label_dtype, lengths,
-                                   /*feature_row_bytes=*/0);
+    plan.first[j] = builder.AddRequest(job.spec, job.seed, job.label_dtype, lengths,
+                                       /*feature_row_bytes=*/0);
   }
-  return first;
+  builder.FillSizes(&plan.sizes);
+  plan.rows = builder.rows();
+  plan.sizes.rows = nullptr;
+  plan.label_start.resize(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const Job& job = *jobs[j];
+    const int64_t item = static_cast<int64_t>(kernels::ItemSize(job.label_dtype));
+    const int64_t in_start = Align8(plan.label_bytes);
+    const int64_t out_start = Align8(plan.out_label_bytes);
+    plan.label_start[j] = in_start;
+    const int64_t b = job.num_rows();
+    if (b > 0) {
+      const RowDesc& head = plan.rows[static_cast<size_t>(plan.first[j])];
+      const int64_t in_shift = in_start - head.label_offset;
+      const int64_t out_shift = out_start - head.out_label_offset;
+      for (int64_t r = plan.first[j]; r < plan.first[j] + b; ++r) {
+        plan.rows[static_cast<size_t>(r)].label_offset += in_shift;
+        plan.rows[static_cast<size_t>(r)].out_label_offset += out_shift;
+      }
+    }
+    plan.label_bytes = in_start + job.num_elements() * item;
+    plan.out_label_bytes = out_start + b * job.spec.num_samples * item;
+  }
+  return plan;
 }
 
-// Copies every job's labels back to back into `dst` (the layout Plan's rows describe).
-void StageLabels(const std::vector<Job*>& jobs, uint8_t* dst) {
-  for (const Job* job : jobs) {
+// Copies every job's labels to its place in `dst` (the layout of `plan`).
+void StageLabels(const std::vector<Job*>& jobs, const Plan& plan, uint8_t* dst) {
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const Job* job = jobs[j];
     const size_t bytes =
         static_cast<size_t>(job->num_elements()) * kernels::ItemSize(job->label_dtype);
-    if (bytes) std::memcpy(dst, job->labels, bytes);
-    dst += bytes;
+    if (bytes) std::memcpy(dst + plan.label_start[j], job->labels, bytes);
   }
 }
 
@@ -105,13 +142,14 @@ void WriteResponse(const Job& job, const RowDesc& first_row, int64_t first, cons
   resp->set_device(device);
 }
 
-void WriteResponses(const std::vector<Job*>& jobs, const BatchBuilder& builder,
-                    const std::vector<int64_t>& first, const HostOutputs& out,
+void WriteResponses(const std::vector<Job*>& jobs, const Plan& plan, const HostOutputs& out,
                     const std::string& device) {
   static const RowDesc kNoRow{};
   for (size_t j = 0; j < jobs.size(); ++j) {
     const bool has_rows = jobs[j]->num_rows() > 0;
-    WriteResponse(*jobs[j], has_rows ? builder.rows()[first[j]] : kNoRow, first[j], out, device);
+    const int64_t first = plan.first[j];
+    WriteResponse(*jobs[j], has_rows ? plan.rows[static_cast<size_t>(first)] : kNoRow, first, out,
+                  device);
   }
 }
 
@@ -123,19 +161,18 @@ class HostWorker final : public Worker {
   const std::string& device() const override { return device_; }
 
   void Run(const std::vector<Job*>& jobs) override {
-    BatchBuilder builder;
-    const std::vector<int64_t> first = Plan(jobs, &builder);
-    kernels::Batch batch;
-    builder.FillSizes(&batch);
+    const Plan plan = MakePlan(jobs);
+    kernels::Batch batch = plan.sizes;
+    batch.rows = plan.rows.data();
     if (jobs.size() == 1) {
       batch.labels = jobs[0]->labels;  // one request: sample straight from its bytes
     } else {
-      labels_.resize(static_cast<size_t>(builder.label_bytes()));
-      StageLabels(jobs, labels_.data());
+      labels_.resize(static_cast<size_t>(plan.label_bytes));
+      StageLabels(jobs, plan, labels_.data());
       batch.labels = labels_.data();
     }
-    indices_.resize(static_cast<size_t>(builder.total_slots()));
-    out_labels_.resize(static_cast<size_t>(builder.out_label_bytes()));
+    indices_.resize(static_cast<size_t>(plan.sizes.total_slots));
+    out_labels_.resize(static_cast<size_t>(plan.out_label_bytes));
     pos_.resize(static_cast<size_t>(batch.num_rows));
     neg_.resize(static_cast<size_t>(batch.num_rows));
     batch.out_indices = indices_.data();
@@ -143,8 +180,8 @@ class HostWorker final : public Worker {
     batch.out_num_positive = pos_.data();
     batch.out_num_negative = neg_.data();
     if (batch.num_rows > 0) backend_->Sample(batch);
-    WriteResponses(jobs, builder, first,
-                   {indices_.data(), out_labels_.data(), pos_.data(), neg_.data()}, device_);
+    WriteResponses(jobs, plan, {indices_.data(), out_labels_.data(), pos_.data(), neg_.data()},
+                   device_);
   }
 
  private:
@@ -200,14 +237,13 @@ class CudaWorker final : public Worker {
   const std::string& device() const override { return device_; }
 
   void Run(const std::vector<Job*>& jobs) override {
-    BatchBuilder builder;
-    const std::vector<int64_t> first = Plan(jobs, &builder);
-    const int64_t num_rows = static_cast<int64_t>(builder.rows().size());
+    const Plan plan = MakePlan(jobs);
+    const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
     // One pinned and one device region each way; sections aligned to 256 bytes.
     const size_t rows_bytes = Align(static_cast<size_t>(num_rows) * sizeof(RowDesc));
-    const size_t label_bytes = Align(static_cast<size_t>(builder.label_bytes()));
-    const size_t idx_bytes = Align(static_cast<size_t>(builder.total_slots()) * 8);
-    const size_t olab_bytes = Align(static_cast<size_t>(builder.out_label_bytes()));
+    const size_t label_bytes = Align(static_cast<size_t>(plan.label_bytes));
+    const size_t idx_bytes = Align(static_cast<size_t>(plan.sizes.total_slots) * 8);
+    const size_t olab_bytes = Align(static_cast<size_t>(plan.out_label_bytes));
     const size_t cnt_bytes = Align(static_cast<size_t>(num_rows) * 4);
     const size_t in_bytes = rows_bytes + label_bytes;
     const size_t out_bytes = idx_bytes + olab_bytes + 2 * cnt_bytes;
@@ -217,13 +253,12 @@ class CudaWorker final : public Worker {
     uint8_t* d_in = d_in_.Reserve(in_bytes);
     uint8_t* d_out = d_out_.Reserve(out_bytes);
     if (num_rows > 0) {
-      std::memcpy(h_in, builder.rows().data(), static_cast<size_t>(num_rows) * sizeof(RowDesc));
+      std::memcpy(h_in, plan.rows.data(), static_cast<size_t>(num_rows) * sizeof(RowDesc));
     }
-    StageLabels(jobs, h_in + rows_bytes);
+    StageLabels(jobs, plan, h_in + rows_bytes);
 
     void* stream = backend_->stream();
-    kernels::Batch batch;
-    builder.FillSizes(&batch);
+    kernels::Batch batch = plan.sizes;
     batch.rows = reinterpret_cast<const RowDesc*>(d_in);
     batch.labels = d_in + rows_bytes;
     batch.out_indices = reinterpret_cast<int64_t*>(d_out);
@@ -262,7 +297,7 @@ class CudaWorker final : public Worker {
       error = callback_error_;
     }
     if (!error.empty()) throw kernels::Error(kernels::Error::Code::kDeviceFault, error);
-    WriteResponses(jobs, builder, first,
+    WriteResponses(jobs, plan,
                    {reinterpret_cast<const int64_t*>(h_out), h_out + idx_bytes,
                     reinterpret_cast<const int32_t*>(h_out + idx_bytes + olab_bytes),
                     reinterpret_cast<const int32_t*>(h_out + idx_bytes + olab_bytes + cnt_bytes)},
