@@ -276,6 +276,12 @@ void KeysOfElements(uint64_t seed, uint32_t row, uint32_t stream, const uint32_t
   std::memcpy(out, keys, static_cast<size_t>(n) * sizeof(uint32_t));
 }
 
+// Per-thread bucket counters of the small-n path of SortByHighWord.
+std::vector<uint32_t>& BucketCounts() {
+  thread_local std::vector<uint32_t> counts((1 << 14) + 1);
+  return counts;
+}
+
 void SortByHighWord(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp) {
   if (n < 2) return;
   if (static_cast<int64_t>(tmp->size()) < n) tmp->resize(n);
@@ -285,14 +291,17 @@ void SortByHighWord(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp) {
     std::sort(items, items + n);
     return;
   }
-  if (n <= 4096) {
+  if (n <= 16384) {
     // Small: one stable counting pass on the top bits of the key into about n buckets
     // (keys are uniform, so buckets hold about one item), then insertion sort inside each
     // bucket on the whole word. O(n) expected; std::sort was 20% of a 1000-element row.
     int bits = 5;
     while ((int64_t{1} << bits) < n) ++bits;
     const int shift = 64 - bits;
-    uint32_t count[4097] = {};
+    // 64 KiB of counters at most: stays in L2.
+    std::vector<uint32_t>& count_buf = BucketCounts();
+    std::fill(count_buf.begin(), count_buf.begin() + (int64_t{1} << bits) + 1, 0u);
+    uint32_t* count = count_buf.data();
     for (int64_t j = 0; j < n; ++j) ++count[(items[j] >> shift) + 1];
     for (int b = 1; b <= (1 << bits); ++b) count[b] += count[b - 1];
     uint64_t* out = tmp->data();

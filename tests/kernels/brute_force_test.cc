@@ -64,8 +64,11 @@ TEST_P(BruteForceTest, EdgeSizesAroundKAndLaneBoundaries) {
       c.spec.num_samples = k;
       c.seed = gen();
       c.rows = {RandomLabels(n, p_pos, (1.0 - p_pos) * 0.8, gen())};
-      c.feature_row_bytes = 3;
-      const std::string what = "n=" + std::to_string(n) + " p_pos=" + std::to_string(p_pos);
+      // Every specialized feature-row width and a few odd ones.
+      static const int64_t kWidths[] = {3, 4, 8, 16, 32, 64, 128, 1, 12, 0};
+      c.feature_row_bytes = kWidths[gen() % 10];
+      const std::string what = "n=" + std::to_string(n) + " p_pos=" + std::to_string(p_pos) +
+                               " feature_row_bytes=" + std::to_string(c.feature_row_bytes);
       const Result got = RunOne(GetParam(), c);
       ExpectSame(got, Reference(c), what);
       ExpectInvariants(c, got, what);
