@@ -23,8 +23,8 @@ bool HasVectorFilter();
 
 // Adds to *np / *nq the labels equal to pos_label / neg_label among the n (a multiple of 8)
 // labels at `labels`. Requires HasVectorFilter().
-void CountLabels(int dtype_size, bool is_signed, const void* labels, int64_t n,
-                 int64_t pos_label, int64_t neg_label, int64_t* np, int64_t* nq);
+void CountLabels(int dtype_size, bool is_signed, const void* labels, int64_t n, int64_t pos_label,
+                 int64_t neg_label, int64_t* np, int64_t* nq);
 
 // The candidate filter on one full tile: for j < kTileElements, element first + j (label
 // bytes at labels_tile, `dtype`) goes to pos_out (and *np grows) when its label equals

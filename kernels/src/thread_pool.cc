@@ -1,8 +1,37 @@
 #include "thread_pool.hpp"
 
-namespace gpusampler::kernels {
+#include <chrono>
 
-ThreadPool::ThreadPool(int threads) {
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace gpusampler::kernels {
+namespace {
+
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Waking a sleeping thread costs tens to hundreds of microseconds on virtualized hosts, a
+// whole 1e4-element row's work, so both sides poll briefly before they block.
+template <typename Ready>
+bool SpinUntil(Ready ready, int spin_us) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  for (int i = 0;; ++i) {
+    if (ready()) return true;
+    CpuRelax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int threads, int spin_us) : spin_us_(spin_us) {
   if (threads < 1) threads = 1;
   for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w] { WorkerLoop(w); });
 }
@@ -10,7 +39,7 @@ ThreadPool::ThreadPool(int threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   start_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -34,15 +63,21 @@ void ThreadPool::RunTasks(int worker) {
 void ThreadPool::WorkerLoop(int worker) {
   uint64_t seen = 0;
   for (;;) {
-    {
+    auto changed = [&] {
+      return stop_.load(std::memory_order_acquire) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    };
+    if (!SpinUntil(changed, spin_us_)) {
       std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      start_cv_.wait(lock, changed);
     }
+    if (stop_.load(std::memory_order_acquire)) return;
+    seen = generation_.load(std::memory_order_acquire);
     RunTasks(worker);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--busy_ == 0) done_cv_.notify_one();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_cv_.notify_one();
+    }
   }
 }
 
@@ -52,21 +87,25 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int)>&
     for (int64_t i = 0; i < n; ++i) fn(i, 0);
     return;
   }
+  fn_ = &fn;
+  n_ = n;
+  error_ = nullptr;
+  next_.store(0, std::memory_order_relaxed);
+  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    fn_ = &fn;
-    n_ = n;
-    next_.store(0, std::memory_order_relaxed);
-    error_ = nullptr;
-    busy_ = static_cast<int>(workers_.size());
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
   RunTasks(0);
+  auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (!SpinUntil(done, spin_us_)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, done);
+  }
   std::exception_ptr error;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return busy_ == 0; });
+    std::lock_guard<std::mutex> lock(mu_);
     error = error_;
     fn_ = nullptr;
   }

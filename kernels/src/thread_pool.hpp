@@ -15,7 +15,8 @@ namespace gpusampler::kernels {
 class ThreadPool {
  public:
   // `threads` workers in all, the calling thread included (so threads - 1 are spawned).
-  explicit ThreadPool(int threads);
+  // Idle workers poll for new work for `spin_us` microseconds before they sleep.
+  explicit ThreadPool(int threads, int spin_us = 200);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -32,13 +33,15 @@ class ThreadPool {
   void WorkerLoop(int worker);
   void RunTasks(int worker);
 
+  const int spin_us_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
-  uint64_t generation_ = 0;  // bumped per ParallelFor; guarded by mu_
-  int busy_ = 0;             // workers still inside the current generation; guarded by mu_
-  bool stop_ = false;
+  // Bumped (under mu_, so sleepers cannot miss it) after the job fields below are set.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};  // workers still inside the current job
+  std::atomic<bool> stop_{false};
   const std::function<void(int64_t, int)>* fn_ = nullptr;
   int64_t n_ = 0;
   std::atomic<int64_t> next_{0};

@@ -165,7 +165,7 @@ class Backend {
 
 struct CpuBackendOptions {
   int threads = 0;                                // worker threads; 0 = hardware concurrency
-  int64_t split_row_elements = int64_t{1} << 18;  // rows this long are split over threads
+  int64_t split_row_elements = int64_t{1} << 15;  // rows this long are split over threads
   // Candidate bound margin (see CandidateBound); only tests change these, to force the
   // exact-selection rerun.
   double candidate_sigmas = 4.0;
