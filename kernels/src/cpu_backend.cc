@@ -231,10 +231,17 @@ void WriteSelected(size_t item, Scratch* s, int64_t begin, int64_t end, int64_t*
 
 // Copies feature row sel[j] to slot slot_of[j] for j in [begin, end). Common row sizes get
 // a copy of compile-time length (inlined moves instead of a memcpy call per row).
+//
+// Rows are prefetched kPrefetchRows ahead: when the features are not cached (a new batch
+// every step), the gather waits on DRAM and page walks, and prefetching cut B = 32 x 1e5
+// from 17.3 to 16.0 ms; when they are cached (the same row benchmarked again) it costs ~3%.
+constexpr int64_t kPrefetchRows = 64;
+
 template <int64_t kBytes>
 void CopyRowsFixed(const uint32_t* sel, const uint32_t* slot_of, int64_t begin, int64_t end,
                    const uint8_t* in, uint8_t* out) {
   for (int64_t j = begin; j < end; ++j) {
+    if (j + kPrefetchRows < end) __builtin_prefetch(in + int64_t{sel[j + kPrefetchRows]} * kBytes);
     std::memcpy(out + int64_t{slot_of[j]} * kBytes, in + int64_t{sel[j]} * kBytes, kBytes);
   }
 }
@@ -256,6 +263,8 @@ void CopyFeatureRows(int64_t bytes, const uint32_t* sel, const uint32_t* slot_of
       return CopyRowsFixed<128>(sel, slot_of, begin, end, in, out);
     default:
       for (int64_t j = begin; j < end; ++j) {
+        if (j + kPrefetchRows < end)
+          __builtin_prefetch(in + int64_t{sel[j + kPrefetchRows]} * bytes);
         std::memcpy(out + int64_t{slot_of[j]} * bytes, in + int64_t{sel[j]} * bytes,
                     static_cast<size_t>(bytes));
       }
