@@ -158,6 +158,44 @@ TEST_P(BruteForceTest, MillionElementRow) {
   }
 }
 
+TEST_P(BruteForceTest, LongStructuredRows) {
+  // Rows long enough to be split over threads, with structured labels (sorted, periodic,
+  // one class in a small block) as well as random ones, every fill policy and K from 1 to
+  // most of the row.
+  std::mt19937_64 gen(4242);
+  const int64_t n = 70001;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> rows;
+  rows.emplace_back("uniform", RandomLabels(n, 0.5, 0.5, gen()));
+  rows.emplace_back("scarce positives", RandomLabels(n, 0.002, 0.9, gen()));
+  rows.emplace_back("scarce negatives", RandomLabels(n, 0.95, 0.001, gen()));
+  std::vector<int64_t> sorted(n, 0);
+  std::fill(sorted.begin(), sorted.begin() + n / 3, 1);
+  rows.emplace_back("sorted", sorted);
+  std::vector<int64_t> periodic(n);
+  for (int64_t i = 0; i < n; ++i) periodic[i] = (i / 64) % 2;  // tile-periodic classes
+  rows.emplace_back("periodic", periodic);
+  std::vector<int64_t> hidden(n, 0);
+  for (int64_t i = 100; i < 1000; ++i) hidden[i] = 1;  // positives between sampled tiles
+  rows.emplace_back("hidden", hidden);
+  for (const auto& [name, labels] : rows) {
+    for (FillPolicy fill : {FillPolicy::kBoth, FillPolicy::kNegativesOnly, FillPolicy::kNone}) {
+      for (int64_t k : {int64_t{1}, int64_t{500}, int64_t{7000}, int64_t{60000}}) {
+        Case c;
+        c.spec.num_samples = k;
+        c.spec.fill = fill;
+        c.seed = gen();
+        c.rows = {labels};
+        c.feature_row_bytes = 4;
+        const std::string what = name + " fill=" + std::to_string(static_cast<int>(fill)) +
+                                 " k=" + std::to_string(k);
+        const Result got = RunOne(GetParam(), c);
+        ExpectSame(got, Reference(c), what);
+        ExpectInvariants(c, got, what);
+      }
+    }
+  }
+}
+
 TEST_P(BruteForceTest, SeedAndRowChangeTheSample) {
   Case a;
   a.spec.num_samples = 20;
