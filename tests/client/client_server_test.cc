@@ -17,6 +17,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -246,6 +247,37 @@ TEST(ClientServer, StreamFailsAfterEarlierResponses) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("num_samples"), std::string::npos);
   EXPECT_EQ(received, 3);
+}
+
+TEST(ClientServer, CallbackExceptionsCancelTheCallAndReachTheCaller) {
+  Client client(Options());
+  {
+    auto session = client.OpenSession(4);
+    int sent = 0;
+    EXPECT_THROW(session->Run(
+                     [&](v1::SampleRequest* r) {
+                       if (sent == 50) return false;
+                       *r = Request(1, 40, 4, sent++);
+                       return true;
+                     },
+                     [&](v1::SampleResponse&&) { throw std::runtime_error("trainer failed"); }),
+                 std::runtime_error);
+  }
+  {
+    auto session = client.OpenSession(4);
+    int sent = 0;
+    EXPECT_THROW(session->Run(
+                     [&](v1::SampleRequest* r) {
+                       if (sent == 2) throw std::runtime_error("loader failed");
+                       *r = Request(1, 40, 4, sent++);
+                       return true;
+                     },
+                     [&](v1::SampleResponse&&) {}),
+                 std::runtime_error);
+  }
+  // The client and server are still usable.
+  v1::SampleResponse response;
+  EXPECT_TRUE(client.Sample(Request(1, 40, 4, 9), &response).ok());
 }
 
 TEST(ClientServer, DeadlineAndUnavailable) {

@@ -4,6 +4,7 @@
 #include <grpcpp/generic/generic_stub.h>
 
 #include <cstdio>
+#include <exception>
 #include <future>
 #include <sstream>
 #include <thread>
@@ -287,21 +288,45 @@ grpc::Status SampleSession::Finish() {
 
 grpc::Status SampleSession::Run(const std::function<bool(v1::SampleRequest*)>& next,
                                 const std::function<void(v1::SampleResponse&&)>& on_response) {
+  // Exceptions from either callback cancel the call, join the writer and are rethrown here,
+  // so neither thread ends the process with std::terminate.
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto fail = [&] {
+    {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
+    }
+    context_->TryCancel();
+    std::lock_guard<std::mutex> lock(mu_);
+    broken_ = true;
+    cv_.notify_all();
+  };
   std::thread writer([&] {
-    v1::SampleRequest request;
-    while (next(&request)) {
-      if (!Send(request)) break;
-      request.Clear();
+    try {
+      v1::SampleRequest request;
+      while (next(&request)) {
+        if (!Send(request)) break;
+        request.Clear();
+      }
+    } catch (...) {
+      fail();
     }
     CloseSend();
   });
   v1::SampleResponse response;
   while (Receive(&response)) {
-    on_response(std::move(response));
+    try {
+      on_response(std::move(response));
+    } catch (...) {
+      fail();
+    }
     response.Clear();
   }
   writer.join();
-  return Finish();
+  const grpc::Status status = Finish();
+  if (error) std::rethrow_exception(error);
+  return status;
 }
 
 }  // namespace gpusampler::client
