@@ -186,8 +186,8 @@ TEST_P(BruteForceTest, LongStructuredRows) {
         c.seed = gen();
         c.rows = {labels};
         c.feature_row_bytes = 4;
-        const std::string what = name + " fill=" + std::to_string(static_cast<int>(fill)) +
-                                 " k=" + std::to_string(k);
+        const std::string what =
+            name + " fill=" + std::to_string(static_cast<int>(fill)) + " k=" + std::to_string(k);
         const Result got = RunOne(GetParam(), c);
         ExpectSame(got, Reference(c), what);
         ExpectInvariants(c, got, what);
