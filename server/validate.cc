@@ -65,7 +65,11 @@ Status CheckTensor(const v1::Tensor& t, const std::string& name, const Limits& l
                                std::to_string(limits.max_message_bytes));
     }
   }
-  const int64_t want = n * static_cast<int64_t>(item);
+  int64_t want = 0;
+  if (__builtin_mul_overflow(n, static_cast<int64_t>(item), &want)) {
+    return InvalidArgument(name + ".shape " + ShapeString(t.shape()) + " times " +
+                           std::to_string(item) + " bytes per element overflows int64");
+  }
   const int64_t have = static_cast<int64_t>(t.data().size());
   if (have != want) {
     return InvalidArgument(name + ".data has " + std::to_string(have) + " bytes, expected " +
@@ -79,12 +83,20 @@ Status CheckTensor(const v1::Tensor& t, const std::string& name, const Limits& l
 
 }  // namespace
 
-int64_t ResponseBytes(const Job& job) {
+bool ResponseBytes(const Job& job, size_t request_id_bytes, int64_t* bytes) {
   const int64_t b = job.num_rows();
   const int64_t k = job.spec.num_samples;
-  const int64_t per_slot =
-      8 + static_cast<int64_t>(kernels::ItemSize(job.label_dtype)) + job.feature_row_bytes;
-  return b * k * per_slot + 8 * b + 1024;
+  const int64_t item = static_cast<int64_t>(kernels::ItemSize(job.label_dtype));
+  // Every product and sum checked: the dims come from the client.
+  int64_t per_slot = 0, slots = 0, payload = 0, total = 0;
+  if (__builtin_add_overflow(8 + item, job.feature_row_bytes, &per_slot) ||
+      __builtin_mul_overflow(b, k, &slots) || __builtin_mul_overflow(slots, per_slot, &payload) ||
+      __builtin_add_overflow(payload, 8 * b + kResponseOverheadBytes, &total) ||
+      __builtin_add_overflow(total, static_cast<int64_t>(request_id_bytes), &total)) {
+    return false;
+  }
+  *bytes = total;
+  return true;
 }
 
 Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* job) {
@@ -248,19 +260,28 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
     int64_t row = static_cast<int64_t>(kernels::ItemSize(job->feature_dtype));
     for (int i = lead; i < feat.shape_size(); ++i) {
       job->feature_trailing_shape.push_back(feat.shape(i));
-      row *= feat.shape(i);
+      if (__builtin_mul_overflow(row, feat.shape(i), &row)) {
+        return InvalidArgument(
+            "features.shape " + ShapeString(feat.shape()) + ": one feature row (trailing dims * " +
+            std::to_string(kernels::ItemSize(job->feature_dtype)) + " bytes) overflows int64");
+      }
     }
     job->feature_row_bytes = row;
     job->features = reinterpret_cast<const uint8_t*>(feat.data().data());
   }
 
-  const int64_t out = ResponseBytes(*job);
+  int64_t out = 0;
+  const std::string size_terms =
+      "(B " + std::to_string(job->num_rows()) + " * K " + std::to_string(k) + " * (8 + " +
+      std::to_string(kernels::ItemSize(ldtype)) + " + " + std::to_string(job->feature_row_bytes) +
+      ") + request_id " + std::to_string(req.request_id().size()) + " + framing)";
+  if (!ResponseBytes(*job, req.request_id().size(), &out)) {
+    return InvalidArgument("response size " + size_terms + " overflows int64");
+  }
   if (out > limits.max_message_bytes) {
     return ResourceExhausted(
-        "response would have " + std::to_string(out) + " bytes (B " +
-        std::to_string(job->num_rows()) + " * K " + std::to_string(k) + " * (8 + " +
-        std::to_string(kernels::ItemSize(ldtype)) + " + " + std::to_string(job->feature_row_bytes) +
-        ") + framing), over max_message_bytes = " + std::to_string(limits.max_message_bytes));
+        "response would have " + std::to_string(out) + " bytes " + size_terms +
+        ", over max_message_bytes = " + std::to_string(limits.max_message_bytes));
   }
   job->seed = req.has_seed() ? req.seed() : DrawSeed();
   return Status::Ok();

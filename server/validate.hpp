@@ -15,7 +15,13 @@ namespace gpusampler::server {
 // numbers. `job`'s pointers address `request`'s bytes. Draws a seed when none is given.
 Status ValidateRequest(const v1::SampleRequest& request, const Limits& limits, Job* job);
 
-// Bytes of the response `job` produces (tensor payloads plus a small allowance for framing).
-int64_t ResponseBytes(const Job& job);
+// Framing allowance of a response beyond its tensor payloads and request_id (tags, lengths,
+// shapes, dtypes, seed, device, timing).
+inline constexpr int64_t kResponseOverheadBytes = 1024;
+
+// Sets `*bytes` to the size of the response `job` produces (tensor payloads, the echoed
+// request_id of `request_id_bytes`, and kResponseOverheadBytes). False when that overflows
+// int64 (the dims come from the client).
+bool ResponseBytes(const Job& job, size_t request_id_bytes, int64_t* bytes);
 
 }  // namespace gpusampler::server

@@ -229,7 +229,8 @@ std::vector<Case> Cases() {
          f->set_dtype(v1::DTYPE_FLOAT32);
        },
        kExhausted,
-       "response would have 1217040 bytes (B 2 * K 500 * (8 + 8 + 1200) + framing), over "
+       "response would have 1217040 bytes (B 2 * K 500 * (8 + 8 + 1200) + request_id 0 + "
+       "framing), over "
        "max_message_bytes = 1048576"},
       {"shape overflow",
        [](auto* r) {
@@ -277,6 +278,67 @@ TEST(ValidationTest, RequestOverMaxMessageBytesIsResourceExhausted) {
   v1::SampleResponse resp;
   const grpc::Status s = t.stub->Sample(&ctx, MakeRequest(r), &resp);
   EXPECT_EQ(s.error_code(), kExhausted) << s.error_message();
+}
+
+// Labels INT64 [0] with features FLOAT32 [0, d1, d2] and no data: the shape passes the element
+// count (0), so only checked arithmetic on the feature row and the response size stops it.
+v1::SampleRequest HugeFeatureRowRequest(int64_t d1, int64_t d2, int64_t k) {
+  v1::SampleRequest req;
+  req.mutable_spec()->set_num_samples(k);
+  req.set_seed(1);
+  req.mutable_labels()->set_dtype(v1::DTYPE_INT64);
+  req.mutable_labels()->add_shape(0);
+  auto* f = req.mutable_features();
+  f->set_dtype(v1::DTYPE_FLOAT32);
+  f->add_shape(0);
+  f->add_shape(d1);
+  f->add_shape(d2);
+  return req;
+}
+
+TEST(ValidationTest, OverflowingFeatureShapesAreRefusedAndServingGoesOn) {
+  auto t = StartServer(TestConfig());
+  struct Overflow {
+    int64_t d1, d2, k;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  const int64_t g = int64_t{1} << 30;
+  const int64_t t40 = int64_t{1} << 40;
+  for (const Overflow& c : std::vector<Overflow>{
+           // The reported crash: a 2^62-byte feature row, K 8: the response size overflows.
+           {g, g, 8, kInvalid, "response size (B 1 * K 8 * (8 + 8 + 4611686018427387904)"},
+           // K 1: no overflow, just far over the limit.
+           {g, g, 1, kExhausted, "response would have 4611686018427388952 bytes"},
+           // The feature row itself overflows.
+           {t40, t40, 1, kInvalid,
+            "features.shape [0, 1099511627776, 1099511627776]: one feature row"},
+       }) {
+    grpc::ClientContext ctx;
+    v1::SampleResponse resp;
+    const grpc::Status s = t.stub->Sample(&ctx, HugeFeatureRowRequest(c.d1, c.d2, c.k), &resp);
+    EXPECT_EQ(s.error_code(), c.code) << s.error_message();
+    EXPECT_NE(s.error_message().find(c.message), std::string::npos) << s.error_message();
+  }
+  EXPECT_EQ(t.server->scheduler().launches(), 0);
+  grpc::ClientContext ctx;
+  v1::SampleResponse resp;
+  EXPECT_TRUE(t.stub->Sample(&ctx, Base(), &resp).ok());
+}
+
+TEST(ValidationTest, HugeRequestIdCountsTowardsTheResponseSize) {
+  auto t = StartServer(LimitsConfig());
+  v1::SampleRequest req = Base();
+  req.mutable_spec()->set_num_samples(500);       // 32000 bytes of outputs
+  req.set_request_id(std::string(1028576, 'x'));  // the request still fits in 1 MiB
+  ASSERT_LT(req.ByteSizeLong(), size_t{1} << 20);
+  grpc::ClientContext ctx;
+  v1::SampleResponse resp;
+  const grpc::Status s = t.stub->Sample(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), kExhausted) << s.error_message();
+  EXPECT_NE(s.error_message().find("request_id 1028576"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("over max_message_bytes = 1048576"), std::string::npos);
+  EXPECT_EQ(t.server->scheduler().launches(), 0);
 }
 
 TEST(ValidationTest, StreamRequestsAreValidatedToo) {
