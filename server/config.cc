@@ -1,13 +1,78 @@
 #include "config.hpp"
 
 #include <CLI/CLI.hpp>
+#include <iomanip>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 
 namespace gpusampler::server {
 
+namespace {
+
+// The allowed range of every numeric flag, shared by the CLI11 checks and CheckConfig.
+struct Range {
+  const char* flag;
+  double value;
+  double min, max;
+};
+
+constexpr double kIntMax = std::numeric_limits<int>::max();
+constexpr double kInt64Max = 9.2e18;  // below INT64_MAX, exact enough for a bound
+
+std::vector<Range> Ranges(const ServerConfig& c) {
+  return {
+      {"--streams-per-device", double(c.streams_per_device), 1, 1024},
+      {"--cpu-threads", double(c.cpu_threads), 0, 4096},
+      {"--cpu-workers", double(c.cpu_workers), 1, 1024},
+      {"--max-batch-rows", double(c.max_batch_rows), 1, kIntMax},
+      {"--max-batch-delay-us", double(c.max_batch_delay_us), 0, 60e6},
+      {"--queue-capacity", double(c.queue_capacity), 1, kInt64Max},
+      {"--worker-spin-us", double(c.worker_spin_us), 0, 60e6},
+      {"--max-stream-inflight", double(c.max_stream_inflight), 1, kInt64Max},
+      // gRPC takes message sizes as int.
+      {"--max-message-bytes", double(c.limits.max_message_bytes), 1, kIntMax},
+      {"--max-rows", double(c.limits.max_rows), 1, kIntMax},
+      {"--max-elements", double(c.limits.max_elements), 1, kInt64Max},
+      // The kernels index a row's elements with 32 bits.
+      {"--max-row-elements", double(c.limits.max_row_elements), 1, kIntMax},
+      {"--max-num-samples", double(c.limits.max_num_samples), 1, kIntMax},
+      // gRPC takes these as int milliseconds.
+      {"--keepalive-time-ms", double(c.keepalive_time_ms), 1, kIntMax},
+      {"--keepalive-timeout-ms", double(c.keepalive_timeout_ms), 1, kIntMax},
+      {"--max-connection-age-ms", double(c.max_connection_age_ms), 0, kIntMax},
+      {"--shutdown-grace-seconds", c.shutdown_grace_seconds, 0, 1e6},
+  };
+}
+
+}  // namespace
+
+bool CheckConfig(const ServerConfig& config, std::string* error) {
+  for (const Range& r : Ranges(config)) {
+    if (!(r.value >= r.min && r.value <= r.max)) {  // also rejects NaN
+      std::ostringstream out;
+      out << std::setprecision(17) << r.flag << " = " << r.value << " is outside [" << r.min << ", "
+          << r.max << "]";
+      *error = out.str();
+      return false;
+    }
+  }
+  return true;
+}
+
 void AddFlags(CLI::App* app, ServerConfig* c) {
+  const std::vector<Range> ranges = Ranges(*c);
   auto add = [&](const char* flag, auto* value, const char* env, const char* help) {
-    app->add_option(flag, *value, help)->envname(env)->capture_default_str();
+    CLI::Option* opt = app->add_option(flag, *value, help)->envname(env)->capture_default_str();
+    for (const Range& r : ranges) {
+      if (std::string(r.flag) != flag) continue;
+      using T = std::remove_pointer_t<decltype(value)>;
+      if constexpr (std::is_integral_v<T>) {
+        opt->check(CLI::Range(static_cast<int64_t>(r.min), static_cast<int64_t>(r.max)));
+      } else {
+        opt->check(CLI::Range(r.min, r.max));
+      }
+    }
   };
   add("--address", &c->address, "GPUSAMPLER_ADDRESS",
       "gRPC listen address (host:port; port 0 picks one)");

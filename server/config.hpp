@@ -47,8 +47,13 @@ struct ServerConfig {
   std::string auth_token;  // filled from auth_token_file by Server::Start
 };
 
-// Registers every flag of `config` on `app` (defaults are the current values).
+// Registers every flag of `config` on `app` (defaults are the current values); numeric flags
+// are range-checked as CheckConfig does.
 void AddFlags(CLI::App* app, ServerConfig* config);
+
+// False with `error` naming the flag, its value and the allowed range when a numeric setting
+// is out of range (counts >= 1, 32-bit row indexing, int milliseconds for gRPC).
+bool CheckConfig(const ServerConfig& config, std::string* error);
 
 // Which devices `--device` selects. `cuda_devices` empty means CPU workers.
 struct DeviceSelection {

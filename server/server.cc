@@ -50,6 +50,9 @@ Server::Server(ServerConfig config, BackendFactory backend_factory)
 Server::~Server() { Shutdown(); }
 
 Status Server::Start() {
+  if (std::string error; !CheckConfig(config_, &error)) {
+    return Status(Code::kInvalidArgument, error);
+  }
   if (!config_.auth_token_file.empty()) {
     std::ifstream in(config_.auth_token_file);
     std::string token;

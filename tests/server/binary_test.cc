@@ -180,5 +180,42 @@ TEST(BinaryTest, BadFlagsExitNonZero) {
       << ReadFile(log);
 }
 
+TEST(BinaryTest, OutOfRangeFlagValuesExitNonZeroNamingTheFlag) {
+  const std::string log = ::testing::TempDir() + "/gpusampler-badrange.log";
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--max-row-elements", "2147483648"},
+           {"--max-row-elements", "0"},
+           {"--max-stream-inflight", "0"},
+           {"--max-batch-rows", "0"},
+           {"--queue-capacity", "0"},
+           {"--streams-per-device", "0"},
+           {"--cpu-workers", "0"},
+           {"--keepalive-time-ms", "3000000000"},
+           {"--max-connection-age-ms", "-1"},
+           {"--max-num-samples", "0"},
+           {"--shutdown-grace-seconds", "-1"},
+       }) {
+    const pid_t pid = Spawn({GPUSAMPLER_SERVER_BIN, "--device", "cpu", "--address", "127.0.0.1:0",
+                             "--metrics-address", "", flag, value},
+                            log);
+    ASSERT_GT(pid, 0);
+    const int rc = WaitExit(pid, std::chrono::seconds(20));
+    EXPECT_NE(rc, 0) << flag << " " << value;
+    EXPECT_NE(rc, -1) << flag << " " << value << ": still running";
+    EXPECT_NE(ReadFile(log).find(flag), std::string::npos) << flag << ": " << ReadFile(log);
+  }
+}
+
+TEST(BinaryTest, OutOfRangeConfigFailsStart) {
+  ServerConfig config = TestConfig();
+  config.limits.max_row_elements = int64_t{1} << 31;
+  Server server(config);
+  const Status s = server.Start();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("--max-row-elements = 2147483648 is outside [1, 2147483647]"),
+            std::string::npos)
+      << s.message();
+}
+
 }  // namespace
 }  // namespace gpusampler::server::testing
