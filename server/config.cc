@@ -26,6 +26,7 @@ std::vector<Range> Ranges(const ServerConfig& c) {
       {"--cpu-threads", double(c.cpu_threads), 0, 4096},
       {"--cpu-workers", double(c.cpu_workers), 1, 1024},
       {"--max-batch-rows", double(c.max_batch_rows), 1, kIntMax},
+      {"--max-batch-slots", double(c.max_batch_slots), 1, kIntMax},
       {"--max-batch-delay-us", double(c.max_batch_delay_us), 0, 60e6},
       {"--queue-capacity", double(c.queue_capacity), 1, kInt64Max},
       {"--worker-spin-us", double(c.worker_spin_us), 0, 60e6},
@@ -86,6 +87,8 @@ void AddFlags(CLI::App* app, ServerConfig* c) {
   add("--cpu-workers", &c->cpu_workers, "GPUSAMPLER_CPU_WORKERS", "CPU workers");
   add("--max-batch-rows", &c->max_batch_rows, "GPUSAMPLER_MAX_BATCH_ROWS",
       "rows fused into one launch (1 disables dynamic batching)");
+  add("--max-batch-slots", &c->max_batch_slots, "GPUSAMPLER_MAX_BATCH_SLOTS",
+      "output slots (sum of rows * num_samples) fused into one launch");
   add("--max-batch-delay-us", &c->max_batch_delay_us, "GPUSAMPLER_MAX_BATCH_DELAY_US",
       "how long a batch may wait to fill while other launches run");
   add("--queue-capacity", &c->queue_capacity, "GPUSAMPLER_QUEUE_CAPACITY",

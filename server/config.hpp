@@ -26,9 +26,10 @@ struct ServerConfig {
   std::string metrics_address = "0.0.0.0:9464";  // empty: no metrics endpoint
   std::string device = "auto";                   // auto | cpu | cuda | cuda:0,1
   int streams_per_device = 2;                    // CUDA workers per device
-  int cpu_threads = 0;               // threads per CPU worker; 0 = hardware threads / cpu_workers
-  int cpu_workers = 1;               // CPU workers (each a backend with its own pool)
-  int64_t max_batch_rows = 256;      // rows fused into one launch; 1 disables fusion
+  int cpu_threads = 0;           // threads per CPU worker; 0 = hardware threads / cpu_workers
+  int cpu_workers = 1;           // CPU workers (each a backend with its own pool)
+  int64_t max_batch_rows = 256;  // rows fused into one launch; 1 disables fusion
+  int64_t max_batch_slots = int64_t{1} << 26;  // output slots (sum of B * K) of one launch
   int64_t max_batch_delay_us = 200;  // how long a batch may wait to fill while devices are busy
   int64_t queue_capacity = 1024;     // queued requests before RESOURCE_EXHAUSTED
   int64_t worker_spin_us = 300;      // an idle worker polls this long before parking

@@ -44,6 +44,9 @@ Status Scheduler::Start() {
     } catch (const kernels::Error& e) {
       return Status(Code::kUnavailable,
                     "warm-up on " + slot->worker->device() + " failed: " + e.what());
+    } catch (const std::exception& e) {
+      return Status(Code::kInternal,
+                    "warm-up on " + slot->worker->device() + " failed: " + e.what());
     }
     if (response.num_positive().data().size() != 8) {
       return Status(Code::kInternal, "warm-up on " + slot->worker->device() + " gave no output");
@@ -115,15 +118,21 @@ void Scheduler::SetPausedForTesting(bool paused) {
 
 void Scheduler::TakeLocked(std::vector<std::shared_ptr<Job>>* batch, int64_t* rows,
                            int64_t* elements) {
+  int64_t slots = 0;
+  for (const auto& job : *batch) slots += job->num_rows() * job->spec.num_samples;
   while (!queue_.empty()) {
     const int64_t r = queue_.front()->num_rows();
     const int64_t e = queue_.front()->num_elements();
+    // Validation bounds one request's B * K by max_message_bytes; the sum is bounded here.
+    const int64_t s = r * queue_.front()->spec.num_samples;
     if (!batch->empty() &&
-        (*rows + r > options_.max_batch_rows || *elements + e > options_.max_batch_elements)) {
+        (*rows + r > options_.max_batch_rows || *elements + e > options_.max_batch_elements ||
+         slots + s > options_.max_batch_slots)) {
       break;
     }
     *rows += r;
     *elements += e;
+    slots += s;
     batch->push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
@@ -183,23 +192,29 @@ void Scheduler::Loop(WorkerSlot* slot) {
   }
 }
 
+bool Scheduler::DropIfDead(Job* job, Clock::time_point now) {
+  // Dropped before launch: no kernel runs for these.
+  if (now >= job->deadline) {
+    ++dropped_;
+    metrics_->dropped_deadline().Increment();
+    job->done(Status(Code::kDeadlineExceeded, "deadline passed while queued"));
+    return true;
+  }
+  if (job->cancelled.load()) {
+    ++dropped_;
+    metrics_->dropped_cancelled().Increment();
+    job->done(Status(Code::kCancelled, "cancelled by the client while queued"));
+    return true;
+  }
+  return false;
+}
+
 void Scheduler::Launch(WorkerSlot* slot, std::vector<std::shared_ptr<Job>>& batch) {
   const auto start = Clock::now();
   std::vector<Job*> jobs;
   jobs.reserve(batch.size());
   for (auto& job : batch) {
-    // Dropped before launch: no kernel runs for these.
-    if (start >= job->deadline) {
-      ++dropped_;
-      metrics_->dropped_deadline().Increment();
-      job->done(Status(Code::kDeadlineExceeded, "deadline passed while queued"));
-    } else if (job->cancelled.load()) {
-      ++dropped_;
-      metrics_->dropped_cancelled().Increment();
-      job->done(Status(Code::kCancelled, "cancelled by the client while queued"));
-    } else {
-      jobs.push_back(job.get());
-    }
+    if (!DropIfDead(job.get(), start)) jobs.push_back(job.get());
   }
   if (jobs.empty()) return;
   bool failed;
@@ -231,17 +246,23 @@ void Scheduler::RunJobs(WorkerSlot* slot, const std::vector<Job*>& jobs, Clock::
       return;
     }
   } catch (const std::exception& e) {
-    status = Status(Code::kInternal, e.what());
+    status = Status(Code::kInternal, std::string("worker failed: ") + e.what());
+  } catch (...) {
+    status = Status(Code::kInternal, "worker failed with an unknown exception");
   }
   dm.busy.End();
   const auto end = Clock::now();
   ++launches_;
   launched_rows_ += rows;
   dm.launches->Increment();
-  if (!status.ok() && status.code() == Code::kResourceExhausted && jobs.size() > 1) {
-    // Out of memory with several requests fused: retry each alone so that only the
-    // request that does not fit fails.
-    for (Job* job : jobs) RunJobs(slot, {job}, start);
+  if (!status.ok() && jobs.size() > 1) {
+    // Out of memory (or any other error short of a device fault) with several requests
+    // fused: retry each alone, so that only the request at fault fails. Time has passed:
+    // a request that died meanwhile gets no kernel.
+    for (Job* job : jobs) {
+      const auto now = Clock::now();
+      if (!DropIfDead(job, now)) RunJobs(slot, {job}, now);
+    }
     return;
   }
   dm.compute->Observe(Seconds(end - start));

@@ -34,6 +34,9 @@ class Scheduler {
     // Label elements fused into one launch (bounds staging and device scratch); a larger
     // request still runs, alone.
     int64_t max_batch_elements = int64_t{1} << 27;
+    // Output slots (sum of B * K) fused into one launch, far below the kernels' 32-bit
+    // slot indexing; a larger request still runs, alone.
+    int64_t max_batch_slots = int64_t{1} << 26;
   };
   // `metrics` must outlive the scheduler. `on_fatal` runs once, on a worker thread, when a
   // device fault makes the server unusable.
@@ -72,9 +75,12 @@ class Scheduler {
     std::thread thread;
   };
   void Loop(WorkerSlot* slot);
-  // Moves queued jobs into `batch` while they fit in max_batch_rows and max_batch_elements
-  // (the first always fits).
+  // Moves queued jobs into `batch` while they fit in max_batch_rows, max_batch_elements and
+  // max_batch_slots (the first always fits).
   void TakeLocked(std::vector<std::shared_ptr<Job>>* batch, int64_t* rows, int64_t* elements);
+  // Completes `job` with DEADLINE_EXCEEDED or CANCELLED (counted as dropped) when its
+  // deadline has passed at `now` or it was cancelled; true then.
+  bool DropIfDead(Job* job, Clock::time_point now);
   void Launch(WorkerSlot* slot, std::vector<std::shared_ptr<Job>>& batch);
   void RunJobs(WorkerSlot* slot, const std::vector<Job*>& jobs, Clock::time_point start);
   void Fatal(const Status& status);

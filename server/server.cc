@@ -112,6 +112,8 @@ Status Server::Start() {
     }
   } catch (const kernels::Error& e) {
     return FromKernelError(e);
+  } catch (const std::exception& e) {
+    return Status(Code::kInternal, std::string("cannot create the workers: ") + e.what());
   }
   info.set_backend(backend_);
   auto* limits = info.mutable_limits();
@@ -126,7 +128,7 @@ Status Server::Start() {
   scheduler_ = std::make_unique<Scheduler>(
       Scheduler::Options{config_.queue_capacity, std::max<int64_t>(1, config_.max_batch_rows),
                          config_.max_batch_delay_us, config_.worker_spin_us,
-                         config_.limits.max_elements},
+                         config_.limits.max_elements, config_.max_batch_slots},
       metrics_.get(), [this](const Status& s) { OnFatal(s); });
   for (auto& [worker, device] : workers) scheduler_->AddWorker(std::move(worker), device);
   service_ = std::make_unique<SamplerService>(config_, scheduler_.get(), metrics_.get(), info);

@@ -281,7 +281,7 @@ class CudaWorker final : public Worker {
         callback_error_ = error;
         cv_.notify_all();
       });
-    } catch (const kernels::Error&) {
+    } catch (...) {
       // Work already enqueued may still read the staging buffers; the next launch must not
       // overwrite them under it. This is the worker's own thread, never a gRPC thread.
       try {

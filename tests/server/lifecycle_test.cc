@@ -104,7 +104,29 @@ TEST(SchedulerTest, DeadlinePassedAndCancelledRequestsNeverLaunch) {
             std::string::npos);
 }
 
-// A CPU backend that fails on chosen K values: 777 runs out of memory, 666 faults.
+TEST(SchedulerTest, FusionStopsAtMaxBatchSlots) {
+  ServerConfig config = TestConfig();
+  config.max_batch_rows = 1000;
+  config.max_batch_slots = 20;
+  auto t = StartServer(config);
+  Scheduler& sched = t.server->scheduler();
+  const int64_t launches = sched.launches();
+  sched.SetPausedForTesting(true);
+  std::vector<std::unique_ptr<AsyncCall>> calls;
+  for (int i = 0; i < 3; ++i) {
+    calls.push_back(StartSample(t.stub.get(), Small(8, static_cast<uint64_t>(i + 1))));
+    ASSERT_TRUE(WaitFor([&] { return sched.queue_depth() == i + 1; }));
+  }
+  sched.SetPausedForTesting(false);
+  for (auto& c : calls) ASSERT_TRUE(c->status.get().ok());
+  EXPECT_EQ(calls[0]->response.timing().batch_rows(), 2);  // 16 slots
+  EXPECT_EQ(calls[1]->response.timing().batch_rows(), 2);
+  EXPECT_EQ(calls[2]->response.timing().batch_rows(), 1);  // + 8 would be 24 > 20
+  EXPECT_EQ(sched.launches() - launches, 2);
+}
+
+// A CPU backend that fails on chosen K values: 777 runs out of memory, 778 does after
+// 800 ms, 555 rejects its input (a non-device error), 666 faults.
 class FaultyBackend final : public kernels::Backend {
  public:
   FaultyBackend() : cpu_(kernels::MakeCpuBackend(1)) {}
@@ -112,6 +134,13 @@ class FaultyBackend final : public kernels::Backend {
   kernels::MemorySpace memory_space() const override { return kernels::MemorySpace::kHost; }
   void Sample(const kernels::Batch& batch) override {
     for (int64_t r = 0; r < batch.num_rows; ++r) {
+      if (batch.rows[r].num_samples == 778) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(800));
+        throw kernels::Error(kernels::Error::Code::kOutOfMemory, "test: slow out of memory");
+      }
+      if (batch.rows[r].num_samples == 555) {
+        throw kernels::Error(kernels::Error::Code::kInvalidArgument, "test: rejected");
+      }
       if (batch.rows[r].num_samples == 777) {
         throw kernels::Error(kernels::Error::Code::kOutOfMemory, "test: out of memory");
       }
@@ -155,6 +184,51 @@ TEST(DeviceErrorTest, OutOfMemoryFailsOnlyThatRequestAndServingGoesOn) {
   grpc::ClientContext ctx;
   v1::SampleResponse resp;
   EXPECT_TRUE(t.stub->Sample(&ctx, Small(), &resp).ok());
+}
+
+TEST(DeviceErrorTest, AnyNonFaultErrorOfAFusedLaunchIsRetriedRequestByRequest) {
+  ServerConfig config = TestConfig();
+  config.max_batch_rows = 64;
+  auto t = StartServer(config, Faulty());
+  Scheduler& sched = t.server->scheduler();
+  const int64_t launches = sched.launches();
+  sched.SetPausedForTesting(true);
+  auto ok1 = StartSample(t.stub.get(), Small(8, 1));
+  auto bad = StartSample(t.stub.get(), Small(555, 2));
+  auto ok2 = StartSample(t.stub.get(), Small(9, 3));
+  ASSERT_TRUE(WaitFor([&] { return sched.queue_depth() == 3; }));
+  sched.SetPausedForTesting(false);
+  EXPECT_TRUE(ok1->status.get().ok());
+  const grpc::Status s = bad->status.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_TRUE(ok2->status.get().ok());
+  EXPECT_EQ(ok1->response.timing().batch_rows(), 1);  // answered by its solo retry
+  EXPECT_EQ(sched.launches() - launches, 4);          // the fused launch + 3 alone
+  EXPECT_EQ(HealthStatus(t.channel), "SERVING");
+}
+
+TEST(DeviceErrorTest, SoloRetryDropsRequestsThatDiedDuringTheFusedLaunch) {
+  ServerConfig config = TestConfig();
+  config.max_batch_rows = 64;
+  auto t = StartServer(config, Faulty());
+  Scheduler& sched = t.server->scheduler();
+  const int64_t launches = sched.launches();
+  const int64_t dropped = sched.dropped();
+  sched.SetPausedForTesting(true);
+  auto slow_oom = StartSample(t.stub.get(), Small(778, 1));
+  auto late = StartSample(t.stub.get(), Small(8, 2), std::chrono::milliseconds(400));
+  auto cancelled = StartSample(t.stub.get(), Small(9, 3));
+  ASSERT_TRUE(WaitFor([&] { return sched.queue_depth() == 3; }));
+  sched.SetPausedForTesting(false);  // all three alive at launch; the launch takes 800 ms
+  ASSERT_TRUE(WaitFor([&] { return sched.queue_depth() == 0; }));
+  cancelled->context.TryCancel();
+  EXPECT_EQ(late->status.get().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(cancelled->status.get().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(slow_oom->status.get().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ASSERT_TRUE(sched.WaitIdle(Clock::now() + std::chrono::seconds(10)));
+  // The fused launch and slow_oom's retry; no kernel for the dead two.
+  EXPECT_EQ(sched.launches() - launches, 2);
+  EXPECT_EQ(sched.dropped() - dropped, 2);
 }
 
 TEST(DeviceErrorTest, DeviceFaultSetsNotServingFailsInFlightAndRequestsExit) {
