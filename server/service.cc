@@ -137,9 +137,9 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
       read_in_flight_ = false;
       if (!ok) {
         reads_done_ = true;
-      } else {
+      } else if (!finished_) {
         Accept(std::move(reading_));
-      }
+      }  // else: the stream already ended (an earlier failure); the request is dropped unrun
       reading_.reset();
     }
     Pump();

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -15,20 +16,37 @@
 
 namespace gpusampler::server::testing {
 
+std::string TestDevice() {
+  const char* env = std::getenv("GPUSAMPLER_TEST_DEVICE");
+  return env && *env ? env : "cpu";
+}
+
+bool TestOnCpu() { return TestDevice() == "cpu"; }
+
+std::string TestDeviceId() {
+  const std::string d = TestDevice();
+  if (d == "cpu") return "cpu";
+  if (d.rfind("cuda:", 0) == 0) return "cuda:" + d.substr(5, d.find(',') - 5);
+  return "cuda:0";  // auto / cuda: every device, the first is 0
+}
+
 ServerConfig TestConfig() {
   ServerConfig c;
   c.address = "127.0.0.1:0";
   c.metrics_address = "127.0.0.1:0";
-  c.device = "cpu";
+  c.device = TestDevice();
   c.cpu_workers = 1;
   c.cpu_threads = 2;
+  c.streams_per_device = 1;
   c.shutdown_grace_seconds = 10;
   return c;
 }
 
 TestServer StartServer(const ServerConfig& config, BackendFactory factory) {
   TestServer t;
-  t.server = std::make_unique<Server>(config, std::move(factory));
+  ServerConfig c = config;
+  if (factory) c.device = "cpu";  // test backends run on the host
+  t.server = std::make_unique<Server>(c, std::move(factory));
   const Status s = t.server->Start();
   EXPECT_TRUE(s.ok()) << s.message();
   t.channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(t.server->grpc_port()),
@@ -182,7 +200,7 @@ void ExpectGolden(const Golden& g, const v1::SampleResponse& resp, const std::st
   EXPECT_EQ(Values<int32_t>(resp.num_positive()), g.num_positive) << g.name << " " << where;
   EXPECT_EQ(Values<int32_t>(resp.num_negative()), g.num_negative) << g.name << " " << where;
   EXPECT_EQ(resp.seed(), *g.request.seed) << where;
-  EXPECT_EQ(resp.device(), "cpu") << where;
+  EXPECT_EQ(resp.device().substr(0, 4), TestOnCpu() ? "cpu" : "cuda") << where;
 }
 
 std::unique_ptr<AsyncCall> StartSample(v1::Sampler::Stub* stub, v1::SampleRequest request,

@@ -19,7 +19,14 @@
 
 namespace gpusampler::server::testing {
 
-// 127.0.0.1:0 for gRPC and metrics, CPU, one worker of two threads, warnings only.
+// The device the suite runs on: $GPUSAMPLER_TEST_DEVICE (a --device value), default "cpu".
+std::string TestDevice();
+// The device id of the first worker: "cpu", or "cuda:N" for the first CUDA device selected.
+std::string TestDeviceId();
+bool TestOnCpu();
+
+// 127.0.0.1:0 for gRPC and metrics, TestDevice(), one worker (a CPU worker of two threads,
+// or one stream per CUDA device).
 ServerConfig TestConfig();
 
 struct TestServer {
@@ -27,7 +34,8 @@ struct TestServer {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Sampler::Stub> stub;
 };
-// Starts a server (asserting success) and connects a stub.
+// Starts a server (asserting success) and connects a stub. With a backend factory (test
+// backends on the host) the device is always "cpu".
 TestServer StartServer(const ServerConfig& config, BackendFactory factory = nullptr);
 
 // A request with labels `rows` (encoded as `dtype`, [B, N]; [N] when `one_dim`).
