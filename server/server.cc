@@ -2,7 +2,6 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <prometheus/exposer.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -12,6 +11,7 @@
 #include <thread>
 
 #include "gpusampler/kernels/device.hpp"
+#include "health.hpp"
 #include "metrics.hpp"
 #include "scheduler.hpp"
 #include "service.hpp"
@@ -146,11 +146,15 @@ Status Server::Start() {
   }
   metrics_->StartUpdater(std::chrono::milliseconds(1000));
 
-  grpc::EnableDefaultHealthCheckService(true);
+  // Our own health service, NOT_SERVING from the start: gRPC's default one would answer
+  // SERVING between BuildAndStart and the first SetServingStatus(false).
+  grpc::EnableDefaultHealthCheckService(false);
+  health_ = std::make_unique<HealthService>();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config_.address, grpc::InsecureServerCredentials(), &grpc_port_);
   builder.RegisterService(service_.get());
+  builder.RegisterService(health_.get());
   const int max_bytes = static_cast<int>(
       std::min<int64_t>(config_.limits.max_message_bytes, std::numeric_limits<int>::max()));
   builder.SetMaxReceiveMessageSize(max_bytes);
@@ -169,13 +173,11 @@ Status Server::Start() {
   if (!grpc_server_ || grpc_port_ == 0) {
     return Status(Code::kUnavailable, "cannot listen on " + config_.address);
   }
-  auto* health = grpc_server_->GetHealthCheckService();
-  health->SetServingStatus(false);
   spdlog::info("gRPC listening on port {} ({}), metrics on port {} ({}); warming up", grpc_port_,
                config_.address, metrics_port_, config_.metrics_address);
 
   if (Status s = scheduler_->Start(); !s.ok()) return s;
-  health->SetServingStatus(true);
+  health_->SetServing(true);
   spdlog::info("SERVING: grpc_port={} metrics_port={} backend={}", grpc_port_, metrics_port_,
                backend_);
   if (!config_.port_file.empty()) {
@@ -208,7 +210,7 @@ void Server::OnFatal(const Status& status) {
     failed_ = true;
   }
   if (service_) service_->StopAccepting();
-  if (grpc_server_) grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+  if (health_) health_->SetServing(false);
   spdlog::critical("NOT_SERVING after device fault ({}); exiting", status.message());
   RequestShutdown();
 }
@@ -227,8 +229,8 @@ void Server::Shutdown() {
   // is never accepted.
   if (service_) service_->StopAccepting();
   if (scheduler_) scheduler_->StopAccepting();
+  if (health_) health_->SetServing(false);
   if (grpc_server_) {
-    grpc_server_->GetHealthCheckService()->SetServingStatus(false);
     spdlog::info("draining: NOT_SERVING, new requests get UNAVAILABLE, grace {:.1f} s",
                  std::chrono::duration<double>(grace).count());
   }
@@ -240,6 +242,7 @@ void Server::Shutdown() {
   // Stopping the scheduler answers whatever is still queued (UNAVAILABLE), so every call
   // reaches Finish before gRPC waits for them.
   if (scheduler_) scheduler_->Stop();
+  if (health_) health_->Shutdown();  // ends Watch calls, so they do not hold up the drain
   if (grpc_server_) {
     // Streams that are still open (idle clients) are cancelled once the deadline passes.
     const auto now = Clock::now();

@@ -25,6 +25,7 @@ namespace gpusampler::server {
 class Metrics;
 class Scheduler;
 class SamplerService;
+class HealthService;
 
 // Test hook: builds the backend of CPU worker `index` instead of MakeCpuBackend.
 using BackendFactory = std::function<std::unique_ptr<kernels::Backend>(int index)>;
@@ -66,6 +67,7 @@ class Server {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<SamplerService> service_;
+  std::unique_ptr<HealthService> health_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   int grpc_port_ = 0;

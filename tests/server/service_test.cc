@@ -1,14 +1,22 @@
 // The service end to end over gRPC (in-process server on port 0): golden samples through
 // unary and streaming calls, alone and fused; streaming order and pipelining; batching
 // independence under concurrent clients; GetServerInfo and health.
+#include <arpa/inet.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <thread>
 
+#include "gpusampler/kernels/sampler.hpp"
+#include "health.grpc.pb.h"
 #include "scheduler.hpp"
 #include "test_util.hpp"
 
@@ -340,6 +348,91 @@ TEST(ServiceTest, GetServerInfoReportsBackendAndLimits) {
   EXPECT_GT(info.devices(0).memory_bytes(), 0);
   EXPECT_EQ(info.limits().max_num_samples(), 1234);
   EXPECT_EQ(info.limits().max_batch_rows(), 77);
+}
+
+std::atomic<bool> g_warm_up_done{false};
+
+// A CPU backend whose first Sample (the warm-up) takes 1 s, then sets g_warm_up_done.
+class SlowWarmUpBackend final : public kernels::Backend {
+ public:
+  SlowWarmUpBackend() : cpu_(kernels::MakeCpuBackend(1)) {}
+  std::string name() const override { return "cpu"; }
+  kernels::MemorySpace memory_space() const override { return kernels::MemorySpace::kHost; }
+  void Sample(const kernels::Batch& batch) override {
+    if (first_) std::this_thread::sleep_for(std::chrono::seconds(1));
+    cpu_->Sample(batch);
+    if (first_) g_warm_up_done = true;
+    first_ = false;
+  }
+
+ private:
+  std::unique_ptr<kernels::Backend> cpu_;
+  bool first_ = true;
+};
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(HealthTest, NotServingFromThePortOpeningUntilWarmUpIsDone) {
+  g_warm_up_done = false;
+  ServerConfig config = TestConfig();
+  const int port = FreePort();
+  config.address = "127.0.0.1:" + std::to_string(port);
+  config.port_file = ::testing::TempDir() + "/gpusampler-health-ports";
+  std::remove(config.port_file.c_str());
+  Server server(config, [](int) { return std::make_unique<SlowWarmUpBackend>(); });
+  std::atomic<bool> started{false};
+  std::thread start([&] {
+    EXPECT_TRUE(server.Start().ok());
+    started = true;
+  });
+  auto channel = grpc::CreateChannel(config.address, grpc::InsecureChannelCredentials());
+  int not_serving = 0;
+  // Poll as fast as possible until the port file appears (written once SERVING).
+  while (!started && !std::ifstream(config.port_file).good()) {
+    const std::string h = HealthStatus(channel);
+    if (h == "NOT_SERVING") ++not_serving;
+    if (h == "SERVING") EXPECT_TRUE(g_warm_up_done.load()) << "SERVING before warm-up finished";
+  }
+  start.join();
+  EXPECT_GT(not_serving, 0) << "health was never reachable during the 1 s warm-up";
+  EXPECT_EQ(HealthStatus(channel), "SERVING");
+  server.Shutdown();
+  std::remove(config.port_file.c_str());
+}
+
+TEST(HealthTest, WatchFollowsTheStatusAndUnknownServicesAreNotFound) {
+  auto t = StartServer(TestConfig());
+  auto stub = grpc::health::v1::Health::NewStub(t.channel);
+  {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service("no.such.Service");
+    grpc::health::v1::HealthCheckResponse resp;
+    EXPECT_EQ(stub->Check(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service("gpusampler.v1.Sampler");
+  auto watch = stub->Watch(&ctx, req);
+  grpc::health::v1::HealthCheckResponse resp;
+  ASSERT_TRUE(watch->Read(&resp));
+  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  std::thread drain([&] { t.server->Shutdown(); });
+  ASSERT_TRUE(watch->Read(&resp));
+  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_FALSE(watch->Read(&resp));  // ended by the shutdown
+  watch->Finish();
+  drain.join();
 }
 
 TEST(HealthTest, ServingAfterStartNotServingWhileDraining) {
