@@ -352,14 +352,14 @@ TEST(ServiceTest, GetServerInfoReportsBackendAndLimits) {
 
 std::atomic<bool> g_warm_up_done{false};
 
-// A CPU backend whose first Sample (the warm-up) takes 1 s, then sets g_warm_up_done.
+// A CPU backend whose first Sample (the warm-up) takes 1.5 s, then sets g_warm_up_done.
 class SlowWarmUpBackend final : public kernels::Backend {
  public:
   SlowWarmUpBackend() : cpu_(kernels::MakeCpuBackend(1)) {}
   std::string name() const override { return "cpu"; }
   kernels::MemorySpace memory_space() const override { return kernels::MemorySpace::kHost; }
   void Sample(const kernels::Batch& batch) override {
-    if (first_) std::this_thread::sleep_for(std::chrono::seconds(1));
+    if (first_) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     cpu_->Sample(batch);
     if (first_) g_warm_up_done = true;
     first_ = false;
@@ -395,7 +395,14 @@ TEST(HealthTest, NotServingFromThePortOpeningUntilWarmUpIsDone) {
     EXPECT_TRUE(server.Start().ok());
     started = true;
   });
-  auto channel = grpc::CreateChannel(config.address, grpc::InsecureChannelCredentials());
+  // Reconnect at once after a refused connection (the default backoff is about 1 s).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 5);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 20);
+  auto channel =
+      grpc::CreateCustomChannel(config.address, grpc::InsecureChannelCredentials(), args);
   int not_serving = 0;
   // Poll as fast as possible until the port file appears (written once SERVING).
   while (!started && !std::ifstream(config.port_file).good()) {
@@ -404,8 +411,8 @@ TEST(HealthTest, NotServingFromThePortOpeningUntilWarmUpIsDone) {
     if (h == "SERVING") EXPECT_TRUE(g_warm_up_done.load()) << "SERVING before warm-up finished";
   }
   start.join();
-  EXPECT_GT(not_serving, 0) << "health was never reachable during the 1 s warm-up";
-  EXPECT_EQ(HealthStatus(channel), "SERVING");
+  EXPECT_GT(not_serving, 0) << "health was never reachable during the 1.5 s warm-up";
+  EXPECT_TRUE(WaitFor([&] { return HealthStatus(channel) == "SERVING"; }));
   server.Shutdown();
   std::remove(config.port_file.c_str());
 }
