@@ -1,25 +1,11 @@
 #include "echo_server.hpp"
 
+#include "gpusampler/client/tensor.hpp"
+
 namespace gpusampler::bench {
 namespace {
 
-size_t ItemSize(v1::DType d) {
-  switch (d) {
-    case v1::DTYPE_BOOL:
-    case v1::DTYPE_INT8:
-    case v1::DTYPE_UINT8:
-      return 1;
-    case v1::DTYPE_INT16:
-    case v1::DTYPE_FLOAT16:
-    case v1::DTYPE_BFLOAT16:
-      return 2;
-    case v1::DTYPE_INT32:
-    case v1::DTYPE_FLOAT32:
-      return 4;
-    default:
-      return 8;
-  }
-}
+size_t ItemSize(v1::DType d) { return static_cast<size_t>(client::DTypeSize(d)); }
 
 void Fill(v1::Tensor* t, v1::DType dtype, std::vector<int64_t> shape, size_t bytes) {
   t->set_dtype(dtype);
