@@ -112,6 +112,8 @@ for cell in $sizes; do
 
   gs_cmd=("$bench" --backend "$backend" --rows "$b" --n "$n" --k "$k" --dim 16
           --label-dtype int64 --threads "$threads" --iters "$iters" --json)
+  # The floor (labels read once, N/4 + K Philox calls, the K-row gather) is a CPU measure.
+  [[ "$backend" != cpu ]] || gs_cmd+=(--floor)
   if ! out="$("${gs_cmd[@]}")"; then
     die "gpusampler-bench failed for rows=$b n=$n: $(printf '%q ' "${gs_cmd[@]}")"
   fi
@@ -148,7 +150,8 @@ echo "- host: \`$(uname -a)\`"
 echo "- CPU: $cpu_model ($(nproc) CPUs available)"
 [[ -z "$gpu_model" ]] || echo "- GPU: $gpu_model"
 echo "- threads: $threads"
-echo "- gpusampler: \`$(printf '%q' "$bench") --backend $backend --rows B --n N --k N/10 --dim 16 --label-dtype int64 --threads $threads --iters I --json\`"
+echo "- gpusampler: \`$(printf '%q' "$bench") --backend $backend --rows B --n N --k N/10 --dim 16 --label-dtype int64 --threads $threads --iters I --json$([[ "$backend" != cpu ]] || echo ' --floor')\`"
+[[ "$backend" != cpu ]] || echo "- floor: measured by the same binary in the same run on the same inputs and threads: read the labels once + B (N/4 + K) Philox4x32-10 calls (best ISA) + gather of the B K selected 64-byte feature rows in index order; each part timed alone, medians summed. \"x floor\" = gpusampler median / floor."
 echo "- PyTorch: $torch_version via \`$py bench/pytorch_baselines.py --sampler all --device $pt_device --rows B --n N --k N/10 --dim 16 --threads $threads --iters I --warmup W --json\`"
 [[ -z "$pt_note" ]] || echo "- note: $pt_note"
 echo "- labels: int64 uniform in {0,1}; features float32 [B, N, 16]; times are wall-clock medians per call (ms)"
@@ -178,11 +181,20 @@ for r in gs + pt:
     if key(r) not in cells:
         cells.append(key(r))
 
-def gs_median(c):
+def gs_pick(c):
     cand = [r for r in gs if key(r) == c and "median_ms" in r]
     pref = [r for r in cand if str(r.get("label_dtype", "int64")) == "int64" and int(r.get("dim", 16)) == 16]
-    pick = (pref or cand or [None])[0]
+    return (pref or cand or [None])[0]
+
+def gs_median(c):
+    pick = gs_pick(c)
     return None if pick is None else float(pick["median_ms"])
+
+def gs_floor(c):
+    pick = gs_pick(c)
+    return None if pick is None or "floor_ms" not in pick else float(pick["floor_ms"])
+
+has_floor = any("floor_ms" in r for r in gs)
 
 def pt_median(c, impl):
     for r in pt:
@@ -202,6 +214,8 @@ def fmt(v):
     return f"{v:.4g}"
 
 head = ["rows", "n", "k", "gpusampler median ms"] + [f"{i} median ms" for i in impls] + ["speedup (best PyTorch / gpusampler)"]
+if has_floor:
+    head += ["floor ms", "x floor"]
 print("| " + " | ".join(head) + " |")
 print("|" + "|".join("---:" for _ in head) + "|")
 for c in cells:
@@ -210,6 +224,9 @@ for c in cells:
     best = min((p for p in ps if p is not None), default=None)
     ratio = "n/a" if (g is None or best is None or g <= 0) else f"{best / g:.2f}x"
     row = [str(c[0]), str(c[1]), str(c[2]), fmt(g)] + [fmt(p) for p in ps] + [ratio]
+    if has_floor:
+        f = gs_floor(c)
+        row += [fmt(f), "n/a" if (f is None or g is None or f <= 0) else f"{g / f:.2f}x"]
     print("| " + " | ".join(row) + " |")
 
 skipped = sorted({r["skipped"] for r in pt if r.get("impl") == "pytorch-topk_compiled" and "skipped" in r})

@@ -3,7 +3,13 @@
 // cuda. Labels are uniform {0, 1} (half positives) like bench/pytorch_baselines.py.
 //
 //   gpusampler-bench --backend cpu|cuda --rows B --n N --k K --dim D --label-dtype int64
-//                    --threads T --iters I [--warmup W] [--seed S] [--json]
+//                    --threads T --iters I [--warmup W] [--seed S] [--json] [--floor]
+//
+// --floor (cpu) also measures, on the same inputs and threads, the work no CPU sampler can
+// avoid: reading the labels once, B (N/4 + K) Philox calls (the selection keys of every
+// element, four per call, and the order keys of the K selected), and the gather of the B K
+// selected feature rows in index order. Each part is timed alone (median of the same
+// iterations); their sum is the floor, and the JSON line reports our time as a multiple.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,10 +17,16 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "cpu_select.hpp"
 #include "gpusampler/kernels/device.hpp"
+#include "gpusampler/kernels/gather.hpp"
+#include "gpusampler/kernels/philox.hpp"
 #include "gpusampler/kernels/sampler.hpp"
+#include "thread_pool.hpp"
 
 namespace gk = gpusampler::kernels;
 
@@ -32,6 +44,7 @@ struct Options {
   int warmup = 5;
   uint64_t seed = 1;
   bool json = false;
+  bool floor = false;
 };
 
 [[noreturn]] void Usage(const char* why) {
@@ -74,6 +87,8 @@ Options Parse(int argc, char** argv) {
       o.seed = std::stoull(value());
     else if (flag == "--json")
       o.json = true;
+    else if (flag == "--floor")
+      o.floor = true;
     else if (flag == "--help" || flag == "-h")
       Usage("help");
     else
@@ -84,6 +99,7 @@ Options Parse(int argc, char** argv) {
     Usage("sizes must be positive");
   }
   if (o.backend != "cpu" && o.backend != "cuda") Usage("--backend is cpu or cuda");
+  if (o.floor && o.backend != "cpu") Usage("--floor measures the CPU floor; use --backend cpu");
   return o;
 }
 
@@ -91,6 +107,113 @@ double Percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   const size_t at = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
   return v[std::min(at, v.size() - 1)];
+}
+
+template <typename Fn>
+double MedianMs(int warmup, int iters, Fn&& fn) {
+  std::vector<double> ms;
+  for (int w = 0; w < warmup; ++w) fn();
+  for (int it = 0; it < iters; ++it) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return Percentile(ms, 0.5);
+}
+
+struct Floor {
+  double labels_ms = 0, keys_ms = 0, gather_ms = 0;
+  double total() const { return labels_ms + keys_ms + gather_ms; }
+};
+
+// The three unavoidable parts, each spread over `threads` like the backend's work.
+Floor MeasureFloor(const Options& o, const std::vector<uint8_t>& labels, size_t item,
+                   const std::vector<uint8_t>& features, int64_t feature_row_bytes) {
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  gk::ThreadPool pool(threads);
+  const int64_t tasks = threads * 4;
+  auto part = [&](int64_t total, int64_t t, int64_t align) {
+    const int64_t per = ((total + tasks - 1) / tasks + align - 1) / align * align;
+    return std::pair<int64_t, int64_t>{std::min(total, t * per), std::min(total, (t + 1) * per)};
+  };
+  Floor f;
+  // 1. Read every label byte once (a sum the compiler vectorizes; the result is kept).
+  const int64_t words = static_cast<int64_t>(o.rows * o.n * item / 8);
+  std::vector<uint64_t> sums(static_cast<size_t>(tasks));
+  const uint64_t* lw = reinterpret_cast<const uint64_t*>(labels.data());
+  f.labels_ms = MedianMs(o.warmup, o.iters, [&] {
+    pool.ParallelFor(tasks, [&](int64_t t, int) {
+      const auto [b, e] = part(words, t, 8);
+      uint64_t acc = 0;
+      for (int64_t j = b; j < e; ++j) acc += lw[j];
+      sums[static_cast<size_t>(t)] = acc;
+    });
+    asm volatile("" : : "r"(sums.data()) : "memory");
+  });
+  // 2. N/4 calls per row in tiles (u of every element), then K calls (v of the selected).
+  std::mt19937_64 gen(o.seed + 1);
+  std::vector<std::vector<uint32_t>> sel(static_cast<size_t>(o.rows));
+  for (auto& r : sel) {
+    std::vector<uint8_t> taken(static_cast<size_t>(o.n), 0);
+    for (int64_t j = 0; j < std::min(o.k, o.n);) {
+      const uint64_t i = gen() % static_cast<uint64_t>(o.n);
+      if (!taken[i]) {
+        taken[i] = 1;
+        r.push_back(static_cast<uint32_t>(i));
+        ++j;
+      }
+    }
+    std::sort(r.begin(), r.end());
+  }
+  const int64_t tiles = (o.n + gk::cpu::kTileElements - 1) / gk::cpu::kTileElements;
+  std::vector<std::vector<uint32_t>> keys(static_cast<size_t>(tasks),
+                                          std::vector<uint32_t>(gk::cpu::kTileElements));
+  f.keys_ms = MedianMs(o.warmup, o.iters, [&] {
+    pool.ParallelFor(tasks, [&](int64_t t, int) {
+      uint32_t* out = keys[static_cast<size_t>(t)].data();
+      const auto [b, e] = part(o.rows * tiles, t, 1);
+      for (int64_t j = b; j < e; ++j) {
+        gk::cpu::KeyTile(o.seed, static_cast<uint32_t>(j / tiles), gk::kSelectionStream,
+                         static_cast<uint64_t>(j % tiles) * gk::cpu::kTileElements, out);
+      }
+      const auto [kb, ke] = part(o.rows * o.k, t, gk::cpu::kTileElements);
+      for (int64_t j = kb; j < ke; j += gk::cpu::kTileElements) {
+        const int64_t row = j / o.k, at = j % o.k;
+        const int64_t count = std::min<int64_t>({gk::cpu::kTileElements, ke - j, o.k - at});
+        if (at >= static_cast<int64_t>(sel[static_cast<size_t>(row)].size())) continue;
+        gk::cpu::KeysOfElements(o.seed, static_cast<uint32_t>(row), gk::kOrderStream,
+                                sel[static_cast<size_t>(row)].data() + at, count, out);
+      }
+    });
+    asm volatile("" : : "r"(keys.data()) : "memory");
+  });
+  // 3. The K selected feature rows of each row, in index order, into their slots.
+  if (feature_row_bytes > 0) {
+    std::vector<uint8_t> out(static_cast<size_t>(o.rows * o.k * feature_row_bytes));
+    std::vector<uint32_t> slots(static_cast<size_t>(o.k));
+    for (int64_t j = 0; j < o.k; ++j) slots[static_cast<size_t>(j)] = static_cast<uint32_t>(j);
+    std::shuffle(slots.begin(), slots.end(), gen);
+    f.gather_ms = MedianMs(o.warmup, o.iters, [&] {
+      pool.ParallelFor(tasks, [&](int64_t t, int) {
+        const auto [b, e] = part(o.rows * o.k, t, 1);
+        for (int64_t j = b; j < e;) {
+          const int64_t row = j / o.k, at = j % o.k;
+          const int64_t count = std::min(e - j, o.k - at);
+          const auto& r = sel[static_cast<size_t>(row)];
+          const int64_t have = std::max<int64_t>(0, std::min<int64_t>(count, r.size() - at));
+          gk::GatherRows(r.data() + at, slots.data() + at, have, feature_row_bytes,
+                         features.data() + row * o.n * feature_row_bytes,
+                         out.data() + row * o.k * feature_row_bytes);
+          j += count;
+        }
+      });
+      asm volatile("" : : "r"(out.data()) : "memory");
+    });
+  }
+  return f;
 }
 
 }  // namespace
@@ -180,17 +303,27 @@ int main(int argc, char** argv) {
   for (void* d : device_buffers) gk::DeviceFree(d);
 
   const double median = Percentile(ms, 0.5), p90 = Percentile(ms, 0.9);
+  Floor floor;
+  char floor_json[256] = "";
+  if (o.floor) {
+    floor = MeasureFloor(o, labels, item, features, feature_row_bytes);
+    std::snprintf(floor_json, sizeof(floor_json),
+                  ", \"floor_ms\": %.6f, \"floor_labels_ms\": %.6f, \"floor_keys_ms\": %.6f, "
+                  "\"floor_gather_ms\": %.6f, \"x_floor\": %.3f",
+                  floor.total(), floor.labels_ms, floor.keys_ms, floor.gather_ms,
+                  median / floor.total());
+  }
   const char* memory = backend->memory_space() == gk::MemorySpace::kHost ? "host" : "device";
   if (o.json) {
     std::printf(
         "{\"impl\": \"gpusampler\", \"backend\": \"%s\", \"device\": \"%s\", \"rows\": %lld, "
         "\"n\": %lld, \"k\": %lld, \"dim\": %lld, \"label_dtype\": \"%s\", \"threads\": %d, "
         "\"iters\": %d, \"warmup\": %d, \"median_ms\": %.6f, \"p90_ms\": %.6f, "
-        "\"min_ms\": %.6f, \"inputs\": \"%s\", \"timed\": \"sample+feature gather\"}\n",
+        "\"min_ms\": %.6f, \"inputs\": \"%s\", \"timed\": \"sample+feature gather\"%s}\n",
         o.backend.c_str(), backend->name().c_str(), static_cast<long long>(o.rows),
         static_cast<long long>(o.n), static_cast<long long>(o.k), static_cast<long long>(o.dim),
         o.label_dtype.c_str(), o.threads, o.iters, o.warmup, median, p90,
-        *std::min_element(ms.begin(), ms.end()), memory);
+        *std::min_element(ms.begin(), ms.end()), memory, floor_json);
   } else {
     std::printf(
         "%s rows=%lld n=%lld k=%lld dim=%lld %s threads=%d iters=%d: median %.4f ms, "
@@ -198,6 +331,11 @@ int main(int argc, char** argv) {
         backend->name().c_str(), static_cast<long long>(o.rows), static_cast<long long>(o.n),
         static_cast<long long>(o.k), static_cast<long long>(o.dim), o.label_dtype.c_str(),
         o.threads, o.iters, median, p90, memory);
+    if (o.floor) {
+      std::printf("floor %.4f ms (labels %.4f, keys %.4f, gather %.4f): %.2fx the floor\n",
+                  floor.total(), floor.labels_ms, floor.keys_ms, floor.gather_ms,
+                  median / floor.total());
+    }
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "gpusampler/kernels/device.hpp"
+#include "gpusampler/kernels/gather.hpp"
 #include "gpusampler/v1/sampler.pb.h"
 
 namespace gpusampler::server {
@@ -125,17 +126,11 @@ void WriteResponse(const Job& job, const RowDesc& first_row, int64_t first, cons
     t->mutable_shape()->Assign(fshape.begin(), fshape.end());
     std::string* data = t->mutable_data();
     data->resize(slots * frb);
-    char* dst = data->data();
+    uint8_t* dst = reinterpret_cast<uint8_t*>(data->data());
     for (int64_t r = 0; r < b; ++r) {
       const uint8_t* row = job.features + static_cast<size_t>(job.row_offsets[r]) * frb;
-      for (int64_t s = 0; s < k; ++s, dst += frb) {
-        const int64_t i = indices[r * k + s];
-        if (i >= 0) {
-          std::memcpy(dst, row + static_cast<size_t>(i) * frb, frb);
-        } else {
-          std::memset(dst, 0, frb);
-        }
-      }
+      kernels::GatherRows(indices + r * k, nullptr, k, job.feature_row_bytes, row,
+                          dst + static_cast<size_t>(r * k) * frb);
     }
   }
   resp->set_seed(job.seed);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cpu_select.hpp"
+#include "gpusampler/kernels/gather.hpp"
 #include "gpusampler/kernels/philox.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 #include "thread_pool.hpp"
@@ -229,48 +230,6 @@ void WriteSelected(size_t item, Scratch* s, int64_t begin, int64_t end, int64_t*
   }
 }
 
-// Copies feature row sel[j] to slot slot_of[j] for j in [begin, end). Common row sizes get
-// a copy of compile-time length (inlined moves instead of a memcpy call per row).
-//
-// Rows are prefetched kPrefetchRows ahead: when the features are not cached (a new batch
-// every step), the gather waits on DRAM and page walks, and prefetching cut B = 32 x 1e5
-// from 17.3 to 16.0 ms; when they are cached (the same row benchmarked again) it costs ~3%.
-constexpr int64_t kPrefetchRows = 64;
-
-template <int64_t kBytes>
-void CopyRowsFixed(const uint32_t* sel, const uint32_t* slot_of, int64_t begin, int64_t end,
-                   const uint8_t* in, uint8_t* out) {
-  for (int64_t j = begin; j < end; ++j) {
-    if (j + kPrefetchRows < end) __builtin_prefetch(in + int64_t{sel[j + kPrefetchRows]} * kBytes);
-    std::memcpy(out + int64_t{slot_of[j]} * kBytes, in + int64_t{sel[j]} * kBytes, kBytes);
-  }
-}
-
-void CopyFeatureRows(int64_t bytes, const uint32_t* sel, const uint32_t* slot_of, int64_t begin,
-                     int64_t end, const uint8_t* in, uint8_t* out) {
-  switch (bytes) {
-    case 4:
-      return CopyRowsFixed<4>(sel, slot_of, begin, end, in, out);
-    case 8:
-      return CopyRowsFixed<8>(sel, slot_of, begin, end, in, out);
-    case 16:
-      return CopyRowsFixed<16>(sel, slot_of, begin, end, in, out);
-    case 32:
-      return CopyRowsFixed<32>(sel, slot_of, begin, end, in, out);
-    case 64:
-      return CopyRowsFixed<64>(sel, slot_of, begin, end, in, out);
-    case 128:
-      return CopyRowsFixed<128>(sel, slot_of, begin, end, in, out);
-    default:
-      for (int64_t j = begin; j < end; ++j) {
-        if (j + kPrefetchRows < end)
-          __builtin_prefetch(in + int64_t{sel[j + kPrefetchRows]} * bytes);
-        std::memcpy(out + int64_t{slot_of[j]} * bytes, in + int64_t{sel[j]} * bytes,
-                    static_cast<size_t>(bytes));
-      }
-  }
-}
-
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& options)
@@ -480,7 +439,8 @@ class CpuBackend final : public Backend {
     const int64_t per_sel = (m + chunks - 1) / chunks;
     parallel(chunks, [&](int64_t c) {
       const int64_t begin = std::min(m, c * per_sel), end = std::min(m, (c + 1) * per_sel);
-      CopyFeatureRows(fbytes, s->sel.data(), s->slot_of.data(), begin, end, in_feat, out_feat);
+      GatherRows(s->sel.data() + begin, s->slot_of.data() + begin, end - begin, fbytes, in_feat,
+                 out_feat);
     });
     for (int64_t slot = m; slot < k; ++slot) {
       std::memset(out_feat + slot * fbytes, 0, static_cast<size_t>(fbytes));

@@ -13,18 +13,39 @@
 namespace gpusampler::kernels::cpu {
 namespace {
 
-// Philox over kTileElements counters [lo32(i), 0, row, 0] (indices are < 2^31, so the high
-// word is 0), returning one output word per counter. Explicit AVX-512 and AVX2 versions are
-// chosen once at load time: the compiler's own vectorization of the portable loop emulated
-// full 64-bit multiplies and ran about 5x slower, and one chain of rounds is latency-bound,
-// so each version runs four independent chains.
-using PhiloxTileFn = void (*)(const uint32_t* index, uint32_t row, uint32_t k0, uint32_t k1,
-                              uint32_t word, uint32_t* out);
+// Two bulk shapes, each with explicit AVX-512 and AVX2 versions chosen once at load time
+// (the compiler's own vectorization of the portable loop emulated full 64-bit multiplies
+// and ran about 5x slower):
+//   - a key tile: the 64 consecutive Philox calls (blocks) that hold the keys of 256
+//     consecutive elements, written in element order;
+//   - element keys: one call per listed element, keeping word i & 3 (v of the selected set).
+// One chain of rounds is latency-bound, so every version runs four independent chains.
+using KeyTileFn = void (*)(uint64_t first_block, uint32_t row, uint32_t stream, uint32_t k0,
+                           uint32_t k1, uint32_t* out);
+// Calls for n <= kCallsPerGroup elements given as block words (lo, hi) and lane.
+inline constexpr int kCallsPerGroup = 64;
+using ElementKeysFn = void (*)(const uint32_t* block_lo, const uint32_t* block_hi,
+                               const uint32_t* lane, int n, uint32_t row, uint32_t stream,
+                               uint32_t k0, uint32_t k1, uint32_t* out);
 
-void PhiloxTilePortable(const uint32_t* index, uint32_t row, uint32_t k0, uint32_t k1,
-                        uint32_t word, uint32_t* out) {
-  for (int j = 0; j < kTileElements; ++j) {
-    out[j] = Philox4x32(Philox4{{index[j], 0u, row, 0u}}, k0, k1).v[word];
+static_assert(kTileElements == kCallsPerGroup * kElementsPerCall, "a tile is one call group");
+
+void KeyTilePortable(uint64_t first_block, uint32_t row, uint32_t stream, uint32_t k0, uint32_t k1,
+                     uint32_t* out) {
+  for (int b = 0; b < kCallsPerGroup; ++b) {
+    const uint64_t block = first_block + b;
+    const Philox4 x = Philox4x32(
+        Philox4{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), row, stream}},
+        k0, k1);
+    for (int w = 0; w < kElementsPerCall; ++w) out[kElementsPerCall * b + w] = x.v[w];
+  }
+}
+
+void ElementKeysPortable(const uint32_t* block_lo, const uint32_t* block_hi, const uint32_t* lane,
+                         int n, uint32_t row, uint32_t stream, uint32_t k0, uint32_t k1,
+                         uint32_t* out) {
+  for (int j = 0; j < n; ++j) {
+    out[j] = Philox4x32(Philox4{{block_lo[j], block_hi[j], row, stream}}, k0, k1).v[lane[j]];
   }
 }
 
@@ -47,31 +68,11 @@ __attribute__((target("avx512f"))) inline void MulHiLo512(__m512i a, __m512i m, 
   *hi = _mm512_mask_shuffle_epi32(odd, 0x5555, even, _MM_PERM_CDAB);
 }
 
-__attribute__((target("avx512f"))) inline void Round512(__m512i* x0, __m512i* x1, __m512i* x2,
-                                                        __m512i* x3, __m512i m0, __m512i m1,
-                                                        __m512i key0, __m512i key1) {
-  __m512i hi0, lo0, hi1, lo1;
-  MulHiLo512(*x0, m0, &hi0, &lo0);
-  MulHiLo512(*x2, m1, &hi1, &lo1);
-  *x0 = _mm512_ternarylogic_epi32(hi1, *x1, key0, 0x96);  // three-way xor
-  *x1 = lo1;
-  *x2 = _mm512_ternarylogic_epi32(hi0, *x3, key1, 0x96);
-  *x3 = lo0;
-}
-
-__attribute__((target("avx512f"))) void PhiloxTileAvx512(const uint32_t* index, uint32_t row,
-                                                         uint32_t k0, uint32_t k1, uint32_t word,
-                                                         uint32_t* out) {
-  static_assert(kTileElements == 64, "four chains of 16 lanes");
+// Ten rounds on four chains of 16 calls; x[w][c] is word w of chain c.
+__attribute__((target("avx512f"))) inline void Philox512(__m512i x[4][4], uint32_t k0,
+                                                         uint32_t k1) {
   const __m512i m0 = _mm512_set1_epi32(static_cast<int>(kPhiloxM0));
   const __m512i m1 = _mm512_set1_epi32(static_cast<int>(kPhiloxM1));
-  __m512i a0[4], a1[4], a2[4], a3[4];
-  for (int c = 0; c < 4; ++c) {
-    a0[c] = _mm512_loadu_si512(index + 16 * c);
-    a1[c] = _mm512_setzero_si512();
-    a2[c] = _mm512_set1_epi32(static_cast<int>(row));
-    a3[c] = _mm512_setzero_si512();
-  }
   for (int r = 0; r < 10; ++r) {
     if (r > 0) {
       k0 += kPhiloxW0;
@@ -79,58 +80,173 @@ __attribute__((target("avx512f"))) void PhiloxTileAvx512(const uint32_t* index, 
     }
     const __m512i key0 = _mm512_set1_epi32(static_cast<int>(k0));
     const __m512i key1 = _mm512_set1_epi32(static_cast<int>(k1));
-    for (int c = 0; c < 4; ++c) Round512(&a0[c], &a1[c], &a2[c], &a3[c], m0, m1, key0, key1);
+    for (int c = 0; c < 4; ++c) {
+      __m512i hi0, lo0, hi1, lo1;
+      MulHiLo512(x[0][c], m0, &hi0, &lo0);
+      MulHiLo512(x[2][c], m1, &hi1, &lo1);
+      x[0][c] = _mm512_ternarylogic_epi32(hi1, x[1][c], key0, 0x96);  // three-way xor
+      x[1][c] = lo1;
+      x[2][c] = _mm512_ternarylogic_epi32(hi0, x[3][c], key1, 0x96);
+      x[3][c] = lo0;
+    }
   }
-  for (int c = 0; c < 4; ++c) _mm512_storeu_si512(out + 16 * c, word == 0 ? a0[c] : a1[c]);
 }
 
-__attribute__((target("avx2"))) inline void Round256(__m256i* x0, __m256i* x1, __m256i* x2,
-                                                     __m256i* x3, __m256i m0, __m256i m1,
-                                                     __m256i key0, __m256i key1) {
-  // Same lane juggling as Round512, with blends for the masked shuffles.
-  const __m256i e0 = _mm256_mul_epu32(*x0, m0);
-  const __m256i o0 = _mm256_mul_epu32(_mm256_shuffle_epi32(*x0, 0xB1), m0);
-  const __m256i e1 = _mm256_mul_epu32(*x2, m1);
-  const __m256i o1 = _mm256_mul_epu32(_mm256_shuffle_epi32(*x2, 0xB1), m1);
-  const __m256i lo0 = _mm256_blend_epi32(e0, _mm256_shuffle_epi32(o0, 0xB1), 0xAA);
-  const __m256i hi0 = _mm256_blend_epi32(_mm256_shuffle_epi32(e0, 0xB1), o0, 0xAA);
-  const __m256i lo1 = _mm256_blend_epi32(e1, _mm256_shuffle_epi32(o1, 0xB1), 0xAA);
-  const __m256i hi1 = _mm256_blend_epi32(_mm256_shuffle_epi32(e1, 0xB1), o1, 0xAA);
-  *x0 = _mm256_xor_si256(_mm256_xor_si256(hi1, *x1), key0);
-  *x1 = lo1;
-  *x2 = _mm256_xor_si256(_mm256_xor_si256(hi0, *x3), key1);
-  *x3 = lo0;
+// Within every 128-bit lane, the 4x4 transpose of (x0, x1, x2, x3): r[s] holds, in each
+// 128-bit lane, the four words of that lane's call at position s.
+#define GPUSAMPLER_TRANSPOSE4(pre, x0, x1, x2, x3, r)                                \
+  do {                                                                               \
+    const auto t0 = pre##_unpacklo_epi32(x0, x1), t1 = pre##_unpackhi_epi32(x0, x1); \
+    const auto t2 = pre##_unpacklo_epi32(x2, x3), t3 = pre##_unpackhi_epi32(x2, x3); \
+    r[0] = pre##_unpacklo_epi64(t0, t2);                                             \
+    r[1] = pre##_unpackhi_epi64(t0, t2);                                             \
+    r[2] = pre##_unpacklo_epi64(t1, t3);                                             \
+    r[3] = pre##_unpackhi_epi64(t1, t3);                                             \
+  } while (0)
+
+// Lane p = 4 L + s (128-bit lane L, position s) of chain c computes block
+// first_block + 16 c + 4 s + L. After the in-lane transpose, r[s] then holds the words of
+// blocks 4 s .. 4 s + 3 of the chain in order: elements 16 s .. 16 s + 15, one store each.
+__attribute__((target("avx512f"))) void KeyTileAvx512(uint64_t first_block, uint32_t row,
+                                                      uint32_t stream, uint32_t k0, uint32_t k1,
+                                                      uint32_t* out) {
+  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __m512i lo = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(first_block)));
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(first_block >> 32)));
+  __m512i x[4][4];
+  for (int c = 0; c < 4; ++c) {
+    const __m512i offset = _mm512_add_epi32(order, _mm512_set1_epi32(16 * c));
+    x[0][c] = _mm512_add_epi32(lo, offset);
+    // The low word wrapped: carry into the high word.
+    x[1][c] = _mm512_mask_add_epi32(hi, _mm512_cmplt_epu32_mask(x[0][c], offset), hi,
+                                    _mm512_set1_epi32(1));
+    x[2][c] = _mm512_set1_epi32(static_cast<int>(row));
+    x[3][c] = _mm512_set1_epi32(static_cast<int>(stream));
+  }
+  Philox512(x, k0, k1);
+  for (int c = 0; c < 4; ++c) {
+    __m512i r[4];
+    GPUSAMPLER_TRANSPOSE4(_mm512, x[0][c], x[1][c], x[2][c], x[3][c], r);
+    for (int s = 0; s < 4; ++s) _mm512_storeu_si512(out + 64 * c + 16 * s, r[s]);
+  }
 }
 
-__attribute__((target("avx2"))) void PhiloxTileAvx2(const uint32_t* index, uint32_t row,
-                                                    uint32_t k0, uint32_t k1, uint32_t word,
-                                                    uint32_t* out) {
+__attribute__((target("avx512f"))) void ElementKeysAvx512(const uint32_t* block_lo,
+                                                          const uint32_t* block_hi,
+                                                          const uint32_t* lane, int n, uint32_t row,
+                                                          uint32_t stream, uint32_t k0, uint32_t k1,
+                                                          uint32_t* out) {
+  __m512i x[4][4];
+  for (int c = 0; c < 4; ++c) {
+    x[0][c] = _mm512_loadu_si512(block_lo + 16 * c);
+    x[1][c] = _mm512_loadu_si512(block_hi + 16 * c);
+    x[2][c] = _mm512_set1_epi32(static_cast<int>(row));
+    x[3][c] = _mm512_set1_epi32(static_cast<int>(stream));
+  }
+  Philox512(x, k0, k1);
+  for (int c = 0; c < 4 && 16 * c < n; ++c) {
+    const __m512i w = _mm512_loadu_si512(lane + 16 * c);
+    __m512i r = x[0][c];
+    for (int k = 1; k < 4; ++k) {
+      r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(w, _mm512_set1_epi32(k)), x[k][c]);
+    }
+    const int left = n - 16 * c;
+    _mm512_mask_storeu_epi32(out + 16 * c,
+                             static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1), r);
+  }
+}
+
+// Same lane juggling as MulHiLo512, with blends for the masked shuffles.
+__attribute__((target("avx2"))) inline void Philox256(__m256i x[4][4], uint32_t k0, uint32_t k1) {
   const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kPhiloxM0));
   const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kPhiloxM1));
-  for (int half = 0; half < kTileElements; half += 32) {
-    __m256i a0[4], a1[4], a2[4], a3[4];
-    for (int c = 0; c < 4; ++c) {
-      a0[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(index + half + 8 * c));
-      a1[c] = _mm256_setzero_si256();
-      a2[c] = _mm256_set1_epi32(static_cast<int>(row));
-      a3[c] = _mm256_setzero_si256();
+  for (int r = 0; r < 10; ++r) {
+    if (r > 0) {
+      k0 += kPhiloxW0;
+      k1 += kPhiloxW1;
     }
-    uint32_t ka = k0, kb = k1;
-    for (int r = 0; r < 10; ++r) {
-      if (r > 0) {
-        ka += kPhiloxW0;
-        kb += kPhiloxW1;
-      }
-      const __m256i key0 = _mm256_set1_epi32(static_cast<int>(ka));
-      const __m256i key1 = _mm256_set1_epi32(static_cast<int>(kb));
-      for (int c = 0; c < 4; ++c) Round256(&a0[c], &a1[c], &a2[c], &a3[c], m0, m1, key0, key1);
-    }
+    const __m256i key0 = _mm256_set1_epi32(static_cast<int>(k0));
+    const __m256i key1 = _mm256_set1_epi32(static_cast<int>(k1));
     for (int c = 0; c < 4; ++c) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + half + 8 * c),
-                          word == 0 ? a0[c] : a1[c]);
+      const __m256i e0 = _mm256_mul_epu32(x[0][c], m0);
+      const __m256i o0 = _mm256_mul_epu32(_mm256_shuffle_epi32(x[0][c], 0xB1), m0);
+      const __m256i e1 = _mm256_mul_epu32(x[2][c], m1);
+      const __m256i o1 = _mm256_mul_epu32(_mm256_shuffle_epi32(x[2][c], 0xB1), m1);
+      const __m256i lo0 = _mm256_blend_epi32(e0, _mm256_shuffle_epi32(o0, 0xB1), 0xAA);
+      const __m256i hi0 = _mm256_blend_epi32(_mm256_shuffle_epi32(e0, 0xB1), o0, 0xAA);
+      const __m256i lo1 = _mm256_blend_epi32(e1, _mm256_shuffle_epi32(o1, 0xB1), 0xAA);
+      const __m256i hi1 = _mm256_blend_epi32(_mm256_shuffle_epi32(e1, 0xB1), o1, 0xAA);
+      x[0][c] = _mm256_xor_si256(_mm256_xor_si256(hi1, x[1][c]), key0);
+      x[1][c] = lo1;
+      x[2][c] = _mm256_xor_si256(_mm256_xor_si256(hi0, x[3][c]), key1);
+      x[3][c] = lo0;
     }
   }
 }
+
+// As KeyTileAvx512 with two 128-bit lanes: lane p = 4 L + s computes block 2 s + L of its
+// group of eight, so r[s] holds elements 8 s .. 8 s + 7 of the group. Two halves of four
+// chains each cover the 64 calls.
+__attribute__((target("avx2"))) void KeyTileAvx2(uint64_t first_block, uint32_t row,
+                                                 uint32_t stream, uint32_t k0, uint32_t k1,
+                                                 uint32_t* out) {
+  const __m256i order = _mm256_set_epi32(7, 5, 3, 1, 6, 4, 2, 0);
+  const __m256i bias = _mm256_set1_epi32(INT32_MIN);  // unsigned compare via signed
+  for (int half = 0; half < 2; ++half) {
+    const uint64_t base = first_block + 32 * half;
+    const __m256i lo = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(base)));
+    const __m256i hi = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(base >> 32)));
+    __m256i x[4][4];
+    for (int c = 0; c < 4; ++c) {
+      const __m256i offset = _mm256_add_epi32(order, _mm256_set1_epi32(8 * c));
+      x[0][c] = _mm256_add_epi32(lo, offset);
+      // Carry where the low word wrapped (sum < offset, unsigned): all-ones, i.e. -1.
+      const __m256i carry =
+          _mm256_cmpgt_epi32(_mm256_xor_si256(offset, bias), _mm256_xor_si256(x[0][c], bias));
+      x[1][c] = _mm256_sub_epi32(hi, carry);
+      x[2][c] = _mm256_set1_epi32(static_cast<int>(row));
+      x[3][c] = _mm256_set1_epi32(static_cast<int>(stream));
+    }
+    Philox256(x, k0, k1);
+    for (int c = 0; c < 4; ++c) {
+      __m256i r[4];
+      GPUSAMPLER_TRANSPOSE4(_mm256, x[0][c], x[1][c], x[2][c], x[3][c], r);
+      for (int s = 0; s < 4; ++s) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 128 * half + 32 * c + 8 * s), r[s]);
+      }
+    }
+  }
+}
+
+__attribute__((target("avx2"))) void ElementKeysAvx2(const uint32_t* block_lo,
+                                                     const uint32_t* block_hi, const uint32_t* lane,
+                                                     int n, uint32_t row, uint32_t stream,
+                                                     uint32_t k0, uint32_t k1, uint32_t* out) {
+  for (int half = 0; half < 2 && 32 * half < n; ++half) {
+    __m256i x[4][4];
+    for (int c = 0; c < 4; ++c) {
+      const int at = 32 * half + 8 * c;
+      x[0][c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block_lo + at));
+      x[1][c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block_hi + at));
+      x[2][c] = _mm256_set1_epi32(static_cast<int>(row));
+      x[3][c] = _mm256_set1_epi32(static_cast<int>(stream));
+    }
+    Philox256(x, k0, k1);
+    for (int c = 0; c < 4; ++c) {
+      const int at = 32 * half + 8 * c;
+      if (at >= n) break;
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lane + at));
+      __m256i r = x[0][c];
+      for (int k = 1; k < 4; ++k) {
+        r = _mm256_blendv_epi8(r, x[k][c], _mm256_cmpeq_epi32(w, _mm256_set1_epi32(k)));
+      }
+      alignas(32) uint32_t tmp[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), r);
+      std::memcpy(out + at, tmp, static_cast<size_t>(std::min(8, n - at)) * sizeof(uint32_t));
+    }
+  }
+}
+#undef GPUSAMPLER_TRANSPOSE4
 
 // Eight labels widened to int64.
 __attribute__((target("avx512f"))) inline __m512i LoadLabels8(int size, bool is_signed,
@@ -191,30 +307,42 @@ __attribute__((target("avx512f,popcnt"))) void CountAvx512(int size, bool is_sig
   *nq += q;
 }
 
-PhiloxTileFn BestPhiloxTile() {
+struct KeyFns {
+  KeyTileFn tile;
+  ElementKeysFn elements;
+};
+
+KeyFns BestKeyFns() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return PhiloxTileAvx512;
-  if (__builtin_cpu_supports("avx2")) return PhiloxTileAvx2;
-  return PhiloxTilePortable;
+  if (__builtin_cpu_supports("avx512f")) return {KeyTileAvx512, ElementKeysAvx512};
+  if (__builtin_cpu_supports("avx2")) return {KeyTileAvx2, ElementKeysAvx2};
+  return {KeyTilePortable, ElementKeysPortable};
 }
 #else
-PhiloxTileFn BestPhiloxTile() { return PhiloxTilePortable; }
+struct KeyFns {
+  KeyTileFn tile;
+  ElementKeysFn elements;
+};
+
+KeyFns BestKeyFns() { return {KeyTilePortable, ElementKeysPortable}; }
 #endif
 
 // GPUSAMPLER_PHILOX_ISA=portable|avx2 narrows the choice, for the key generator and the
 // candidate filter alike (tests run every version).
-PhiloxTileFn SelectedPhiloxTile() {
-  static const PhiloxTileFn fn = [] {
+const KeyFns& SelectedKeyFns() {
+  static const KeyFns fns = [] {
     const char* isa = std::getenv("GPUSAMPLER_PHILOX_ISA");
-    if (isa != nullptr && std::strcmp(isa, "portable") == 0) return &PhiloxTilePortable;
+    if (isa != nullptr && std::strcmp(isa, "portable") == 0) {
+      return KeyFns{KeyTilePortable, ElementKeysPortable};
+    }
 #if defined(__x86_64__) && defined(__GNUC__)
     if (isa != nullptr && std::strcmp(isa, "avx2") == 0 && __builtin_cpu_supports("avx2")) {
-      return &PhiloxTileAvx2;
+      return KeyFns{KeyTileAvx2, ElementKeysAvx2};
     }
 #endif
-    return BestPhiloxTile();
+    return BestKeyFns();
   }();
-  return fn;
+  return fns;
 }
 
 }  // namespace
@@ -260,20 +388,50 @@ void FilterTile(int dtype_size, bool is_signed, const void* labels_tile, const u
 
 void KeyTile(uint64_t seed, uint32_t row, uint32_t stream, uint64_t first,
              uint32_t out[kTileElements]) {
-  alignas(64) uint32_t index[kTileElements];
-  for (int j = 0; j < kTileElements; ++j) index[j] = static_cast<uint32_t>(first) + j;
-  SelectedPhiloxTile()(index, row, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
-                       stream, out);
+  SelectedKeyFns().tile(first / kElementsPerCall, row, stream, static_cast<uint32_t>(seed),
+                        static_cast<uint32_t>(seed >> 32), out);
 }
 
-void KeysOfElements(uint64_t seed, uint32_t row, uint32_t stream, const uint32_t* indices, int n,
-                    uint32_t* out) {
-  alignas(64) uint32_t index[kTileElements] = {};
-  alignas(64) uint32_t keys[kTileElements];
-  std::memcpy(index, indices, static_cast<size_t>(n) * sizeof(uint32_t));
-  SelectedPhiloxTile()(index, row, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
-                       stream, keys);
-  std::memcpy(out, keys, static_cast<size_t>(n) * sizeof(uint32_t));
+const char* KeyIsaName() {
+  const KeyFns& fns = SelectedKeyFns();
+  if (fns.tile == KeyTilePortable) return "portable";
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (fns.tile == KeyTileAvx2) return "avx2";
+  if (fns.tile == KeyTileAvx512) return "avx512";
+#endif
+  return "unknown";
+}
+
+namespace {
+// Splits each element index into its call's block words and its word in the call, then
+// generates a group of calls at a time.
+template <typename Index>
+void KeysOfIndices(uint64_t seed, uint32_t row, uint32_t stream, const Index* indices, int64_t n,
+                   uint32_t* out) {
+  const ElementKeysFn fn = SelectedKeyFns().elements;
+  alignas(64) uint32_t lo[kCallsPerGroup] = {}, hi[kCallsPerGroup] = {}, lane[kCallsPerGroup] = {};
+  for (int64_t g = 0; g < n; g += kCallsPerGroup) {
+    const int count = static_cast<int>(std::min<int64_t>(kCallsPerGroup, n - g));
+    for (int j = 0; j < count; ++j) {
+      const uint64_t i = indices[g + j];
+      lo[j] = static_cast<uint32_t>(i >> 2);
+      hi[j] = static_cast<uint32_t>(i >> 34);
+      lane[j] = static_cast<uint32_t>(i & 3);
+    }
+    fn(lo, hi, lane, count, row, stream, static_cast<uint32_t>(seed),
+       static_cast<uint32_t>(seed >> 32), out + g);
+  }
+}
+}  // namespace
+
+void KeysOfElements(uint64_t seed, uint32_t row, uint32_t stream, const uint32_t* indices,
+                    int64_t n, uint32_t* out) {
+  KeysOfIndices(seed, row, stream, indices, n, out);
+}
+
+void KeysOfElements64(uint64_t seed, uint32_t row, uint32_t stream, const uint64_t* indices,
+                      int64_t n, uint32_t* out) {
+  KeysOfIndices(seed, row, stream, indices, n, out);
 }
 
 // Per-thread bucket counters of the small-n path of SortByHighWord.

@@ -6,17 +6,25 @@
 
 namespace gpusampler::kernels::cpu {
 
-// Elements per call of the vectorized generator.
-inline constexpr int kTileElements = 64;
+// Elements per call of the tile generator: 64 Philox calls (four elements each).
+inline constexpr int kTileElements = 256;
 
 // out[j] = ElementKey(seed, row, stream, first + j) for the kTileElements elements from
-// `first` (< 2^31 - kTileElements). Vectorized (AVX-512 / AVX2 / baseline chosen at load time).
+// `first` (a multiple of 4): N / 4 Philox calls for N elements. Vectorized (AVX-512 / AVX2 /
+// portable, chosen at load time or by GPUSAMPLER_PHILOX_ISA).
 void KeyTile(uint64_t seed, uint32_t row, uint32_t stream, uint64_t first,
              uint32_t out[kTileElements]);
 
-// out[j] = ElementKey(seed, row, stream, indices[j]) for j < n <= kTileElements.
-void KeysOfElements(uint64_t seed, uint32_t row, uint32_t stream, const uint32_t* indices, int n,
-                    uint32_t* out);
+// out[j] = ElementKey(seed, row, stream, indices[j]) for j < n: one call per element (the
+// order keys of a selected set). The 64-bit version takes any index (tests pin SPEC
+// section 1's high block words with it).
+void KeysOfElements(uint64_t seed, uint32_t row, uint32_t stream, const uint32_t* indices,
+                    int64_t n, uint32_t* out);
+void KeysOfElements64(uint64_t seed, uint32_t row, uint32_t stream, const uint64_t* indices,
+                      int64_t n, uint32_t* out);
+
+// The key generator's instruction set in use: "avx512", "avx2" or "portable".
+const char* KeyIsaName();
 
 // Whether FilterTile has a vector (AVX-512) version on this CPU.
 bool HasVectorFilter();

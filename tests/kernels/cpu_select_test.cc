@@ -14,7 +14,10 @@ namespace {
 
 TEST(CpuSelectTest, KeyTileMatchesScalarPhilox) {
   uint32_t out[kTileElements];
-  for (uint64_t first : {uint64_t{0}, uint64_t{64}, uint64_t{1000003}, uint64_t{0x7FFFFF00}}) {
+  // Tile starts are multiples of 4; the last one's blocks cross 2^32 (carry into the
+  // counter's high word inside the tile).
+  for (uint64_t first : {uint64_t{0}, uint64_t{256}, uint64_t{1000004}, uint64_t{0x7FFFFF00},
+                         ((uint64_t{1} << 32) - 16) * 4}) {
     for (uint32_t stream : {kSelectionStream, kOrderStream}) {
       KeyTile(0xDEADBEEF12345678ull, 7, stream, first, out);
       for (int j = 0; j < kTileElements; ++j) {
@@ -26,10 +29,18 @@ TEST(CpuSelectTest, KeyTileMatchesScalarPhilox) {
 }
 
 TEST(CpuSelectTest, KeysOfElementsMatchesScalarPhilox) {
-  const uint32_t idx[5] = {3, 99, 4, 123456789, 0};
-  uint32_t out[5];
-  KeysOfElements(42, 3, kOrderStream, idx, 5, out);
-  for (int j = 0; j < 5; ++j) EXPECT_EQ(out[j], ElementKey(42, 3, kOrderStream, idx[j]));
+  // Counts around the vector widths and the group of 64 calls; every lane value.
+  std::mt19937 gen(11);
+  for (int n : {0, 1, 5, 8, 15, 16, 17, 63, 64, 65, 200, 1000}) {
+    std::vector<uint32_t> idx(static_cast<size_t>(n));
+    for (auto& i : idx) i = gen() & 0x7FFFFFFF;
+    std::vector<uint32_t> out(static_cast<size_t>(n) + 1, 0xABCDEF01u);
+    KeysOfElements(42, 3, kOrderStream, idx.data(), n, out.data());
+    for (int j = 0; j < n; ++j) {
+      ASSERT_EQ(out[j], ElementKey(42, 3, kOrderStream, idx[j])) << "n " << n << " j " << j;
+    }
+    EXPECT_EQ(out[n], 0xABCDEF01u) << "wrote past n = " << n;
+  }
 }
 
 TEST(CpuSelectTest, SortByHighWordIsStableOnTies) {

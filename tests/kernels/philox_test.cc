@@ -36,14 +36,19 @@ TEST(PhiloxTest, KnownAnswerVectors) {
 }
 
 TEST(PhiloxTest, ElementKeyLayout) {
-  // One call per element: counter [lo32(i), hi32(i), r, 0], key [lo32(S), hi32(S)];
-  // u = word 0, v = word 1 (the layout of the golden samples).
+  // SPEC section 1: element i is word i & 3 of the call with counter
+  // [lo32(i >> 2), hi32(i >> 2), r, stream] and key [lo32(S), hi32(S)].
   const uint64_t seed = 0x0123456789ABCDEFull;
-  const uint64_t i = (uint64_t{5} << 32) + 6;  // an index with a non-zero high word
-  const Philox4 x = Philox4x32(Philox4{{6u, 5u, 3u, 0u}}, 0x89ABCDEFu, 0x01234567u);
-  EXPECT_EQ(ElementKey(seed, 3, kSelectionStream, i), x.v[0]);
-  EXPECT_EQ(ElementKey(seed, 3, kOrderStream, i), x.v[1]);
-  EXPECT_NE(ElementKey(seed, 3, kSelectionStream, i), ElementKey(seed, 3, kOrderStream, i));
+  const uint64_t block = (uint64_t{5} << 32) + 6;  // a block with a non-zero high word
+  for (uint32_t stream : {kSelectionStream, kOrderStream}) {
+    const Philox4 x = Philox4x32(Philox4{{6u, 5u, 3u, stream}}, 0x89ABCDEFu, 0x01234567u);
+    for (uint64_t lane = 0; lane < 4; ++lane) {
+      EXPECT_EQ(ElementKey(seed, 3, stream, 4 * block + lane), x.v[lane]) << lane;
+    }
+  }
+  // u and v of one element come from different calls.
+  EXPECT_NE(ElementKey(seed, 3, kSelectionStream, 4 * block),
+            ElementKey(seed, 3, kOrderStream, 4 * block));
 }
 
 TEST(PhiloxTest, PackKeyOrdersLexicographically) {

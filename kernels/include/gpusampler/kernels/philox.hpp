@@ -17,9 +17,12 @@ inline constexpr uint32_t kPhiloxM1 = 0xCD9E8D57u;
 inline constexpr uint32_t kPhiloxW0 = 0x9E3779B9u;
 inline constexpr uint32_t kPhiloxW1 = 0xBB67AE85u;
 
-// Which output word of an element's Philox call is which key (see ElementKey).
+// The two key streams of SPEC section 1 (counter word 3).
 inline constexpr uint32_t kSelectionStream = 0;  // u: selection key
 inline constexpr uint32_t kOrderStream = 1;      // v: output-order key
+
+// Elements per Philox call: one call yields the keys of four consecutive elements.
+inline constexpr int kElementsPerCall = 4;
 
 GPUSAMPLER_HD void PhiloxMulHiLo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
   const uint64_t p = static_cast<uint64_t>(a) * b;
@@ -42,21 +45,19 @@ GPUSAMPLER_HD Philox4 Philox4x32(Philox4 ctr, uint32_t k0, uint32_t k1, int roun
   return ctr;
 }
 
-// The key layout that reproduces shared/reference/golden_samples.jsonl, the reference
-// implementation's output: one Philox4x32-10 call per element,
-//   x = Philox4x32_10(counter = [lo32(i), hi32(i), r, 0], key = [lo32(S), hi32(S)])
-//   u(r, i) = x[0]   (selection key)      v(r, i) = x[1]   (output-order key)
-// SPEC section 1's prose describes a 4-lane block layout (block = i >> 2, lane = i & 3,
-// stream in counter word 3); the golden samples do not follow it, and they are what every
-// backend must reproduce bit for bit. docs/decisions.md records the discrepancy.
-GPUSAMPLER_HD Philox4 ElementPhilox(uint64_t seed, uint32_t row, uint64_t i) {
-  const Philox4 ctr{{static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), row, 0u}};
+// The Philox call that holds the keys of elements [4 * block, 4 * block + 4) of row `row`
+// in stream `stream` (SPEC section 1):
+//   x = Philox4x32_10(counter = [lo32(block), hi32(block), row, stream], key = [lo32(S), hi32(S)])
+GPUSAMPLER_HD Philox4 BlockPhilox(uint64_t seed, uint32_t row, uint32_t stream, uint64_t block) {
+  const Philox4 ctr{
+      {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), row, stream}};
   return Philox4x32(ctr, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
-// u(r, i) (stream kSelectionStream) or v(r, i) (stream kOrderStream).
+// u(r, i) (stream kSelectionStream) or v(r, i) (stream kOrderStream): word i & 3 of the call
+// of block i >> 2. Computes a whole call for one word; bulk code generates four at a time.
 GPUSAMPLER_HD uint32_t ElementKey(uint64_t seed, uint32_t row, uint32_t stream, uint64_t i) {
-  return ElementPhilox(seed, row, i).v[stream];
+  return BlockPhilox(seed, row, stream, i >> 2).v[i & 3];
 }
 
 // (key, index) packed so that unsigned comparison is the lexicographic order of the pair.

@@ -1,0 +1,21 @@
+// The feature gather: copies the selected elements' feature rows into their output slots.
+// One implementation for the CPU backend (index-ordered, with slot targets) and the server's
+// host gather (slot-ordered, from a request's own bytes). Host memory only; thread-safe on
+// disjoint outputs; callers split large gathers over threads by range.
+#pragma once
+
+#include <cstdint>
+
+namespace gpusampler::kernels {
+
+// For j in [0, n): row src[j] of `in` (rows of `row_bytes` bytes) is copied to row
+// dst_slot(j) of `out`, where dst_slot(j) = dst_slots[j], or j when dst_slots is null. A
+// negative src[j] writes a zero row (padding). Source rows are prefetched 64 ahead, so a
+// caller that can pass src in increasing order (a forward sweep) should: the prefetchers
+// follow it, and an uncached random gather is bound by cache and TLB misses.
+void GatherRows(const uint32_t* src, const uint32_t* dst_slots, int64_t n, int64_t row_bytes,
+                const uint8_t* in, uint8_t* out);
+void GatherRows(const int64_t* src, const uint32_t* dst_slots, int64_t n, int64_t row_bytes,
+                const uint8_t* in, uint8_t* out);
+
+}  // namespace gpusampler::kernels

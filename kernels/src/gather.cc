@@ -1,0 +1,70 @@
+#include "gpusampler/kernels/gather.hpp"
+
+#include <cstring>
+#include <type_traits>
+
+namespace gpusampler::kernels {
+namespace {
+
+// Rows are prefetched kPrefetchRows ahead: when the features are not cached (a new batch
+// every step), the gather waits on DRAM and page walks, and prefetching cut B = 32 x 1e5
+// from 17.3 to 16.0 ms; when they are cached (the same row benchmarked again) it costs ~3%
+// (docs/decisions.md K4).
+constexpr int64_t kPrefetchRows = 64;
+
+// kBytes > 0: a copy of compile-time length (inlined moves instead of a memcpy call per
+// row); 0: `bytes` at run time.
+template <int64_t kBytes, typename Index>
+void Copy(const Index* src, const uint32_t* dst_slots, int64_t n, int64_t bytes, const uint8_t* in,
+          uint8_t* out) {
+  const int64_t width = kBytes > 0 ? kBytes : bytes;
+  for (int64_t j = 0; j < n; ++j) {
+    if (j + kPrefetchRows < n) {
+      const int64_t ahead = static_cast<int64_t>(src[j + kPrefetchRows]);
+      if (!std::is_signed_v<Index> || ahead >= 0) __builtin_prefetch(in + ahead * width);
+    }
+    const int64_t slot = dst_slots != nullptr ? int64_t{dst_slots[j]} : j;
+    uint8_t* dst = out + slot * width;
+    const int64_t i = static_cast<int64_t>(src[j]);
+    if (std::is_signed_v<Index> && i < 0) {
+      std::memset(dst, 0, static_cast<size_t>(width));
+    } else {
+      std::memcpy(dst, in + i * width, static_cast<size_t>(width));
+    }
+  }
+}
+
+template <typename Index>
+void Gather(const Index* src, const uint32_t* dst_slots, int64_t n, int64_t bytes,
+            const uint8_t* in, uint8_t* out) {
+  switch (bytes) {
+    case 4:
+      return Copy<4>(src, dst_slots, n, bytes, in, out);
+    case 8:
+      return Copy<8>(src, dst_slots, n, bytes, in, out);
+    case 16:
+      return Copy<16>(src, dst_slots, n, bytes, in, out);
+    case 32:
+      return Copy<32>(src, dst_slots, n, bytes, in, out);
+    case 64:
+      return Copy<64>(src, dst_slots, n, bytes, in, out);
+    case 128:
+      return Copy<128>(src, dst_slots, n, bytes, in, out);
+    default:
+      return Copy<0>(src, dst_slots, n, bytes, in, out);
+  }
+}
+
+}  // namespace
+
+void GatherRows(const uint32_t* src, const uint32_t* dst_slots, int64_t n, int64_t row_bytes,
+                const uint8_t* in, uint8_t* out) {
+  Gather(src, dst_slots, n, row_bytes, in, out);
+}
+
+void GatherRows(const int64_t* src, const uint32_t* dst_slots, int64_t n, int64_t row_bytes,
+                const uint8_t* in, uint8_t* out) {
+  Gather(src, dst_slots, n, row_bytes, in, out);
+}
+
+}  // namespace gpusampler::kernels
