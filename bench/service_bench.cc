@@ -240,8 +240,8 @@ void GatherCost(int64_t n, int64_t k, int64_t dim) {
   constexpr int kIters = 2000;
   auto t0 = Clock::now();
   for (int it = 0; it < kIters; ++it) {
-    kernels::GatherRows(idx.data(), nullptr, k, static_cast<int64_t>(row), features.data(),
-                        out.data());
+    gpusampler::kernels::GatherRows(idx.data(), nullptr, k, static_cast<int64_t>(row),
+                                    features.data(), out.data());
     asm volatile("" : : "r"(out.data()) : "memory");
   }
   const double gather_us =

@@ -32,12 +32,11 @@ struct Counts {
 
 struct Scratch {
   std::vector<uint64_t> pos, neg, tmp, tmp_neg, items;
-  std::vector<uint32_t> sel_pos, sel_neg, sel;
-  std::vector<uint8_t> is_neg;
-  std::vector<uint32_t> slot_of;
+  std::vector<uint32_t> sel_pos, sel_neg;
   // Per-chunk bookkeeping, kept to avoid allocations per row.
   std::vector<Counts> chunk_counts, got;
   std::vector<int64_t> pos_at, neg_at;
+  std::vector<int64_t> bucket_count, bucket_start;
 };
 
 // Stores `value` in the label dtype of `item` bytes (little-endian low bytes).
@@ -197,37 +196,52 @@ void ValidateRow(const RowDesc& row, int64_t index) {
   if (row.feature_row_bytes < 0) fail("feature_row_bytes < 0");
 }
 
-// Indices and labels of slots [begin, end) of the selection; records each element's slot.
-// The label dtype is a template parameter and the class choice a select, so the loop has
-// no unpredictable branch.
+// Indices and labels of slots [begin, end) of the selection, from the sorted items
+// (v << 32 | i << 1 | class). The label dtype is a template parameter and the class choice a
+// select, so the loop has no unpredictable branch.
 template <typename T>
-void WriteSelectedAs(Scratch* s, int64_t begin, int64_t end, int64_t* out_idx, uint8_t* out_lab,
-                     int64_t pos, int64_t neg) {
+void WriteSelectedAs(const uint64_t* items, int64_t begin, int64_t end, int64_t* out_idx,
+                     uint8_t* out_lab, int64_t pos, int64_t neg) {
   const T labels[2] = {static_cast<T>(pos), static_cast<T>(neg)};
-  const uint64_t* items = s->items.data();
-  const uint32_t* sel = s->sel.data();
-  const uint8_t* is_neg = s->is_neg.data();
-  uint32_t* slot_of = s->slot_of.data();
   for (int64_t slot = begin; slot < end; ++slot) {
-    const uint32_t j = PackedIndex(items[slot]);
-    slot_of[j] = static_cast<uint32_t>(slot);
-    out_idx[slot] = sel[j];
-    std::memcpy(out_lab + slot * sizeof(T), &labels[is_neg[j]], sizeof(T));
+    const uint32_t low = PackedIndex(items[slot]);
+    out_idx[slot] = low >> 1;
+    std::memcpy(out_lab + slot * sizeof(T), &labels[low & 1], sizeof(T));
   }
 }
 
-void WriteSelected(size_t item, Scratch* s, int64_t begin, int64_t end, int64_t* out_idx,
+void WriteSelected(size_t item, const uint64_t* items, int64_t begin, int64_t end, int64_t* out_idx,
                    uint8_t* out_lab, int64_t pos, int64_t neg) {
   switch (item) {
     case 1:
-      return WriteSelectedAs<uint8_t>(s, begin, end, out_idx, out_lab, pos, neg);
+      return WriteSelectedAs<uint8_t>(items, begin, end, out_idx, out_lab, pos, neg);
     case 2:
-      return WriteSelectedAs<uint16_t>(s, begin, end, out_idx, out_lab, pos, neg);
+      return WriteSelectedAs<uint16_t>(items, begin, end, out_idx, out_lab, pos, neg);
     case 4:
-      return WriteSelectedAs<uint32_t>(s, begin, end, out_idx, out_lab, pos, neg);
+      return WriteSelectedAs<uint32_t>(items, begin, end, out_idx, out_lab, pos, neg);
     default:
-      return WriteSelectedAs<uint64_t>(s, begin, end, out_idx, out_lab, pos, neg);
+      return WriteSelectedAs<uint64_t>(items, begin, end, out_idx, out_lab, pos, neg);
   }
+}
+
+// Sorts n items by their high word (any order among equal high words), then each run of
+// equal high words by the whole item. Equal order keys come about m^2 / 2^33 times per row.
+void SortItemsSerial(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp,
+                     int equal_top_bits = 0) {
+  cpu::SortByHighWord(items, n, tmp, equal_top_bits);
+  for (int64_t j = 1; j < n; ++j) {
+    if ((items[j] >> 32) != (items[j - 1] >> 32)) continue;
+    int64_t end = j + 1;
+    while (end < n && (items[end] >> 32) == (items[j] >> 32)) ++end;
+    std::sort(items + (j - 1), items + end);
+    j = end - 1;
+  }
+}
+
+// Per-thread scratch of the bucket sorts below.
+std::vector<uint64_t>& BucketScratch() {
+  thread_local std::vector<uint64_t> tmp;
+  return tmp;
 }
 
 class CpuBackend final : public Backend {
@@ -359,49 +373,30 @@ class CpuBackend final : public Backend {
       }
     });
 
-    // 4. Order keys of the selected set, merged into index order, then stably sorted by v.
+    // 4. Order keys of the selected set, then sort by (v, i). Each item carries
+    // v << 32 | i << 1 | class: the low word orders like the index (the tie-break), and the
+    // outputs need neither a lookup table nor a second read of the labels.
     const int64_t m = quotas.pos + quotas.neg;
-    s->sel.resize(static_cast<size_t>(m));
-    // Merge by index, remembering each element's class (the output label is then known
-    // without reading the labels again).
-    // Branch-free: the two lists interleave randomly, so a branchy merge mispredicts about
-    // half the time. A sentinel above every index ends each list.
-    s->is_neg.resize(static_cast<size_t>(m));
-    {
-      constexpr uint32_t kEnd = 0xFFFFFFFFu;
-      s->sel_pos.push_back(kEnd);
-      s->sel_neg.push_back(kEnd);
-      const uint32_t* p = s->sel_pos.data();
-      const uint32_t* q = s->sel_neg.data();
-      uint32_t* sel = s->sel.data();
-      uint8_t* is_neg = s->is_neg.data();
-      size_t a = 0, b = 0;
-      for (int64_t j = 0; j < m; ++j) {
-        const uint32_t x = p[a], y = q[b];
-        const bool take_neg = y < x;
-        sel[j] = take_neg ? y : x;
-        is_neg[j] = take_neg;
-        a += !take_neg;
-        b += take_neg;
-      }
-    }
     if (static_cast<int64_t>(s->items.size()) < m) s->items.resize(m);
     const int64_t key_chunks = (m + cpu::kTileElements - 1) / cpu::kTileElements;
     const int64_t per_task = std::max<int64_t>(1, key_chunks / chunks + 1);
     parallel((key_chunks + per_task - 1) / per_task, [&](int64_t t) {
       alignas(64) uint32_t v[cpu::kTileElements];
       const int64_t end = std::min(m, (t + 1) * per_task * cpu::kTileElements);
-      for (int64_t j = t * per_task * cpu::kTileElements; j < end; j += cpu::kTileElements) {
-        const int count = static_cast<int>(std::min<int64_t>(cpu::kTileElements, end - j));
-        cpu::KeysOfElements(row.seed, row.row_in_request, kOrderStream, s->sel.data() + j, count,
-                            v);
+      for (int64_t j = t * per_task * cpu::kTileElements; j < end;) {
+        // Positives fill items [0, m_pos), negatives the rest.
+        const bool neg = j >= quotas.pos;
+        const uint32_t* sel = neg ? s->sel_neg.data() + (j - quotas.pos) : s->sel_pos.data() + j;
+        const int64_t stop = neg ? end : std::min(end, quotas.pos);
+        const int count = static_cast<int>(std::min<int64_t>(cpu::kTileElements, stop - j));
+        cpu::KeysOfElements(row.seed, row.row_in_request, kOrderStream, sel, count, v);
         for (int q = 0; q < count; ++q) {
-          // The low word is the position in index order (same tie-break as the index).
-          s->items[j + q] = PackKey(v[q], static_cast<uint64_t>(j + q));
+          s->items[j + q] = PackKey(v[q], (uint64_t{sel[q]} << 1) | uint64_t{neg});
         }
+        j += count;
       }
     });
-    cpu::SortByHighWord(s->items.data(), m, &s->tmp);
+    SortItems(m, s, pool != nullptr ? chunks : 1, parallel);
 
     // 5. Outputs: indices, labels and feature rows of the selection, then padding.
     batch.out_num_positive[&row - batch.rows] = static_cast<int32_t>(quotas.pos);
@@ -409,7 +404,57 @@ class CpuBackend final : public Backend {
     WriteOutputs(batch, row, s, m, chunks, parallel);
   }
 
-  // items[slot] holds the slot's position j in the index-ordered selection s->sel.
+  // s->items[0, m) sorted as SortItemsSerial does. With tasks > 1 (a split row) the sort is
+  // parallel: one stable scatter on the top 8 bits of v into 256 buckets (per-task
+  // histograms), then the buckets sorted independently; ties never cross buckets. The
+  // serial radix sort was the largest single cost of a 1e6-element row (18% of its time).
+  template <typename Parallel>
+  static void SortItems(int64_t m, Scratch* s, int64_t tasks, Parallel& parallel) {
+    constexpr int kBits = 8, kBuckets = 1 << kBits;
+    if (tasks <= 1 || m < 4 * kBuckets) {
+      SortItemsSerial(s->items.data(), m, &s->tmp);
+      return;
+    }
+    if (static_cast<int64_t>(s->tmp.size()) < m) s->tmp.resize(m);
+    std::vector<int64_t>& count = s->bucket_count;
+    count.assign(static_cast<size_t>(tasks * kBuckets), 0);
+    const uint64_t* in = s->items.data();
+    uint64_t* out = s->tmp.data();
+    const int64_t per = (m + tasks - 1) / tasks;
+    parallel(tasks, [&](int64_t t) {
+      int64_t* c = count.data() + t * kBuckets;
+      for (int64_t j = t * per, e = std::min(m, (t + 1) * per); j < e; ++j) {
+        ++c[in[j] >> (64 - kBits)];
+      }
+    });
+    // Offsets: bucket-major, task-minor, so each task's items stay in order in a bucket.
+    std::vector<int64_t>& start = s->bucket_start;
+    start.assign(kBuckets + 1, 0);
+    int64_t at = 0;
+    for (int b = 0; b < kBuckets; ++b) {
+      start[b] = at;
+      for (int64_t t = 0; t < tasks; ++t) {
+        const int64_t here = count[t * kBuckets + b];
+        count[t * kBuckets + b] = at;
+        at += here;
+      }
+    }
+    start[kBuckets] = at;
+    parallel(tasks, [&](int64_t t) {
+      int64_t* c = count.data() + t * kBuckets;
+      for (int64_t j = t * per, e = std::min(m, (t + 1) * per); j < e; ++j) {
+        out[c[in[j] >> (64 - kBits)]++] = in[j];
+      }
+    });
+    parallel(tasks, [&](int64_t t) {
+      for (int64_t b = t * kBuckets / tasks; b < (t + 1) * kBuckets / tasks; ++b) {
+        SortItemsSerial(out + start[b], start[b + 1] - start[b], &BucketScratch(), kBits);
+      }
+    });
+    s->items.swap(s->tmp);
+  }
+
+  // items[slot] is v << 32 | i << 1 | class of the slot's element.
   template <typename Parallel>
   static void WriteOutputs(const Batch& batch, const RowDesc& row, Scratch* s, int64_t m,
                            int64_t chunks, Parallel& parallel) {
@@ -418,33 +463,27 @@ class CpuBackend final : public Backend {
     const int64_t fbytes = row.feature_row_bytes;
     int64_t* out_idx = batch.out_indices + row.out_slot;
     uint8_t* out_lab = batch.out_labels + row.out_label_offset;
+    uint8_t* out_feat = batch.out_features + row.out_feature_offset;
+    const uint8_t* in_feat = batch.features + row.feature_offset;
     const int64_t pos = row.positive_label, neg = row.negative_label;
     const int64_t pad = PaddingLabel(row.label_dtype);
     const int64_t per = (k + chunks - 1) / chunks;
-    s->slot_of.resize(static_cast<size_t>(m));
     parallel(chunks, [&](int64_t c) {
       const int64_t begin = std::min(k, c * per), end = std::min(k, (c + 1) * per);
-      WriteSelected(item, s, begin, std::min(end, m), out_idx, out_lab, pos, neg);
+      WriteSelected(item, s->items.data(), begin, std::min(end, m), out_idx, out_lab, pos, neg);
       for (int64_t slot = std::max(begin, m); slot < end; ++slot) {
         out_idx[slot] = -1;
         StoreLabel(out_lab + slot * item, item, pad);
       }
+      // Feature rows in slot order, straight from the indices just written (padding slots
+      // get zero rows). With the prefetch 64 rows ahead this measured as fast as an
+      // index-ordered sweep into scattered slots, which needed an inverse permutation
+      // whose random writes bounced cache lines between threads (docs/decisions.md K4).
+      if (fbytes > 0) {
+        GatherRows(out_idx + begin, nullptr, end - begin, fbytes, in_feat,
+                   out_feat + begin * fbytes);
+      }
     });
-    if (fbytes == 0) return;
-    // Feature rows are read in index order (a forward sweep the prefetchers follow) and
-    // written to their slots; reading them in slot order was a random gather over the whole
-    // feature tensor, bound by cache and TLB misses (2x slower at N = 1e6, D = 16).
-    uint8_t* out_feat = batch.out_features + row.out_feature_offset;
-    const uint8_t* in_feat = batch.features + row.feature_offset;
-    const int64_t per_sel = (m + chunks - 1) / chunks;
-    parallel(chunks, [&](int64_t c) {
-      const int64_t begin = std::min(m, c * per_sel), end = std::min(m, (c + 1) * per_sel);
-      GatherRows(s->sel.data() + begin, s->slot_of.data() + begin, end - begin, fbytes, in_feat,
-                 out_feat);
-    });
-    for (int64_t slot = m; slot < k; ++slot) {
-      std::memset(out_feat + slot * fbytes, 0, static_cast<size_t>(fbytes));
-    }
   }
 
   const CpuBackendOptions options_;

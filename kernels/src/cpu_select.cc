@@ -440,7 +440,7 @@ std::vector<uint32_t>& BucketCounts() {
   return counts;
 }
 
-void SortByHighWord(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp) {
+void SortByHighWord(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp, int equal_top_bits) {
   if (n < 2) return;
   if (static_cast<int64_t>(tmp->size()) < n) tmp->resize(n);
   if (n < 32) {
@@ -455,15 +455,17 @@ void SortByHighWord(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp) {
     // bucket on the whole word. O(n) expected; std::sort was 20% of a 1000-element row.
     int bits = 5;
     while ((int64_t{1} << bits) < n) ++bits;
-    const int shift = 64 - bits;
+    // Buckets from the first bits that differ between items.
+    const int shift = 64 - equal_top_bits - bits;
+    const uint64_t mask = (uint64_t{1} << bits) - 1;
     // 64 KiB of counters at most: stays in L2.
     std::vector<uint32_t>& count_buf = BucketCounts();
     std::fill(count_buf.begin(), count_buf.begin() + (int64_t{1} << bits) + 1, 0u);
     uint32_t* count = count_buf.data();
-    for (int64_t j = 0; j < n; ++j) ++count[(items[j] >> shift) + 1];
+    for (int64_t j = 0; j < n; ++j) ++count[((items[j] >> shift) & mask) + 1];
     for (int b = 1; b <= (1 << bits); ++b) count[b] += count[b - 1];
     uint64_t* out = tmp->data();
-    for (int64_t j = 0; j < n; ++j) out[count[items[j] >> shift]++] = items[j];
+    for (int64_t j = 0; j < n; ++j) out[count[(items[j] >> shift) & mask]++] = items[j];
     // count[b] is now the end of bucket b.
     int64_t begin = 0;
     for (int b = 0; b < (1 << bits); ++b) {

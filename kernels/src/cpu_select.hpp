@@ -43,7 +43,9 @@ void FilterTile(int dtype_size, bool is_signed, const void* labels_tile, const u
                 uint64_t neg_bound, uint64_t* pos_out, int64_t* np, uint64_t* neg_out, int64_t* nq);
 
 // Sorts items by their high 32 bits, stably (so items already ordered by their low 32 bits
-// end up ordered by the whole 64-bit value). `tmp` is scratch.
-void SortByHighWord(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp);
+// end up ordered by the whole 64-bit value). `tmp` is scratch. `equal_top_bits` (< 16) says
+// how many top bits all items share (a bucket of an earlier pass), so that the small-n
+// bucket pass looks below them.
+void SortByHighWord(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp, int equal_top_bits = 0);
 
 }  // namespace gpusampler::kernels::cpu

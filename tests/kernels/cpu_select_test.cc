@@ -62,6 +62,24 @@ TEST(CpuSelectTest, SortByHighWordIsStableOnTies) {
   }
 }
 
+TEST(CpuSelectTest, SortByHighWordInsideABucketOfSharedTopBits) {
+  // The parallel sort's second pass: every item shares its top 8 bits.
+  std::mt19937_64 gen(6);
+  std::vector<uint64_t> tmp;
+  for (int64_t n : {1, 31, 32, 390, 4000, 16384, 16385, 40000}) {
+    std::vector<uint64_t> items(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+      const uint64_t high = (uint64_t{0xA7} << 24) | (gen() & 0xFFFFFF);
+      items[j] = (high << 32) | static_cast<uint32_t>(j);
+    }
+    std::vector<uint64_t> want = items;
+    std::stable_sort(want.begin(), want.end(),
+                     [](uint64_t a, uint64_t b) { return (a >> 32) < (b >> 32); });
+    SortByHighWord(items.data(), n, &tmp, 8);
+    ASSERT_EQ(items, want) << "n " << n;
+  }
+}
+
 TEST(CpuSelectTest, VectorCountAndFilterMatchScalar) {
   if (!HasVectorFilter()) GTEST_SKIP() << "no AVX-512 on this CPU (or a lower ISA was forced)";
   std::mt19937_64 gen(11);
