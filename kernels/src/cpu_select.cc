@@ -466,20 +466,18 @@ void SortByHighWord(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp, int 
     for (int b = 1; b <= (1 << bits); ++b) count[b] += count[b - 1];
     uint64_t* out = tmp->data();
     for (int64_t j = 0; j < n; ++j) out[count[(items[j] >> shift) & mask]++] = items[j];
-    // count[b] is now the end of bucket b.
-    int64_t begin = 0;
-    for (int b = 0; b < (1 << bits); ++b) {
-      const int64_t end = count[b];
-      for (int64_t j = begin + 1; j < end; ++j) {
-        const uint64_t x = out[j];
-        int64_t at = j;
-        while (at > begin && out[at - 1] > x) {
-          out[at] = out[at - 1];
-          --at;
-        }
-        out[at] = x;
+    // Items are now out of order only inside their bucket (about one item each): one
+    // insertion sort over the whole array finishes in O(n) expected, and its inner loop is
+    // rarely entered, so it predicts well (1.0-1.2x faster than a loop per bucket for
+    // n = 390 .. 1e4, measured in one A/B microbenchmark).
+    for (int64_t j = 1; j < n; ++j) {
+      const uint64_t x = out[j];
+      int64_t at = j;
+      while (at > 0 && out[at - 1] > x) {
+        out[at] = out[at - 1];
+        --at;
       }
-      begin = end;
+      out[at] = x;
     }
     std::memcpy(items, out, static_cast<size_t>(n) * sizeof(uint64_t));
     return;
