@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "nvml.hpp"
 
 namespace gpusampler::server {
@@ -22,6 +24,15 @@ Histogram::BucketBoundaries LatencyBuckets() {
 Histogram::BucketBoundaries RowBuckets() {
   Histogram::BucketBoundaries b;
   for (double x = 1; x <= 65536; x *= 2) b.push_back(x);
+  return b;
+}
+
+// 0, 0.05, ..., 1 as literals (no accumulated rounding): a row's m_pos / K falls in the
+// bucket of the first bound not below it.
+const Histogram::BucketBoundaries& FractionBuckets() {
+  static const Histogram::BucketBoundaries b = {0,    0.05, 0.1,  0.15, 0.2,  0.25, 0.3,
+                                                0.35, 0.4,  0.45, 0.5,  0.55, 0.6,  0.65,
+                                                0.7,  0.75, 0.8,  0.85, 0.9,  0.95, 1};
   return b;
 }
 
@@ -155,6 +166,18 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
                              .Help("GPU memory, reported by NVML.")
                              .Register(*registry_);
   }
+  short_rows_ = &BuildCounter()
+                     .Name("gpusampler_short_rows_total")
+                     .Help("Sampled rows with fewer than num_samples selected elements "
+                           "(m_pos + m_neg < K); the rest of the row is padding.")
+                     .Register(*registry_)
+                     .Add({});
+  positive_fraction_ = &BuildHistogram()
+                            .Name("gpusampler_positive_fraction")
+                            .Help("Realized share of positives per sampled row, m_pos / K.")
+                            .Register(*registry_)
+                            .Add({}, FractionBuckets());
+
   BuildGauge()
       .Name("gpusampler_build_info")
       .Help("Build of this server; always 1.")
@@ -164,6 +187,25 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
 }
 
 Metrics::~Metrics() { StopUpdater(); }
+
+void Metrics::RecordRowQuality(const int32_t* num_positive, const int32_t* num_negative,
+                               int64_t rows, int64_t k) {
+  if (rows <= 0 || k <= 0) return;
+  const Histogram::BucketBoundaries& bounds = FractionBuckets();
+  // One ObserveMultiple per response rather than one locked Observe per row.
+  std::vector<double> counts(bounds.size() + 1, 0.0);
+  double sum = 0;
+  int64_t short_rows = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double fraction = static_cast<double>(num_positive[r]) / static_cast<double>(k);
+    sum += fraction;
+    counts[static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), fraction) -
+                               bounds.begin())] += 1;
+    if (int64_t{num_positive[r]} + num_negative[r] < k) ++short_rows;
+  }
+  positive_fraction_->ObserveMultiple(counts, sum);
+  if (short_rows > 0) short_rows_->Increment(static_cast<double>(short_rows));
+}
 
 void Metrics::StartUpdater(std::chrono::milliseconds period) {
   if (gpu_util_family_ != nullptr) {

@@ -80,6 +80,11 @@ class Metrics {
     durations_[static_cast<int>(method)]->Observe(seconds);
   }
   void RecordQueue(double seconds) { queue_duration_->Observe(seconds); }
+  // Sampling quality of one response of `rows` rows with K = `k`: counts the rows with
+  // m_pos + m_neg < K (gpusampler_short_rows_total) and observes each row's m_pos / K
+  // (gpusampler_positive_fraction). `num_positive` and `num_negative` hold `rows` values.
+  void RecordRowQuality(const int32_t* num_positive, const int32_t* num_negative, int64_t rows,
+                        int64_t k);
   DeviceMetrics& device(int i) { return *devices_[static_cast<size_t>(i)]; }
   int num_devices() const { return static_cast<int>(devices_.size()); }
 
@@ -103,6 +108,8 @@ class Metrics {
   prometheus::Counter* sent_bytes_ = nullptr;
   prometheus::Counter* dropped_deadline_ = nullptr;
   prometheus::Counter* dropped_cancelled_ = nullptr;
+  prometheus::Counter* short_rows_ = nullptr;
+  prometheus::Histogram* positive_fraction_ = nullptr;
   prometheus::Family<prometheus::Gauge>* gpu_util_family_ = nullptr;
   prometheus::Family<prometheus::Gauge>* gpu_used_family_ = nullptr;
   prometheus::Family<prometheus::Gauge>* gpu_total_family_ = nullptr;

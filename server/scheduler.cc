@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <random>
+
 #include "gpusampler/v1/sampler.pb.h"
 
 namespace gpusampler::server {
@@ -10,6 +12,13 @@ namespace {
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 int64_t Micros(Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+}
+
+// Retry pushback of a full queue: 100 ms (a few launches drain a full default queue) plus
+// up to 100 ms of jitter, so that clients shed together do not all come back together.
+int64_t QueueFullPushbackMs() {
+  thread_local std::minstd_rand gen(std::random_device{}());
+  return 100 + static_cast<int64_t>(gen() % 100);
 }
 
 }  // namespace
@@ -64,8 +73,10 @@ Status Scheduler::Submit(std::shared_ptr<Job> job) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!accepting_ || failed_) return Unavailable("server is draining; retry another replica");
     if (static_cast<int64_t>(queue_.size()) >= options_.queue_capacity) {
-      return ResourceExhausted("queue full (" + std::to_string(options_.queue_capacity) +
-                               " requests waiting, --queue-capacity); retry later");
+      return Status(Code::kResourceExhausted,
+                    "queue full (" + std::to_string(options_.queue_capacity) +
+                        " requests waiting, --queue-capacity); retry later",
+                    QueueFullPushbackMs());
     }
     queue_.push_back(std::move(job));
     has_work_.store(true, std::memory_order_release);
@@ -271,6 +282,11 @@ void Scheduler::RunJobs(WorkerSlot* slot, const std::vector<Job*>& jobs, Clock::
   for (Job* job : jobs) {
     if (status.ok()) {
       metrics_->RecordQueue(Seconds(start - job->accepted));
+      // num_positive / num_negative: INT32 [B], little-endian as this host.
+      metrics_->RecordRowQuality(
+          reinterpret_cast<const int32_t*>(job->response->num_positive().data().data()),
+          reinterpret_cast<const int32_t*>(job->response->num_negative().data().data()),
+          job->num_rows(), job->spec.num_samples);
       v1::ServerTiming* t = job->response->mutable_timing();
       t->set_queue_us(Micros(start - job->accepted));
       t->set_compute_us(Micros(end - start));

@@ -15,6 +15,7 @@
 #include "metrics.hpp"
 #include "scheduler.hpp"
 #include "service.hpp"
+#include "validate.hpp"
 
 namespace gpusampler::server {
 
@@ -155,8 +156,9 @@ Status Server::Start() {
   builder.AddListeningPort(config_.address, grpc::InsecureServerCredentials(), &grpc_port_);
   builder.RegisterService(service_.get());
   builder.RegisterService(health_.get());
-  const int max_bytes = static_cast<int>(
-      std::min<int64_t>(config_.limits.max_message_bytes, std::numeric_limits<int>::max()));
+  // Above --max-message-bytes, so that the service refuses an oversize request itself, with
+  // a message naming the flag and a do-not-retry pushback (validate.hpp).
+  const int max_bytes = TransportMessageLimit(config_.limits.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_bytes);
   builder.SetMaxSendMessageSize(max_bytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,

@@ -76,7 +76,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
  public:
   UnaryCall(SamplerService* svc, grpc::CallbackServerContext* ctx, const Request* request,
             Response* response)
-      : svc_(svc), response_(response), accepted_(Clock::now()) {
+      : svc_(svc), ctx_(ctx), response_(response), accepted_(Clock::now()) {
     Metrics* m = svc_->metrics();
     m->received_bytes().Increment(static_cast<double>(request->ByteSizeLong()));
     Status status;
@@ -111,10 +111,11 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
       m->sent_bytes().Increment(static_cast<double>(response_->ByteSizeLong()));
     }
     m->RecordRequest(Method::kSample, status.code(), SecondsSince(accepted_));
-    Finish(ToGrpcStatus(status));
+    Finish(ToGrpcStatus(status, ctx_));
   }
 
   SamplerService* svc_;
+  grpc::CallbackServerContext* ctx_;
   Response* response_;
   const Clock::time_point accepted_;
   std::shared_ptr<Job> job_;
@@ -287,7 +288,7 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
         case Op::kFinish:
           svc_->metrics()->RecordRequest(Method::kSampleStream, status.code(),
                                          SecondsSince(started_));
-          Finish(ToGrpcStatus(status));
+          Finish(ToGrpcStatus(status, ctx_));
           break;
         case Op::kNone:
           break;
@@ -325,8 +326,12 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
 
 }  // namespace
 
-grpc::Status ToGrpcStatus(const Status& status) {
+grpc::Status ToGrpcStatus(const Status& status, grpc::CallbackServerContext* context) {
   if (status.ok()) return grpc::Status::OK;
+  if (status.retry_pushback_ms() != kNoPushback) {
+    context->AddTrailingMetadata("grpc-retry-pushback-ms",
+                                 std::to_string(status.retry_pushback_ms()));
+  }
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
 }
 
@@ -353,7 +358,7 @@ grpc::ServerUnaryReactor* SamplerService::GetServerInfo(grpc::CallbackServerCont
   if (status.ok()) *response = info_;
   auto* reactor = context->DefaultReactor();
   metrics_->RecordRequest(Method::kGetServerInfo, status.code(), SecondsSince(start));
-  reactor->Finish(ToGrpcStatus(status));
+  reactor->Finish(ToGrpcStatus(status, context));
   return reactor;
 }
 

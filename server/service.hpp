@@ -14,8 +14,10 @@
 
 namespace gpusampler::server {
 
-// The one place a Status becomes a grpc::Status.
-grpc::Status ToGrpcStatus(const Status& status);
+// The one place a Status becomes a grpc::Status. A retry pushback goes into `context`'s
+// trailing metadata as `grpc-retry-pushback-ms` (gRFC A6: -1 = do not retry, N > 0 = retry
+// after N ms), which gRPC's client-side retry policy honours.
+grpc::Status ToGrpcStatus(const Status& status, grpc::CallbackServerContext* context);
 
 class SamplerService final : public v1::Sampler::CallbackService {
  public:

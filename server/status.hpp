@@ -3,6 +3,7 @@
 // kernels::Error is converted in exactly one place (FromKernelError).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -22,20 +23,31 @@ enum class Code : int {
   kUnauthenticated = 16,
 };
 
-// An immutable (code, message) pair. Thread-compatible.
+// No `grpc-retry-pushback-ms` trailer: the client's own retry policy decides.
+constexpr int64_t kNoPushback = 0;
+// `grpc-retry-pushback-ms: -1`, gRPC's "do not retry" (gRFC A6): a limit error fails the
+// same way on every attempt.
+constexpr int64_t kDoNotRetry = -1;
+
+// An immutable (code, message) pair, plus the retry pushback the client gets in the
+// trailing metadata. Thread-compatible.
 class Status {
  public:
   Status() = default;
-  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(Code code, std::string message, int64_t retry_pushback_ms = kNoPushback)
+      : code_(code), message_(std::move(message)), retry_pushback_ms_(retry_pushback_ms) {}
   static Status Ok() { return Status(); }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
+  // kNoPushback, kDoNotRetry, or a positive delay in milliseconds before a retry.
+  int64_t retry_pushback_ms() const { return retry_pushback_ms_; }
 
  private:
   Code code_ = Code::kOk;
   std::string message_;
+  int64_t retry_pushback_ms_ = kNoPushback;
 };
 
 inline Status InvalidArgument(std::string m) {
@@ -43,6 +55,11 @@ inline Status InvalidArgument(std::string m) {
 }
 inline Status ResourceExhausted(std::string m) {
   return Status(Code::kResourceExhausted, std::move(m));
+}
+// A request over a configured limit: RESOURCE_EXHAUSTED that no retry can cure. `message`
+// names the limit, its value and its flag.
+inline Status LimitExceeded(std::string m) {
+  return Status(Code::kResourceExhausted, std::move(m), kDoNotRetry);
 }
 inline Status Unavailable(std::string m) { return Status(Code::kUnavailable, std::move(m)); }
 

@@ -1,7 +1,9 @@
 #include "validate.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -10,6 +12,8 @@ namespace gpusampler::server {
 namespace {
 
 using kernels::DType;
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 
 std::string Upper(const char* s) {
   std::string out(s);
@@ -60,9 +64,9 @@ Status CheckTensor(const v1::Tensor& t, const std::string& name, const Limits& l
                              " is negative (shape " + ShapeString(t.shape()) + ")");
     }
     if (__builtin_mul_overflow(n, d, &n) || n > limits.max_message_bytes) {
-      return ResourceExhausted(name + ".shape " + ShapeString(t.shape()) +
-                               " has more elements than max_message_bytes = " +
-                               std::to_string(limits.max_message_bytes));
+      return LimitExceeded(name + ".shape " + ShapeString(t.shape()) +
+                           " has more elements than max_message_bytes = " +
+                           std::to_string(limits.max_message_bytes) + " (--max-message-bytes)");
     }
   }
   int64_t want = 0;
@@ -83,6 +87,12 @@ Status CheckTensor(const v1::Tensor& t, const std::string& name, const Limits& l
 
 }  // namespace
 
+int TransportMessageLimit(int64_t max_message_bytes) {
+  const int64_t margin = std::max<int64_t>(max_message_bytes / 4, int64_t{1} << 20);
+  const int64_t limit = max_message_bytes > kIntMax - margin ? kIntMax : max_message_bytes + margin;
+  return static_cast<int>(limit);
+}
+
 bool ResponseBytes(const Job& job, size_t request_id_bytes, int64_t* bytes) {
   const int64_t b = job.num_rows();
   const int64_t k = job.spec.num_samples;
@@ -100,6 +110,14 @@ bool ResponseBytes(const Job& job, size_t request_id_bytes, int64_t* bytes) {
 }
 
 Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* job) {
+  // The transport accepts a little more than the limit (TransportMessageLimit), so that a
+  // request just over it gets this message rather than gRPC's, which names no flag.
+  const size_t request_bytes = req.ByteSizeLong();
+  if (request_bytes > static_cast<size_t>(limits.max_message_bytes)) {
+    return LimitExceeded("request has " + std::to_string(request_bytes) +
+                         " bytes, over max_message_bytes = " +
+                         std::to_string(limits.max_message_bytes) + " (--max-message-bytes)");
+  }
   // Spec.
   const v1::SamplingSpec& spec = req.spec();
   const int64_t k = spec.num_samples();
@@ -107,9 +125,9 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
     return InvalidArgument("spec.num_samples = " + std::to_string(k) + ", must be >= 1");
   }
   if (k > limits.max_num_samples) {
-    return ResourceExhausted(
-        "spec.num_samples = " + std::to_string(k) +
-        " exceeds max_num_samples = " + std::to_string(limits.max_num_samples));
+    return LimitExceeded("spec.num_samples = " + std::to_string(k) +
+                         " exceeds max_num_samples = " + std::to_string(limits.max_num_samples) +
+                         " (--max-num-samples)");
   }
   const double f = spec.has_positive_fraction() ? spec.positive_fraction() : 0.5;
   if (!(f >= 0.0 && f <= 1.0)) {  // also rejects NaN
@@ -161,9 +179,9 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
     }
   }
   if (total > limits.max_elements) {
-    return ResourceExhausted(
-        "labels has " + std::to_string(total) +
-        " elements, over max_elements = " + std::to_string(limits.max_elements));
+    return LimitExceeded("labels has " + std::to_string(total) +
+                         " elements, over max_elements = " + std::to_string(limits.max_elements) +
+                         " (--max-elements)");
   }
   const bool ragged = req.has_row_splits();
   const int rank = labels.shape_size();
@@ -186,8 +204,8 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
     int64_t n = 0;
     if (Status s = CheckTensor(splits, "row_splits", limits, &n); !s.ok()) return s;
     if (n - 1 > limits.max_rows) {
-      return ResourceExhausted("row_splits has " + std::to_string(n - 1) +
-                               " rows, over max_rows = " + std::to_string(limits.max_rows));
+      return LimitExceeded("row_splits has " + std::to_string(n - 1) + " rows, over max_rows = " +
+                           std::to_string(limits.max_rows) + " (--max-rows)");
     }
     const auto* v = reinterpret_cast<const int64_t*>(splits.data().data());
     if (v[0] != 0) {
@@ -210,8 +228,8 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
     const int64_t b = rank == 1 ? 1 : labels.shape(0);
     const int64_t len = labels.shape(rank - 1);
     if (b > limits.max_rows) {
-      return ResourceExhausted("labels has " + std::to_string(b) +
-                               " rows, over max_rows = " + std::to_string(limits.max_rows));
+      return LimitExceeded("labels has " + std::to_string(b) + " rows, over max_rows = " +
+                           std::to_string(limits.max_rows) + " (--max-rows)");
     }
     job->row_offsets.resize(static_cast<size_t>(b + 1));
     for (int64_t r = 0; r <= b; ++r) job->row_offsets[r] = r * len;
@@ -223,9 +241,9 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
   for (int64_t r = 0; r < job->num_rows(); ++r) {
     const int64_t len = job->row_offsets[r + 1] - job->row_offsets[r];
     if (len > limits.max_row_elements) {
-      return ResourceExhausted(
-          "labels row " + std::to_string(r) + " has " + std::to_string(len) +
-          " elements, over max_row_elements = " + std::to_string(limits.max_row_elements));
+      return LimitExceeded("labels row " + std::to_string(r) + " has " + std::to_string(len) +
+                           " elements, over max_row_elements = " +
+                           std::to_string(limits.max_row_elements) + " (--max-row-elements)");
     }
   }
   const auto* lbytes = reinterpret_cast<const uint8_t*>(labels.data().data());
@@ -279,9 +297,9 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
     return InvalidArgument("response size " + size_terms + " overflows int64");
   }
   if (out > limits.max_message_bytes) {
-    return ResourceExhausted(
-        "response would have " + std::to_string(out) + " bytes " + size_terms +
-        ", over max_message_bytes = " + std::to_string(limits.max_message_bytes));
+    return LimitExceeded("response would have " + std::to_string(out) + " bytes " + size_terms +
+                         ", over max_message_bytes = " +
+                         std::to_string(limits.max_message_bytes) + " (--max-message-bytes)");
   }
   job->seed = req.has_seed() ? req.seed() : DrawSeed();
   return Status::Ok();

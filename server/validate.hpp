@@ -15,6 +15,12 @@ namespace gpusampler::server {
 // numbers. `job`'s pointers address `request`'s bytes. Draws a seed when none is given.
 Status ValidateRequest(const v1::SampleRequest& request, const Limits& limits, Job* job);
 
+// What the gRPC transport accepts for a `max_message_bytes` limit: a quarter more (at least
+// 1 MiB more, at most INT_MAX), so that a request somewhat over the limit still reaches
+// ValidateRequest and is refused with a message naming --max-message-bytes and a
+// do-not-retry pushback. Beyond that, gRPC refuses the message itself.
+int TransportMessageLimit(int64_t max_message_bytes);
+
 // Framing allowance of a response beyond its tensor payloads and request_id (tags, lengths,
 // shapes, dtypes, seed, device, timing).
 inline constexpr int64_t kResponseOverheadBytes = 1024;

@@ -37,6 +37,11 @@ TEST(SchedulerTest, FullQueueIsResourceExhaustedAndQueuedWorkCompletes) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(s.error_message().find("queue full (2 requests waiting"), std::string::npos)
       << s.error_message();
+  // Load shedding asks for a retry later: a positive grpc-retry-pushback-ms.
+  const auto& trailers = ctx.GetServerTrailingMetadata();
+  const auto pushback = trailers.find("grpc-retry-pushback-ms");
+  ASSERT_NE(pushback, trailers.end());
+  EXPECT_GT(std::stoll(std::string(pushback->second.data(), pushback->second.size())), 0);
   t.server->scheduler().SetPausedForTesting(false);
   EXPECT_TRUE(a->status.get().ok());
   EXPECT_TRUE(b->status.get().ok());
@@ -291,6 +296,34 @@ int64_t MetricValue(const std::string& scrape, const std::string& series) {
   const size_t at = scrape.find("\n" + series + " ");
   if (at == std::string::npos) return -1;
   return static_cast<int64_t>(std::stod(scrape.substr(at + series.size() + 2)));
+}
+
+TEST(MetricsTest, ShortRowsAndRealizedPositiveFraction) {
+  auto t = StartServer(TestConfig());
+  RequestSpec r;
+  std::vector<int64_t> plenty(100, 0), scarce(100, 0), tiny = {1, 1, 0, 0, 0};
+  for (int i = 0; i < 50; ++i) plenty[i] = 1;
+  for (int i = 0; i < 3; ++i) scarce[i] = 1;
+  r.rows = {plenty, scarce};
+  r.num_samples = 10;  // plenty: 5 + 5 (0.5); scarce: 3 + 7 (0.3), both full
+  r.ragged = true;
+  r.rows.push_back(tiny);  // 2 + 3 < 10: short, 0.2
+  grpc::ClientContext ctx;
+  v1::SampleResponse resp;
+  ASSERT_TRUE(t.stub->Sample(&ctx, MakeRequest(r), &resp).ok());
+  EXPECT_EQ(Values<int32_t>(resp.num_positive()), (std::vector<int32_t>{5, 3, 2}));
+  const std::string scrape = HttpGet(t.server->metrics_port(), "/metrics");
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_short_rows_total"), 1);
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_positive_fraction_count"), 3);
+  const size_t sum = scrape.find("\ngpusampler_positive_fraction_sum ");
+  ASSERT_NE(sum, std::string::npos) << scrape;
+  EXPECT_NEAR(std::stod(scrape.substr(sum + 34)), 1.0, 1e-9);  // 0.5 + 0.3 + 0.2
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_positive_fraction_bucket{le=\"0.15\"}"), 0);
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_positive_fraction_bucket{le=\"0.2\"}"), 1);
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_positive_fraction_bucket{le=\"0.3\"}"), 2);
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_positive_fraction_bucket{le=\"0.45\"}"), 2);
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_positive_fraction_bucket{le=\"0.5\"}"), 3);
+  EXPECT_EQ(MetricValue(scrape, "gpusampler_positive_fraction_bucket{le=\"+Inf\"}"), 3);
 }
 
 TEST(MetricsTest, ScrapeAfterTrafficHasEverySpecMetricAndPassesPromtool) {

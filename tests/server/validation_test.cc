@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "test_util.hpp"
+#include "validate.hpp"
 
 namespace gpusampler::server::testing {
 namespace {
@@ -45,6 +46,13 @@ ServerConfig LimitsConfig() {
 
 const grpc::StatusCode kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
 const grpc::StatusCode kExhausted = grpc::StatusCode::RESOURCE_EXHAUSTED;
+
+// The call's `grpc-retry-pushback-ms` trailer, "" when absent.
+std::string PushbackOf(const grpc::ClientContext& ctx) {
+  const auto& md = ctx.GetServerTrailingMetadata();
+  const auto it = md.find("grpc-retry-pushback-ms");
+  return it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+}
 
 std::vector<Case> Cases() {
   return {
@@ -182,7 +190,7 @@ std::vector<Case> Cases() {
        "features.dtype is DTYPE_UNSPECIFIED"},
       // Limits: RESOURCE_EXHAUSTED.
       {"num_samples over limit", [](auto* r) { r->mutable_spec()->set_num_samples(501); },
-       kExhausted, "spec.num_samples = 501 exceeds max_num_samples = 500"},
+       kExhausted, "spec.num_samples = 501 exceeds max_num_samples = 500 (--max-num-samples)"},
       {"rows over limit",
        [](auto* r) {
          r->clear_features();
@@ -191,7 +199,7 @@ std::vector<Case> Cases() {
          l->set_shape(1, 10);
          l->mutable_data()->resize(9 * 10 * 8);
        },
-       kExhausted, "labels has 9 rows, over max_rows = 8"},
+       kExhausted, "labels has 9 rows, over max_rows = 8 (--max-rows)"},
       {"ragged rows over limit",
        [](auto* r) {
          r->clear_features();
@@ -201,7 +209,7 @@ std::vector<Case> Cases() {
          l->mutable_data()->resize(9 * 8);
          SetInt64s(r->mutable_row_splits(), {10}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
        },
-       kExhausted, "row_splits has 9 rows, over max_rows = 8"},
+       kExhausted, "row_splits has 9 rows, over max_rows = 8 (--max-rows)"},
       {"elements over limit",
        [](auto* r) {
          r->clear_features();
@@ -210,7 +218,7 @@ std::vector<Case> Cases() {
          l->set_shape(1, 2501);
          l->mutable_data()->resize(5002 * 8);
        },
-       kExhausted, "labels has 5002 elements, over max_elements = 5000"},
+       kExhausted, "labels has 5002 elements, over max_elements = 5000 (--max-elements)"},
       {"row elements over limit",
        [](auto* r) {
          r->clear_features();
@@ -219,7 +227,7 @@ std::vector<Case> Cases() {
          l->add_shape(3001);
          l->mutable_data()->resize(3001 * 8);
        },
-       kExhausted, "labels row 0 has 3001 elements, over max_row_elements = 3000"},
+       kExhausted, "labels row 0 has 3001 elements, over max_row_elements = 3000 (--max-row-elements)"},
       {"response over limit",
        [](auto* r) {
          r->mutable_spec()->set_num_samples(500);
@@ -231,7 +239,7 @@ std::vector<Case> Cases() {
        kExhausted,
        "response would have 1217040 bytes (B 2 * K 500 * (8 + 8 + 1200) + request_id 0 + "
        "framing), over "
-       "max_message_bytes = 1048576"},
+       "max_message_bytes = 1048576 (--max-message-bytes)"},
       {"shape overflow",
        [](auto* r) {
          auto* l = r->mutable_labels();
@@ -260,6 +268,8 @@ TEST(ValidationTest, EverySpecRowGetsItsStatusAndAPreciseMessage) {
     EXPECT_EQ(s.error_code(), c.code) << c.name << ": " << s.error_message();
     EXPECT_NE(s.error_message().find(c.message), std::string::npos)
         << c.name << ": got \"" << s.error_message() << "\", want \"" << c.message << "\"";
+    // A limit error tells gRPC's retry policy not to retry; bad input carries no pushback.
+    EXPECT_EQ(PushbackOf(ctx), c.code == kExhausted ? "-1" : "") << c.name;
   }
   // Refused at the edge: nothing reached a worker.
   EXPECT_EQ(t.server->scheduler().launches(), launches);
@@ -269,15 +279,43 @@ TEST(ValidationTest, EverySpecRowGetsItsStatusAndAPreciseMessage) {
   EXPECT_TRUE(t.stub->Sample(&ctx, Base(), &resp).ok());
 }
 
-TEST(ValidationTest, RequestOverMaxMessageBytesIsResourceExhausted) {
+TEST(ValidationTest, RequestOverMaxMessageBytesNamesTheFlagAndIsNotRetried) {
   auto t = StartServer(LimitsConfig());
   RequestSpec r;
   r.rows = {RandomRow(2000, 1)};
-  r.feature_dim = 200;  // 1.6 MB of features > 1 MiB
-  grpc::ClientContext ctx;
-  v1::SampleResponse resp;
-  const grpc::Status s = t.stub->Sample(&ctx, MakeRequest(r), &resp);
-  EXPECT_EQ(s.error_code(), kExhausted) << s.error_message();
+  r.feature_dim = 200;  // 1.6 MB of features > 1 MiB, below the transport's 2 MiB
+  const v1::SampleRequest request = MakeRequest(r);
+  for (bool stream : {false, true}) {
+    grpc::ClientContext ctx;
+    v1::SampleResponse resp;
+    grpc::Status s;
+    if (stream) {
+      auto call = t.stub->SampleStream(&ctx);
+      call->Write(request);
+      call->WritesDone();
+      EXPECT_FALSE(call->Read(&resp));
+      s = call->Finish();
+    } else {
+      s = t.stub->Sample(&ctx, request, &resp);
+    }
+    EXPECT_EQ(s.error_code(), kExhausted) << s.error_message();
+    EXPECT_NE(s.error_message().find("request has " + std::to_string(request.ByteSizeLong()) +
+                                     " bytes, over max_message_bytes = 1048576 "
+                                     "(--max-message-bytes)"),
+              std::string::npos)
+        << s.error_message();
+    EXPECT_EQ(PushbackOf(ctx), "-1");
+  }
+  EXPECT_EQ(t.server->scheduler().launches(), 0);
+}
+
+TEST(ValidationTest, TransportLimitIsAQuarterAboveTheFlag) {
+  EXPECT_EQ(TransportMessageLimit(1 << 20), 2 << 20);  // at least 1 MiB of margin
+  EXPECT_EQ(TransportMessageLimit(64 << 20), 80 << 20);
+  EXPECT_EQ(TransportMessageLimit(std::numeric_limits<int>::max()),
+            std::numeric_limits<int>::max());
+  EXPECT_EQ(TransportMessageLimit(std::numeric_limits<int>::max() - 5),
+            std::numeric_limits<int>::max());
 }
 
 // Labels INT64 [0] with features FLOAT32 [0, d1, d2] and no data: the shape passes the element
