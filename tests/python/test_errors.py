@@ -43,17 +43,18 @@ def requests_total(server, code: str) -> float:
     return total
 
 
-def test_resource_exhausted_is_retried_then_raised(server):
+def test_limit_error_is_not_retried_whatever_max_attempts(server):
     with gpusampler.Client(server.target) as probe:
         k = probe.info().limits.max_num_samples + 1
     for attempts in (1, 3):
         before = requests_total(server, "RESOURCE_EXHAUSTED")
         with gpusampler.Client(server.target, max_attempts=attempts, initial_backoff=0.01,
                                max_backoff=0.02) as c:
-            with pytest.raises(gpusampler.ResourceExhaustedError):
+            with pytest.raises(gpusampler.ResourceExhaustedError) as info:
                 c.sample(LABELS, num_samples=k)
-        # The service config's retry policy re-sent the call: the server saw each attempt.
-        assert requests_total(server, "RESOURCE_EXHAUSTED") - before == attempts
+        assert f"exceeds max_num_samples = {k - 1} (--max-num-samples)" in info.value.details
+        # grpc-retry-pushback-ms: -1 stopped the channel's retry policy: one attempt.
+        assert requests_total(server, "RESOURCE_EXHAUSTED") - before == 1
 
 
 def test_deadline_exceeded(client):

@@ -8,7 +8,9 @@ kind::
         out = client.sample(labels, features, num_samples=256, positive_fraction=0.25)
         batch_x, batch_y = out.features, out.labels
 
-See ``Client`` for the options and SPEC.md for the exact sampling semantics.
+See ``Client`` for the options, and ``docs/semantics.md`` in the gpusampler repository for
+the exact sampling rules (what a sample is, fill policies, seeds and reproducibility,
+padding, shapes).
 """
 
 import os as _os
@@ -43,6 +45,7 @@ from gpusampler.errors import (  # noqa: E402
     InvalidArgumentError,
     PermissionDeniedError,
     ResourceExhaustedError,
+    SamplingQualityWarning,
     UnauthenticatedError,
     UnavailableError,
     UnimplementedError,
@@ -67,4 +70,5 @@ __all__ = [
     "PermissionDeniedError",
     "UnimplementedError",
     "InternalError",
+    "SamplingQualityWarning",
 ]

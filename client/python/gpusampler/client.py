@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import collections
 import ipaddress
 import itertools
 import json
+import math
+import numbers
 import queue
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -15,7 +19,13 @@ import grpc
 import numpy as np
 
 from gpusampler import _tensors
-from gpusampler.errors import GpuSamplerError, from_rpc_error
+from gpusampler.errors import (
+    DeadlineExceededError,
+    GpuSamplerError,
+    ResourceExhaustedError,
+    SamplingQualityWarning,
+    from_rpc_error,
+)
 from gpusampler.v1 import sampler_pb2 as pb
 from gpusampler.v1 import sampler_pb2_grpc as pb_grpc
 
@@ -35,7 +45,11 @@ class Timing:
     compute_us: int  #: the launch that sampled this request
     total_us: int  #: from acceptance to response, in the server
     batch_rows: int  #: rows that shared the launch (fused requests included)
-    round_trip_us: int  #: measured by this client: send to receive (stream: see sample_stream)
+    #: measured by this client: from handing the request to gRPC until its response arrived
+    round_trip_us: int
+    #: streams only: how long the arrived response then waited in the client until the
+    #: caller asked for it (the window running ahead of a slower consumer); 0 for sample()
+    wait_us: int = 0
 
 
 @dataclass
@@ -86,6 +100,44 @@ class ServerInfo:
     backend: str  #: "cpu" or "cuda"
     devices: List[DeviceInfo] = field(default_factory=list)
     limits: Optional[Limits] = None
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_UINT64 = (0, (1 << 64) - 1)
+
+
+def _check_int(name: str, value: Any, lo: Optional[int] = None, hi: Optional[int] = None) -> int:
+    """``value`` as an int: Python or numpy integers only (not bool, float or str), within
+    [lo, hi]. The messages name the argument."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    v = int(value)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        lo_text = "-inf" if lo is None else ("-2**63" if lo == _INT64[0] else str(lo))
+        hi_text = "inf" if hi is None else {_INT64[1]: "2**63 - 1", _UINT64[1]: "2**64 - 1"}.get(
+            hi, str(hi))
+        raise ValueError(f"{name} = {v} is outside [{lo_text}, {hi_text}]")
+    return v
+
+
+def _check_real(name: str, value: Any, lo: Optional[float] = None,
+                hi: Optional[float] = None, *, open_lo: bool = False) -> float:
+    """``value`` as a float: a real number (int or float, not bool or str), not NaN, within
+    [lo, hi] (``open_lo``: (lo, hi]). The messages name the argument."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    v = float(value)
+    if math.isnan(v):
+        raise ValueError(f"{name} is NaN")
+    if lo is not None and (v <= lo if open_lo else v < lo):
+        raise ValueError(f"{name} = {v} must be {'>' if open_lo else '>='} {lo}")
+    if hi is not None and v > hi:
+        raise ValueError(f"{name} = {v} must be <= {hi}")
+    return v
+
+
+def _check_timeout(name: str, value: Any) -> Optional[float]:
+    return None if value is None else _check_real(name, value, 0.0, open_lo=True)
 
 
 def service_config_json(
@@ -181,7 +233,9 @@ class Client:
         target: ``"host:port"``, a gRPC target URI, or a list of them. Several IP literals
             share one channel balanced with ``round_robin``; otherwise calls rotate over
             one channel per target (each ``round_robin`` over its DNS addresses).
-        timeout: default deadline of each call in seconds (None: no deadline).
+        timeout: default deadline in seconds of each call, and of each message of a
+            stream (``sample_stream``: every response must arrive within ``timeout`` of
+            sending its request). None: no deadline.
         token: bearer token, sent as ``authorization: Bearer <token>``.
         tls: use TLS. ``root_certificates`` (PEM bytes) defaults to the system roots;
             ``private_key`` and ``certificate_chain`` enable mutual TLS;
@@ -190,8 +244,21 @@ class Client:
         max_attempts: tries per call on UNAVAILABLE / RESOURCE_EXHAUSTED, with exponential
             backoff from ``initial_backoff`` to ``max_backoff`` seconds (gRPC caps it at 5;
             1 disables retries).
-        wait_for_ready: queue calls while the channel connects instead of failing fast.
-        options: extra gRPC channel options.
+        wait_for_ready: False (default): a call fails at once with UNAVAILABLE when the
+            server cannot be reached (after the retries above). True: a call waits, up to its
+            deadline, for the channel to connect; use it at start-up while servers come up.
+        keepalive_time: seconds between HTTP/2 keepalive pings while calls are open (None
+            disables). A peer that does not answer within ``keepalive_timeout`` seconds is
+            treated as gone: open calls fail with UNAVAILABLE instead of hanging on a dead
+            connection. The server refuses pings more often than every 10 s.
+        options: extra gRPC channel options as ``(name, value)`` pairs (for example
+            ``("grpc.max_reconnect_backoff_ms", 2000)``), appended to the ones above.
+        warn_quality: warn (``SamplingQualityWarning``, once per client and kind) when a
+            row comes back short (fewer than ``num_samples`` selected elements) or with
+            fewer positives than ``floor(num_samples * positive_fraction)``.
+
+    Raises:
+        TypeError / ValueError naming the argument when one has the wrong type or range.
     """
 
     def __init__(
@@ -210,12 +277,32 @@ class Client:
         initial_backoff: float = 0.05,
         max_backoff: float = 2.0,
         wait_for_ready: bool = False,
+        keepalive_time: Optional[float] = 30.0,
+        keepalive_timeout: float = 10.0,
         options: Sequence[Tuple[str, Any]] = (),
+        warn_quality: bool = False,
     ) -> None:
         targets = [target] if isinstance(target, str) else list(target)
         if not targets:
             raise ValueError("gpusampler.Client: no target")
+        for t in targets:
+            if not isinstance(t, str) or not t:
+                raise TypeError(f"target must be a non-empty string, got {t!r}")
+        timeout = _check_timeout("timeout", timeout)
+        max_message_bytes = _check_int("max_message_bytes", max_message_bytes, 1, (1 << 31) - 1)
+        max_attempts = _check_int("max_attempts", max_attempts, 1, 5)
+        initial_backoff = _check_real("initial_backoff", initial_backoff, 0.0, open_lo=True)
+        max_backoff = _check_real("max_backoff", max_backoff, 0.0, open_lo=True)
+        keepalive_time = _check_timeout("keepalive_time", keepalive_time)
+        keepalive_timeout = _check_real("keepalive_timeout", keepalive_timeout, 0.0, open_lo=True)
+        for name, flag in (("tls", tls), ("wait_for_ready", wait_for_ready),
+                           ("warn_quality", warn_quality)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__} {flag!r}")
         self.timeout = timeout
+        self.max_message_bytes = max_message_bytes
+        self._warn_quality = warn_quality
+        self._warned: set = set()
         self._metadata: Tuple[Tuple[str, str], ...] = (
             (("authorization", f"Bearer {token}"),) if token else ()
         )
@@ -228,6 +315,13 @@ class Client:
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
         ]
+        if keepalive_time is not None:
+            channel_options += [
+                ("grpc.keepalive_time_ms", int(keepalive_time * 1000)),
+                ("grpc.keepalive_timeout_ms", int(keepalive_timeout * 1000)),
+                # Only while calls are open: idle connections stay quiet.
+                ("grpc.keepalive_permit_without_calls", 0),
+            ]
         if server_name_override:
             channel_options.append(("grpc.ssl_target_name_override", server_name_override))
         channel_options.extend(options)
@@ -298,6 +392,10 @@ class Client:
             row_splits: int ``[B+1]`` offsets for ragged rows.
             timeout: deadline in seconds; defaults to the client's.
 
+        Every argument is checked before anything is sent: integers must be integers
+        (``num_samples=2.5`` or ``"256"`` is a TypeError), and each message names its
+        argument. The sampling rules are in ``docs/semantics.md``.
+
         Returns:
             A SampleResult whose arrays are numpy if ``labels`` was numpy (or a list) and
             torch (on the same device) if it was a torch tensor; ``features`` follows the kind
@@ -305,9 +403,11 @@ class Client:
 
         Raises:
             InvalidArgumentError, ResourceExhaustedError, UnavailableError,
-            DeadlineExceededError, ... (see gpusampler.errors); TypeError for a dtype the
-            wire format cannot carry; ValueError for an unknown ``fill``.
+            DeadlineExceededError, ... (see gpusampler.errors); TypeError for an argument of
+            the wrong type or a dtype the wire format cannot carry; ValueError for a value out
+            of range (``seed=-1``) or an unknown ``fill``.
         """
+        timeout = _check_timeout("timeout", timeout)
         request, kinds = self._build(
             labels,
             features,
@@ -319,6 +419,7 @@ class Client:
             seed=seed,
             row_splits=row_splits,
         )
+        self._check_size(request)
         stub = self._stubs[next(self._next) % len(self._stubs)]
         start = time.perf_counter()
         try:
@@ -329,8 +430,8 @@ class Client:
                 wait_for_ready=self._wait_for_ready,
             )
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        return self._result(response, kinds, int((time.perf_counter() - start) * 1e6))
+            raise self._error(e) from None
+        return self._result(response, request, kinds, int((time.perf_counter() - start) * 1e6))
 
     def sample_stream(
         self,
@@ -338,6 +439,7 @@ class Client:
         *,
         window: int = 8,
         timeout: Optional[float] = None,
+        stream_timeout: Optional[float] = None,
         **defaults: Any,
     ) -> Iterator[SampleResult]:
         """Samples many requests over one SampleStream, with at most ``window`` in flight.
@@ -345,21 +447,34 @@ class Client:
         Each item of ``requests`` is either a mapping of ``sample()`` arguments (``labels``,
         ``features``, ``num_samples``, ...) or just the labels; ``defaults`` fill in what an
         item leaves out. Items are read lazily, so ``requests`` may be an endless generator.
-        Results come in request order. ``timeout`` (default: none) bounds the whole stream.
-        A failing request raises its error after the results of all earlier requests;
-        ``round_trip_us`` is measured from the moment a request is handed to gRPC.
+        Results come in request order. A failing request raises its error after the results
+        of all earlier requests.
+
+        Deadlines: ``timeout`` (default: the client's, 30 s unless set) is per message: each
+        response must arrive within ``timeout`` seconds of its request being sent, else the
+        stream is cancelled and DeadlineExceededError raised, so a frozen server cannot hang
+        the loop. Time spent in your own loop body or waiting for your ``requests`` iterable
+        does not count. ``stream_timeout`` (default: none) bounds the whole stream.
+
+        Timing: ``round_trip_us`` runs from handing a request to gRPC until its response
+        arrived; ``wait_us`` is how long the response then waited for you to ask for it
+        (with a window, responses run ahead of a slower training step).
 
         Example::
 
             for out in client.sample_stream(({"labels": y} for y in batches), num_samples=64):
                 train_step(out.features, out.labels)
         """
-        if window < 1:
-            raise ValueError("window must be >= 1")
+        window = _check_int("window", window, 1)
+        per_message = self._timeout(_check_timeout("timeout", timeout))
+        stream_timeout = _check_timeout("stream_timeout", stream_timeout)
+        defaults.pop("timeout", None)
         slots = threading.Semaphore(window)
-        pending: "queue.Queue[Tuple[Tuple[_tensors.Kind, Optional[_tensors.Kind]], float]]" = (
-            queue.Queue()
-        )
+        lock = threading.Lock()
+        # (request, kinds, sent time) of every request sent whose response has not arrived,
+        # in order; the reader moves each to the inbox with its response.
+        sent: "collections.deque[Tuple[pb.SampleRequest, Any, float]]" = collections.deque()
+        inbox: "queue.Queue[Tuple[str, Any, float, Any]]" = queue.Queue()
         done = threading.Event()
         failure: List[BaseException] = []
 
@@ -372,9 +487,12 @@ class Client:
                     else:
                         args["labels"] = item
                     args.pop("timeout", None)
+                    if "labels" not in args:
+                        raise TypeError("sample_stream: a request mapping has no 'labels'")
                     labels = args.pop("labels")
                     features = args.pop("features", None)
                     request, kinds = self._build(labels, features, **args)
+                    self._check_size(request)
                     # Blocks gRPC's sending thread while the window is full; wakes up to
                     # notice a consumer that went away.
                     while not slots.acquire(timeout=0.1):
@@ -382,27 +500,70 @@ class Client:
                             return
                     if done.is_set():
                         return
-                    pending.put((kinds, time.perf_counter()))
+                    with lock:
+                        sent.append((request, kinds, time.perf_counter()))
                     yield request
             except Exception as e:  # surfaced to the consumer once earlier results are out
                 failure.append(e)
+                inbox.put(("client_error", e, time.perf_counter(), None))
 
         stub = self._stubs[next(self._next) % len(self._stubs)]
         call = stub.SampleStream(
             produce(),
-            timeout=timeout,
+            timeout=stream_timeout,
             metadata=self._metadata,
             wait_for_ready=self._wait_for_ready,
         )
+
+        def read() -> None:
+            # Stamps each response as it arrives, so that round_trip_us leaves out the time
+            # it then waits for the consumer. At most `window` responses are ever buffered.
+            try:
+                for response in call:
+                    arrived = time.perf_counter()
+                    with lock:
+                        origin = sent.popleft()
+                    inbox.put(("response", response, arrived, origin))
+                inbox.put(("end", None, time.perf_counter(), None))
+            except grpc.RpcError as e:
+                inbox.put(("rpc_error", e, time.perf_counter(), None))
+
+        reader = threading.Thread(target=read, name="gpusampler-stream-reader", daemon=True)
+        reader.start()
         try:
-            for response in call:
-                kinds, sent = pending.get_nowait()
-                slots.release()
-                yield self._result(response, kinds, int((time.perf_counter() - sent) * 1e6))
-        except grpc.RpcError as e:
-            if failure:
-                raise failure[0]
-            raise from_rpc_error(e) from None
+            while True:
+                with lock:
+                    oldest = sent[0] if sent else None
+                if per_message is not None and oldest is not None:
+                    left = oldest[2] + per_message - time.perf_counter()
+                    if left <= 0:
+                        call.cancel()
+                        raise DeadlineExceededError(
+                            grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"sample_stream: no response within timeout={per_message:g} s of "
+                            f"sending request {oldest[0].request_id!r} (per-message deadline); "
+                            f"the stream was cancelled")
+                    wait = min(left, 0.1)
+                else:
+                    wait = 0.1  # nothing in flight: wait for the producer, re-checking
+                try:
+                    kind, value, arrived, origin = inbox.get(timeout=wait)
+                except queue.Empty:
+                    continue
+                if kind == "response":
+                    request, kinds, sent_at = origin
+                    slots.release()
+                    result = self._result(value, request, kinds, int((arrived - sent_at) * 1e6))
+                    result.timing.wait_us = int((time.perf_counter() - arrived) * 1e6)
+                    yield result
+                elif kind == "end":
+                    break
+                elif kind == "rpc_error":
+                    if failure:
+                        raise failure[0]
+                    raise self._error(value) from None
+                else:  # client_error: the producer stopped; the rest of the responses first
+                    continue
         finally:
             done.set()
             call.cancel()
@@ -421,7 +582,7 @@ class Client:
                 wait_for_ready=self._wait_for_ready,
             )
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
         return _HEALTH.get(status, "UNKNOWN")
 
     def info(self, *, timeout: Optional[float] = None) -> ServerInfo:
@@ -435,7 +596,7 @@ class Client:
                 wait_for_ready=self._wait_for_ready,
             )
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
         lim = r.limits
         return ServerInfo(
             version=r.version,
@@ -471,17 +632,30 @@ class Client:
         seed: Optional[int] = None,
         row_splits: Any = None,
     ) -> Tuple[pb.SampleRequest, Tuple[_tensors.Kind, Optional[_tensors.Kind]]]:
+        # Types and wire ranges here, each message naming its argument; the semantic ranges
+        # (num_samples >= 1, positive_fraction in [0, 1], ...) are the server's, which names
+        # the field too.
+        num_samples = _check_int("num_samples", num_samples, *_INT64)
+        positive_fraction = _check_real("positive_fraction", positive_fraction)
+        positive_label = _check_int("positive_label", positive_label, *_INT64)
+        negative_label = _check_int("negative_label", negative_label, *_INT64)
+        if not isinstance(fill, str):
+            raise TypeError(f"fill must be a string, got {type(fill).__name__} {fill!r}")
         if fill not in _FILL:
             raise ValueError(f"fill must be one of {sorted(_FILL)}, got {fill!r}")
+        if seed is not None:
+            seed = _check_int("seed", seed, *_UINT64)
+        if labels is None:
+            raise TypeError("labels must be an array or tensor, got None")
         label_tensor, label_kind = _tensors.to_wire(labels, "labels")
         feature_tensor, feature_kind = _tensors.optional_to_wire(features, "features")
         request = pb.SampleRequest(
             request_id=str(next(self._request_ids)),
             spec=pb.SamplingSpec(
-                num_samples=int(num_samples),
-                positive_fraction=float(positive_fraction),
-                positive_label=int(positive_label),
-                negative_label=int(negative_label),
+                num_samples=num_samples,
+                positive_fraction=positive_fraction,
+                positive_label=positive_label,
+                negative_label=negative_label,
                 fill_policy=_FILL[fill],
             ),
             labels=label_tensor,
@@ -495,16 +669,44 @@ class Client:
                 raise TypeError(f"row_splits must be integers, got {splits.dtype}")
             request.row_splits.CopyFrom(_tensors.to_wire(splits.astype(np.int64), "row_splits")[0])
         if seed is not None:
-            request.seed = int(seed)
+            request.seed = seed
         return request, (label_kind, feature_kind)
 
-    @staticmethod
+    def _check_size(self, request: pb.SampleRequest) -> None:
+        size = request.ByteSize()
+        if size > self.max_message_bytes:
+            raise ResourceExhaustedError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"request has {size} bytes, over this client's max_message_bytes = "
+                f"{self.max_message_bytes} (Client(max_message_bytes=...)); the server's own "
+                f"limit is Client.info().limits.max_message_bytes (--max-message-bytes)")
+
+    def _error(self, error: grpc.RpcError) -> GpuSamplerError:
+        """The exception for a failed call; gRPC's own size-limit message gets the limit
+        that produced it."""
+        out = from_rpc_error(error)
+        if out.code == grpc.StatusCode.RESOURCE_EXHAUSTED and out.details.startswith(
+                "Received message larger than max"):
+            limit = out.details.rstrip(")").rsplit(" ", 1)[-1]
+            if limit == str(self.max_message_bytes):
+                hint = ("the response is over this client's max_message_bytes = "
+                        f"{self.max_message_bytes} (Client(max_message_bytes=...))")
+            else:
+                hint = ("the request is far over the server's --max-message-bytes (see "
+                        "Client.info().limits.max_message_bytes); gRPC refused it unread")
+            out = type(out)(out.code, f"{out.details}: {hint}")
+        return out
+
     def _result(
+        self,
         r: pb.SampleResponse,
+        request: pb.SampleRequest,
         kinds: Tuple[_tensors.Kind, Optional[_tensors.Kind]],
         round_trip_us: int,
     ) -> SampleResult:
         label_kind, feature_kind = kinds
+        if self._warn_quality:
+            self._check_quality(r, request.spec)
         return SampleResult(
             indices=_tensors.from_wire(r.indices, label_kind),
             labels=_tensors.from_wire(r.labels, label_kind),
@@ -525,6 +727,28 @@ class Client:
             request_id=r.request_id,
         )
 
+    def _check_quality(self, r: pb.SampleResponse, spec: pb.SamplingSpec) -> None:
+        k = spec.num_samples
+        target = math.floor(k * spec.positive_fraction)
+        pos = np.frombuffer(r.num_positive.data, dtype="<i4")
+        neg = np.frombuffer(r.num_negative.data, dtype="<i4")
+        short = int(np.count_nonzero(pos.astype(np.int64) + neg < k))
+        under = int(np.count_nonzero(pos < target))
+        for kind, count, text in (
+            ("short", short, f"{short} of {len(pos)} rows have fewer than num_samples = {k} "
+             "candidates of the two classes; the rest of each such row is padding "
+             "(indices -1)"),
+            ("under", under, f"{under} of {len(pos)} rows have fewer positives than "
+             f"floor(num_samples * positive_fraction) = {target}: the rows hold too few "
+             "positives"),
+        ):
+            if count and kind not in self._warned:
+                self._warned.add(kind)
+                warnings.warn(f"gpusampler: {text} (request {r.request_id}; warned once per "
+                              "client; see gpusampler_short_rows_total and "
+                              "gpusampler_positive_fraction on the server)",
+                              SamplingQualityWarning, stacklevel=4)
+
 
 __all__ = [
     "Client",
@@ -534,6 +758,7 @@ __all__ = [
     "DeviceInfo",
     "Limits",
     "GpuSamplerError",
+    "SamplingQualityWarning",
     "service_config_json",
     "channel_targets",
 ]

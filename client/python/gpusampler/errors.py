@@ -24,8 +24,10 @@ class InvalidArgumentError(GpuSamplerError, ValueError):
 
 
 class ResourceExhaustedError(GpuSamplerError):
-    """RESOURCE_EXHAUSTED: over the server's limits, queue full, or device out of memory.
-    Retried automatically (with backoff) before it is raised."""
+    """RESOURCE_EXHAUSTED: over the server's limits (the message names the limit and its
+    server flag; never retried, the server says so with ``grpc-retry-pushback-ms: -1``),
+    queue full (retried after the delay the server asks for), or device out of memory
+    (retried with backoff)."""
 
 
 class UnavailableError(GpuSamplerError, ConnectionError):
@@ -55,6 +57,11 @@ class UnimplementedError(GpuSamplerError, NotImplementedError):
 
 class InternalError(GpuSamplerError):
     """INTERNAL: a server bug or a malformed response."""
+
+
+class SamplingQualityWarning(UserWarning):
+    """Issued (once per client and kind, with ``Client(warn_quality=True)``) when rows come
+    back short of ``num_samples`` or with fewer positives than the asked fraction."""
 
 
 _BY_CODE: Dict[grpc.StatusCode, Type[GpuSamplerError]] = {
