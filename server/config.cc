@@ -38,6 +38,7 @@ std::vector<Range> Ranges(const ServerConfig& c) {
       // The kernels index a row's elements with 32 bits.
       {"--max-row-elements", double(c.limits.max_row_elements), 1, kIntMax},
       {"--max-num-samples", double(c.limits.max_num_samples), 1, kIntMax},
+      {"--max-dataset-bytes", double(c.max_dataset_bytes), 0, kInt64Max},
       // gRPC takes these as int milliseconds.
       {"--keepalive-time-ms", double(c.keepalive_time_ms), 1, kIntMax},
       {"--keepalive-timeout-ms", double(c.keepalive_timeout_ms), 1, kIntMax},
@@ -124,6 +125,10 @@ void AddFlags(CLI::App* app, ServerConfig* c) {
       ->check(CLI::IsMember({"text", "json"}));
   add("--auth-token-file", &c->auth_token_file, "GPUSAMPLER_AUTH_TOKEN_FILE",
       "require \"authorization: Bearer <token>\" on Sampler calls, token read from this file");
+  add("--max-dataset-bytes", &c->max_dataset_bytes, "GPUSAMPLER_MAX_DATASET_BYTES",
+      "bytes of resident datasets (stored, uploading, and replaced until the new one commits)");
+  add("--dataset-dir", &c->dataset_dir, "GPUSAMPLER_DATASET_DIR",
+      "load NAME.labels.npy (+ NAME.features.npy, NAME.row_splits.npy) from here before SERVING");
   add("--port-file", &c->port_file, "GPUSAMPLER_PORT_FILE",
       "once SERVING, write \"grpc_port metrics_port\\n\" to this file");
 }

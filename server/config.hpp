@@ -35,6 +35,8 @@ struct ServerConfig {
   int64_t worker_spin_us = 300;      // an idle worker polls this long before parking
   int64_t max_stream_inflight = 32;  // requests of one SampleStream in flight
   Limits limits;
+  int64_t max_dataset_bytes = int64_t{1} << 30;  // resident datasets, all together
+  std::string dataset_dir;                        // preloaded .npy datasets
   int64_t keepalive_time_ms = 60000;
   int64_t keepalive_timeout_ms = 20000;
   int64_t max_connection_age_ms = 0;  // 0 = unlimited

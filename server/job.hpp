@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,13 @@ struct Job {
   kernels::DType label_dtype = kernels::DType::kInt64;
   const uint8_t* labels = nullptr;
   std::vector<int64_t> row_offsets;  // B + 1 element offsets; row r is [row_offsets[r], [r+1])
+  // Where each row starts in `labels` (and in `features`), in elements, when the rows are
+  // not laid out back to back (dataset rows named in any order); empty: row_offsets.
+  std::vector<int64_t> row_source;
   bool drop_batch_dim = false;       // labels were [N]: outputs are [K], not [1, K]
+  // Keeps a resident dataset's bytes alive while the job may read them (deleting or
+  // replacing the dataset meanwhile is safe).
+  std::shared_ptr<const void> keep_alive;
   // Optional features, gathered on the host from these bytes after sampling.
   const uint8_t* features = nullptr;
   kernels::DType feature_dtype = kernels::DType::kUnspecified;
@@ -46,6 +53,11 @@ struct Job {
 
   int64_t num_rows() const { return static_cast<int64_t>(row_offsets.size()) - 1; }
   int64_t num_elements() const { return row_offsets.back(); }
+  // Element offset of row r's first element in `labels` / `features`.
+  int64_t row_start(int64_t r) const {
+    return row_source.empty() ? row_offsets[static_cast<size_t>(r)]
+                              : row_source[static_cast<size_t>(r)];
+  }
 
   // Scheduling.
   Clock::time_point accepted{};

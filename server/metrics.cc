@@ -4,7 +4,9 @@
 
 #include <algorithm>
 
+#include "datasets.hpp"
 #include "nvml.hpp"
+#include "process_metrics.hpp"
 
 namespace gpusampler::server {
 namespace {
@@ -18,6 +20,13 @@ using prometheus::Histogram;
 Histogram::BucketBoundaries LatencyBuckets() {
   Histogram::BucketBoundaries b;
   for (double x = 50e-6; x < 30; x *= 2) b.push_back(x);
+  return b;
+}
+
+// 1 ms .. ~70 min, factor 4: a SampleStream lives from one request to a whole training run.
+Histogram::BucketBoundaries StreamBuckets() {
+  Histogram::BucketBoundaries b;
+  for (double x = 1e-3; x < 5000; x *= 4) b.push_back(x);
   return b;
 }
 
@@ -36,7 +45,8 @@ const Histogram::BucketBoundaries& FractionBuckets() {
   return b;
 }
 
-const char* kMethodNames[kNumMethods] = {"Sample", "SampleStream", "GetServerInfo"};
+const char* kMethodNames[kNumMethods] = {"Sample",        "SampleStream",  "GetServerInfo",
+                                         "CreateDataset", "DeleteDataset", "ListDatasets"};
 const char* kGrpcCodeNames[kNumCodes] = {
     "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
     "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
@@ -90,6 +100,17 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
                          .Help("Time a request waited between acceptance and its launch.")
                          .Register(*registry_)
                          .Add({}, LatencyBuckets());
+  stream_duration_ = &BuildHistogram()
+                          .Name("gpusampler_stream_duration_seconds")
+                          .Help("Lifetime of a SampleStream, from its arrival to its final status.")
+                          .Register(*registry_)
+                          .Add({}, StreamBuckets());
+  queue_capacity_ = &BuildGauge()
+                         .Name("gpusampler_queue_capacity")
+                         .Help("Requests the scheduler queue holds before RESOURCE_EXHAUSTED "
+                               "(--queue-capacity).")
+                         .Register(*registry_)
+                         .Add({});
   queue_depth_ = &BuildGauge()
                       .Name("gpusampler_queue_depth")
                       .Help("Requests waiting in the scheduler queue.")
@@ -100,6 +121,17 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
                    .Help("Sampling requests accepted and not yet answered.")
                    .Register(*registry_)
                    .Add({});
+  datasets_ = &BuildGauge()
+                   .Name("gpusampler_datasets")
+                   .Help("Resident datasets stored.")
+                   .Register(*registry_)
+                   .Add({});
+  // Datasets are kept in host memory, which every worker reads (docs/datasets.md).
+  dataset_bytes_ = &BuildGauge()
+                        .Name("gpusampler_dataset_bytes")
+                        .Help("Bytes of resident datasets, stored and being uploaded, by device.")
+                        .Register(*registry_)
+                        .Add({{"device", "cpu"}});
   received_bytes_ = &BuildCounter()
                          .Name("gpusampler_received_bytes_total")
                          .Help("Serialized bytes of sampling requests received.")
@@ -139,6 +171,12 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
                        "Fraction of the last update period with a launch running, by device "
                        "(own timing).")
                    .Register(*registry_);
+  auto& busy_seconds =
+      BuildCounter()
+          .Name("gpusampler_device_busy_seconds_total")
+          .Help("Seconds during which at least one launch ran, by device (own timing, CPU "
+                "workers too; rate() is the busy ratio).")
+          .Register(*registry_);
   bool any_gpu = false;
   for (const auto& [name, uuid] : devices) {
     auto d = std::make_unique<DeviceMetrics>();
@@ -149,6 +187,7 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
     d->sampled_rows = &sampled.Add({{"device", name}});
     d->launches = &launches.Add({{"device", name}});
     d->busy_ratio = &busy.Add({{"device", name}});
+    d->busy_seconds = &busy_seconds.Add({{"device", name}});
     any_gpu = any_gpu || !uuid.empty();
     devices_.push_back(std::move(d));
   }
@@ -178,12 +217,15 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
                             .Register(*registry_)
                             .Add({}, FractionBuckets());
 
-  BuildGauge()
-      .Name("gpusampler_build_info")
-      .Help("Build of this server; always 1.")
-      .Register(*registry_)
-      .Add({{"version", build.version}, {"revision", build.revision}, {"cuda", build.cuda}})
-      .Set(1);
+  // Its series is added by StartUpdater, once NVML tells the CUDA version in use.
+  build_ = build;
+  build_info_family_ = &BuildGauge()
+                            .Name("gpusampler_build_info")
+                            .Help("Build of this server; always 1. cuda: the CUDA toolkit it "
+                                  "was compiled with; cuda_driver: the CUDA version of the "
+                                  "driver in use (none when serving on the CPU).")
+                            .Register(*registry_);
+  process_ = MakeProcessCollector();
 }
 
 Metrics::~Metrics() { StopUpdater(); }
@@ -225,6 +267,15 @@ void Metrics::StartUpdater(std::chrono::milliseconds period) {
   } else {
     spdlog::info("no CUDA device in use: NVML not loaded, no GPU gauges");
   }
+  std::string cuda_driver = "none";
+  if (build_.backend == "cuda") cuda_driver = nvml_ ? nvml_->CudaDriverVersion() : "unknown";
+  build_info_family_
+      ->Add({{"version", build_.version},
+             {"revision", build_.revision},
+             {"cuda", build_.cuda},
+             {"cuda_driver", cuda_driver},
+             {"backend", build_.backend}})
+      .Set(1);
   last_update_ = std::chrono::steady_clock::now();
   updater_ = std::thread([this, period] {
     std::unique_lock<std::mutex> lock(mu_);
@@ -251,6 +302,7 @@ void Metrics::Update() {
     if (wall_ns > 0) {
       d->busy_ratio->Set(std::min(1.0, static_cast<double>(busy - d->last_busy_ns) / wall_ns));
     }
+    if (busy > d->last_busy_ns) d->busy_seconds->Increment((busy - d->last_busy_ns) * 1e-9);
     d->last_busy_ns = busy;
     Nvml::Reading r;
     if (nvml_ && d->gpu_utilization && nvml_->Read(d->uuid, &r)) {
@@ -259,6 +311,12 @@ void Metrics::Update() {
       d->gpu_memory_total->Set(static_cast<double>(r.memory_total));
     }
   }
+}
+
+void Metrics::SetDatasets(const DatasetRegistry* datasets) {
+  if (datasets == nullptr) return;
+  datasets_->Set(static_cast<double>(datasets->count()));
+  dataset_bytes_->Set(static_cast<double>(datasets->bytes()));
 }
 
 }  // namespace gpusampler::server

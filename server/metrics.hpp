@@ -22,9 +22,17 @@
 namespace gpusampler::server {
 
 class Nvml;
+class DatasetRegistry;
 
-enum class Method : int { kSample = 0, kSampleStream = 1, kGetServerInfo = 2 };
-constexpr int kNumMethods = 3;
+enum class Method : int {
+  kSample = 0,
+  kSampleStream = 1,
+  kGetServerInfo = 2,
+  kCreateDataset = 3,
+  kDeleteDataset = 4,
+  kListDatasets = 5,
+};
+constexpr int kNumMethods = 6;
 constexpr int kNumCodes = 17;  // gRPC status codes 0..16
 
 // Time during which at least one launch of a device ran. Thread-safe.
@@ -50,6 +58,7 @@ struct DeviceMetrics {
   prometheus::Counter* sampled_rows = nullptr;
   prometheus::Counter* launches = nullptr;
   prometheus::Gauge* busy_ratio = nullptr;
+  prometheus::Counter* busy_seconds = nullptr;  // advanced by the updater
   // NVML gauges; null when NVML is unavailable.
   prometheus::Gauge* gpu_utilization = nullptr;
   prometheus::Gauge* gpu_memory_used = nullptr;
@@ -59,7 +68,9 @@ struct DeviceMetrics {
 };
 
 struct BuildInfo {
-  std::string version, revision, cuda;
+  std::string version, revision;
+  std::string cuda;     // CUDA toolkit compiled against; "none" without the CUDA backend
+  std::string backend;  // what serves: "cpu" or "cuda"
 };
 
 class Metrics {
@@ -80,16 +91,24 @@ class Metrics {
     durations_[static_cast<int>(method)]->Observe(seconds);
   }
   void RecordQueue(double seconds) { queue_duration_->Observe(seconds); }
+  // Lifetime of one SampleStream, arrival to final status.
+  void RecordStream(double seconds) { stream_duration_->Observe(seconds); }
   // Sampling quality of one response of `rows` rows with K = `k`: counts the rows with
   // m_pos + m_neg < K (gpusampler_short_rows_total) and observes each row's m_pos / K
   // (gpusampler_positive_fraction). `num_positive` and `num_negative` hold `rows` values.
   void RecordRowQuality(const int32_t* num_positive, const int32_t* num_negative, int64_t rows,
                         int64_t k);
+  // gpusampler_datasets and gpusampler_dataset_bytes from the registry's current state.
+  void SetDatasets(const DatasetRegistry* datasets);
   DeviceMetrics& device(int i) { return *devices_[static_cast<size_t>(i)]; }
   int num_devices() const { return static_cast<int>(devices_.size()); }
 
   prometheus::Gauge& queue_depth() { return *queue_depth_; }
   prometheus::Gauge& inflight() { return *inflight_; }
+  prometheus::Gauge& queue_capacity() { return *queue_capacity_; }
+  // process_* (resident memory, CPU seconds, open fds, start time), read at scrape time;
+  // expose it beside registry().
+  std::shared_ptr<prometheus::Collectable> process_collector() const { return process_; }
   prometheus::Counter& received_bytes() { return *received_bytes_; }
   prometheus::Counter& sent_bytes() { return *sent_bytes_; }
   prometheus::Counter& dropped_deadline() { return *dropped_deadline_; }
@@ -102,8 +121,15 @@ class Metrics {
   std::array<std::array<prometheus::Counter*, kNumCodes>, kNumMethods> requests_{};
   std::array<prometheus::Histogram*, kNumMethods> durations_{};
   prometheus::Histogram* queue_duration_ = nullptr;
+  prometheus::Histogram* stream_duration_ = nullptr;
+  prometheus::Gauge* queue_capacity_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* build_info_family_ = nullptr;
+  BuildInfo build_;
+  std::shared_ptr<prometheus::Collectable> process_;
   prometheus::Gauge* queue_depth_ = nullptr;
   prometheus::Gauge* inflight_ = nullptr;
+  prometheus::Gauge* datasets_ = nullptr;
+  prometheus::Gauge* dataset_bytes_ = nullptr;
   prometheus::Counter* received_bytes_ = nullptr;
   prometheus::Counter* sent_bytes_ = nullptr;
   prometheus::Counter* dropped_deadline_ = nullptr;

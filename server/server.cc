@@ -11,9 +11,11 @@
 #include <thread>
 
 #include "gpusampler/kernels/device.hpp"
+#include "call_metrics.hpp"
 #include "health.hpp"
 #include "metrics.hpp"
 #include "scheduler.hpp"
+#include "datasets.hpp"
 #include "service.hpp"
 #include "validate.hpp"
 
@@ -125,14 +127,18 @@ Status Server::Start() {
   limits->set_max_num_samples(config_.limits.max_num_samples);
   limits->set_max_batch_rows(config_.max_batch_rows);
 
-  metrics_ = std::make_unique<Metrics>(devices, BuildInfo{Version(), Revision(), CudaVersion()});
+  metrics_ = std::make_unique<Metrics>(devices,
+                                       BuildInfo{Version(), Revision(), CudaVersion(), backend_});
+  metrics_->queue_capacity().Set(static_cast<double>(config_.queue_capacity));
   scheduler_ = std::make_unique<Scheduler>(
       Scheduler::Options{config_.queue_capacity, std::max<int64_t>(1, config_.max_batch_rows),
                          config_.max_batch_delay_us, config_.worker_spin_us,
                          config_.limits.max_elements, config_.max_batch_slots},
       metrics_.get(), [this](const Status& s) { OnFatal(s); });
   for (auto& [worker, device] : workers) scheduler_->AddWorker(std::move(worker), device);
-  service_ = std::make_unique<SamplerService>(config_, scheduler_.get(), metrics_.get(), info);
+  datasets_ = std::make_unique<DatasetRegistry>(config_.max_dataset_bytes);
+  service_ = std::make_unique<SamplerService>(config_, scheduler_.get(), metrics_.get(), info,
+                                              datasets_.get());
 
   if (!config_.metrics_address.empty()) {
     try {
@@ -142,6 +148,7 @@ Status Server::Start() {
                                             config_.metrics_address + ": " + e.what());
     }
     exposer_->RegisterCollectable(metrics_->registry());
+    exposer_->RegisterCollectable(metrics_->process_collector());
     const auto ports = exposer_->GetListeningPorts();
     metrics_port_ = ports.empty() ? 0 : ports.front();
   }
@@ -156,6 +163,10 @@ Status Server::Start() {
   builder.AddListeningPort(config_.address, grpc::InsecureServerCredentials(), &grpc_port_);
   builder.RegisterService(service_.get());
   builder.RegisterService(health_.get());
+  // Requests are counted and timed from their arrival, before parsing (call_metrics.hpp).
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(MakeCallMetricsFactory(metrics_.get()));
+  builder.experimental().SetInterceptorCreators(std::move(creators));
   // Above --max-message-bytes, so that the service refuses an oversize request itself, with
   // a message naming the flag and a do-not-retry pushback (validate.hpp).
   const int max_bytes = TransportMessageLimit(config_.limits.max_message_bytes);
@@ -179,6 +190,16 @@ Status Server::Start() {
                config_.address, metrics_port_, config_.metrics_address);
 
   if (Status s = scheduler_->Start(); !s.ok()) return s;
+  if (!config_.dataset_dir.empty()) {
+    // Before SERVING: a client that sees SERVING finds the preloaded datasets.
+    if (std::string err = LoadDatasetDir(config_.dataset_dir, config_.limits, datasets_.get());
+        !err.empty()) {
+      return InvalidArgument("--dataset-dir: " + err);
+    }
+    metrics_->SetDatasets(datasets_.get());
+    spdlog::info("--dataset-dir {}: {} dataset(s), {} bytes", config_.dataset_dir,
+                 datasets_->count(), datasets_->bytes());
+  }
   health_->SetServing(true);
   spdlog::info("SERVING: grpc_port={} metrics_port={} backend={}", grpc_port_, metrics_port_,
                backend_);

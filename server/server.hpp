@@ -22,6 +22,7 @@ class Exposer;
 
 namespace gpusampler::server {
 
+class DatasetRegistry;
 class Metrics;
 class Scheduler;
 class SamplerService;
@@ -66,6 +67,7 @@ class Server {
   std::string backend_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<DatasetRegistry> datasets_;
   std::unique_ptr<SamplerService> service_;
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -58,7 +58,7 @@ std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerC
     return nullptr;
   }
   auto job = std::make_shared<Job>();
-  *status = ValidateRequest(request, svc->config().limits, job.get());
+  *status = ValidateRequest(request, svc->config().limits, job.get(), svc->datasets());
   if (!status->ok()) return nullptr;
   job->accepted = accepted;
   job->deadline = SteadyDeadline(ctx, accepted);
@@ -110,7 +110,6 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
       SetTotal(response_, accepted_);
       m->sent_bytes().Increment(static_cast<double>(response_->ByteSizeLong()));
     }
-    m->RecordRequest(Method::kSample, status.code(), SecondsSince(accepted_));
     Finish(ToGrpcStatus(status, ctx_));
   }
 
@@ -128,7 +127,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
 class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
  public:
   StreamCall(SamplerService* svc, grpc::CallbackServerContext* ctx)
-      : svc_(svc), ctx_(ctx), started_(Clock::now()) {
+      : svc_(svc), ctx_(ctx) {
     Pump();
   }
 
@@ -139,8 +138,12 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
       if (!ok) {
         reads_done_ = true;
       } else if (!finished_) {
+        reading_->arrived = Clock::now();
         Accept(std::move(reading_));
-      }  // else: the stream already ended (an earlier failure); the request is dropped unrun
+      } else {
+        // The stream already ended (an earlier failure): the request is dropped unrun.
+        svc_->metrics()->RecordRequest(Method::kSampleStream, Code::kCancelled, 0);
+      }
       reading_.reset();
     }
     Pump();
@@ -175,8 +178,16 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
     std::shared_ptr<Job> job;
     bool done = false;
     Status status;
+    Clock::time_point arrived{};  // when its read completed
+    bool counted = false;         // in gpusampler_requests_total (each message once)
   };
   enum class Op { kNone, kRead, kWrite, kFinish };
+
+  // Counts one message of the stream (under mu_).
+  void Count(Slot* slot, Code code) {
+    slot->counted = true;
+    svc_->metrics()->RecordRequest(Method::kSampleStream, code, SecondsSince(slot->arrived));
+  }
 
   // Validates and submits one request read from the stream (under mu_).
   void Accept(std::unique_ptr<Slot> slot) {
@@ -185,7 +196,7 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
     Slot* raw = slot.get();
     pending_.push_back(std::move(slot));
     Status status;
-    auto job = PrepareJob(svc_, *ctx_, raw->request, &raw->response, Clock::now(), &status);
+    auto job = PrepareJob(svc_, *ctx_, raw->request, &raw->response, raw->arrived, &status);
     if (job) {
       job->done = [this, raw](const Status& s) { JobDone(raw, s); };
       raw->job = job;
@@ -226,6 +237,7 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
       Slot* front = pending_.front().get();
       if (front->status.ok()) {
         write_in_flight_ = true;
+        Count(front, Code::kOk);
         *slot = front;
         return Op::kWrite;
       }
@@ -243,9 +255,11 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
       return Op::kNone;
     }
     finished_ = true;
-    // Later requests of a failed stream need not run.
+    // Later requests of a failed stream need not run. Every message not answered is counted
+    // now: a failed one with its own code, the others (dropped) as CANCELLED.
     for (auto& p : pending_) {
       if (p->job && !p->done) p->job->cancelled.store(true);
+      if (!p->counted) Count(p.get(), p->done && !p->status.ok() ? p->status.code() : Code::kCancelled);
     }
     return Op::kFinish;
   }
@@ -286,8 +300,6 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
           StartWrite(&slot->response);
           break;
         case Op::kFinish:
-          svc_->metrics()->RecordRequest(Method::kSampleStream, status.code(),
-                                         SecondsSince(started_));
           Finish(ToGrpcStatus(status, ctx_));
           break;
         case Op::kNone:
@@ -308,7 +320,6 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
 
   SamplerService* svc_;
   grpc::CallbackServerContext* ctx_;
-  const Clock::time_point started_;
 
   std::mutex mu_;
   std::deque<std::unique_ptr<Slot>> pending_;  // request order
@@ -336,8 +347,12 @@ grpc::Status ToGrpcStatus(const Status& status, grpc::CallbackServerContext* con
 }
 
 SamplerService::SamplerService(const ServerConfig& config, Scheduler* scheduler, Metrics* metrics,
-                               v1::ServerInfo info)
-    : config_(config), scheduler_(scheduler), metrics_(metrics), info_(std::move(info)) {}
+                               v1::ServerInfo info, DatasetRegistry* datasets)
+    : config_(config),
+      scheduler_(scheduler),
+      metrics_(metrics),
+      info_(std::move(info)),
+      datasets_(datasets) {}
 
 grpc::ServerUnaryReactor* SamplerService::Sample(grpc::CallbackServerContext* context,
                                                  const v1::SampleRequest* request,
@@ -353,13 +368,15 @@ grpc::ServerBidiReactor<v1::SampleRequest, v1::SampleResponse>* SamplerService::
 grpc::ServerUnaryReactor* SamplerService::GetServerInfo(grpc::CallbackServerContext* context,
                                                         const v1::GetServerInfoRequest*,
                                                         v1::ServerInfo* response) {
-  const auto start = Clock::now();
   const Status status = Authenticate(*this, *context);
   if (status.ok()) *response = info_;
   auto* reactor = context->DefaultReactor();
-  metrics_->RecordRequest(Method::kGetServerInfo, status.code(), SecondsSince(start));
   reactor->Finish(ToGrpcStatus(status, context));
   return reactor;
+}
+
+Status SamplerService::Authorize(const grpc::CallbackServerContext& context) const {
+  return Authenticate(*this, context);
 }
 
 }  // namespace gpusampler::server

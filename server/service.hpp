@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "config.hpp"
+#include "datasets.hpp"
 #include "gpusampler/v1/sampler.grpc.pb.h"
 #include "metrics.hpp"
 #include "scheduler.hpp"
@@ -22,8 +23,9 @@ grpc::Status ToGrpcStatus(const Status& status, grpc::CallbackServerContext* con
 class SamplerService final : public v1::Sampler::CallbackService {
  public:
   // `scheduler` and `metrics` must outlive the service; `info` is answered by GetServerInfo.
+  // `datasets` (may be null: no dataset RPCs) must outlive the service too.
   SamplerService(const ServerConfig& config, Scheduler* scheduler, Metrics* metrics,
-                 v1::ServerInfo info);
+                 v1::ServerInfo info, DatasetRegistry* datasets = nullptr);
 
   grpc::ServerUnaryReactor* Sample(grpc::CallbackServerContext* context,
                                    const v1::SampleRequest* request,
@@ -34,6 +36,16 @@ class SamplerService final : public v1::Sampler::CallbackService {
                                           const v1::GetServerInfoRequest* request,
                                           v1::ServerInfo* response) override;
 
+  // Resident datasets (dataset_service.cc).
+  grpc::ServerReadReactor<v1::DatasetChunk>* CreateDataset(grpc::CallbackServerContext* context,
+                                                           v1::DatasetInfo* response) override;
+  grpc::ServerUnaryReactor* DeleteDataset(grpc::CallbackServerContext* context,
+                                          const v1::DeleteDatasetRequest* request,
+                                          v1::DeleteDatasetResponse* response) override;
+  grpc::ServerUnaryReactor* ListDatasets(grpc::CallbackServerContext* context,
+                                         const v1::ListDatasetsRequest* request,
+                                         v1::ListDatasetsResponse* response) override;
+
   // New requests get UNAVAILABLE from now on (drain).
   void StopAccepting() { accepting_.store(false); }
 
@@ -41,6 +53,11 @@ class SamplerService final : public v1::Sampler::CallbackService {
   const ServerConfig& config() const { return config_; }
   Scheduler* scheduler() { return scheduler_; }
   Metrics* metrics() { return metrics_; }
+  DatasetRegistry* datasets() { return datasets_; }
+  // UNAUTHENTICATED unless auth is off or the call carries the bearer token.
+  Status Authorize(const grpc::CallbackServerContext& context) const;
+  // Where dataset copies are kept ("cpu", or the CUDA devices).
+  std::vector<std::string> DatasetDevices() const;
   bool accepting() const { return accepting_.load(); }
 
  private:
@@ -48,6 +65,7 @@ class SamplerService final : public v1::Sampler::CallbackService {
   Scheduler* scheduler_;
   Metrics* metrics_;
   const v1::ServerInfo info_;
+  DatasetRegistry* datasets_;
   std::atomic<bool> accepting_{true};
 };
 

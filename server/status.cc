@@ -29,6 +29,10 @@ const char* CodeName(Code code) {
       return "INVALID_ARGUMENT";
     case Code::kDeadlineExceeded:
       return "DEADLINE_EXCEEDED";
+    case Code::kNotFound:
+      return "NOT_FOUND";
+    case Code::kAlreadyExists:
+      return "ALREADY_EXISTS";
     case Code::kResourceExhausted:
       return "RESOURCE_EXHAUSTED";
     case Code::kInternal:

@@ -17,6 +17,8 @@ enum class Code : int {
   kCancelled = 1,
   kInvalidArgument = 3,
   kDeadlineExceeded = 4,
+  kNotFound = 5,
+  kAlreadyExists = 6,
   kResourceExhausted = 8,
   kInternal = 13,
   kUnavailable = 14,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -85,6 +86,135 @@ Status CheckTensor(const v1::Tensor& t, const std::string& name, const Limits& l
   return Status::Ok();
 }
 
+// The checks every request ends with, inline or dataset: the response fits, and the seed.
+Status FinishRequest(const v1::SampleRequest& req, const Limits& limits, Job* job) {
+  const int64_t k = job->spec.num_samples;
+  const DType ldtype = job->label_dtype;
+  int64_t out = 0;
+  const std::string size_terms =
+      "(B " + std::to_string(job->num_rows()) + " * K " + std::to_string(k) + " * (8 + " +
+      std::to_string(kernels::ItemSize(ldtype)) + " + " + std::to_string(job->feature_row_bytes) +
+      ") + request_id " + std::to_string(req.request_id().size()) + " + framing)";
+  if (!ResponseBytes(*job, req.request_id().size(), &out)) {
+    return InvalidArgument("response size " + size_terms + " overflows int64");
+  }
+  if (out > limits.max_message_bytes) {
+    return LimitExceeded("response would have " + std::to_string(out) + " bytes " + size_terms +
+                         ", over max_message_bytes = " +
+                         std::to_string(limits.max_message_bytes) + " (--max-message-bytes)");
+  }
+  job->seed = req.has_seed() ? req.seed() : DrawSeed();
+  return Status::Ok();
+}
+
+// A request that names a resident dataset (SPEC section 5): its rows become the job's rows,
+// read in place from the dataset, which the job keeps alive.
+Status ResolveDataset(const v1::SampleRequest& req, const Limits& limits,
+                      const DatasetRegistry* datasets, Job* job) {
+  if (req.dataset().empty()) {
+    if (req.has_rows()) return InvalidArgument("rows is set but dataset is not (rows names dataset rows)");
+    if (req.return_features()) {
+      return InvalidArgument("return_features is set but dataset is not (inline requests "
+                             "get features back when they send them)");
+    }
+    return Status::Ok();
+  }
+  for (const auto& [field, present] :
+       {std::pair<const char*, bool>{"labels", req.has_labels()},
+        std::pair<const char*, bool>{"features", req.has_features()},
+        std::pair<const char*, bool>{"row_splits", req.has_row_splits()}}) {
+    if (present) {
+      return InvalidArgument(std::string(field) + " must be absent when dataset is set (dataset '" +
+                             req.dataset().substr(0, 140) + "' supplies it)");
+    }
+  }
+  std::shared_ptr<const Dataset> ds = datasets ? datasets->Find(req.dataset()) : nullptr;
+  if (!ds) {
+    return Status(Code::kNotFound, "dataset '" + req.dataset().substr(0, 140) +
+                                       "' not found (CreateDataset uploads it)");
+  }
+  const int64_t pos = job->spec.positive_label, neg = job->spec.negative_label;
+  for (auto [name, value] : {std::pair<const char*, int64_t>{"positive_label", pos},
+                             std::pair<const char*, int64_t>{"negative_label", neg}}) {
+    if (!kernels::LabelRepresentable(ds->label_dtype, value)) {
+      return InvalidArgument(std::string("spec.") + name + " = " + std::to_string(value) +
+                             " is not representable in dataset '" + ds->name + "' label dtype " +
+                             Upper(kernels::DTypeName(ds->label_dtype)));
+    }
+  }
+  job->row_offsets.assign(1, 0);
+  job->row_source.clear();
+  if (req.has_rows()) {
+    const v1::Tensor& rows = req.rows();
+    if (rows.dtype() != v1::DTYPE_INT64) {
+      return InvalidArgument("rows.dtype must be DTYPE_INT64, got " + v1::DType_Name(rows.dtype()));
+    }
+    int64_t b = 0;
+    if (Status s = CheckTensor(rows, "rows", limits, &b); !s.ok()) return s;
+    if (rows.shape_size() != 1) {
+      return InvalidArgument("rows.shape " + ShapeString(rows.shape()) + " must be 1-D [B']");
+    }
+    if (b > limits.max_rows) {
+      return LimitExceeded("rows has " + std::to_string(b) + " rows, over max_rows = " +
+                           std::to_string(limits.max_rows) + " (--max-rows)");
+    }
+    const char* data = rows.data().data();
+    for (int64_t j = 0; j < b; ++j) {
+      int64_t id;
+      std::memcpy(&id, data + j * 8, 8);  // the bytes need not be 8-byte aligned
+      if (id < 0 || id >= ds->num_rows()) {
+        return InvalidArgument("rows[" + std::to_string(j) + "] = " + std::to_string(id) +
+                               " is out of range [0, " + std::to_string(ds->num_rows()) +
+                               ") of dataset '" + ds->name + "'");
+      }
+      const int64_t begin = ds->row_splits[static_cast<size_t>(id)];
+      const int64_t len = ds->row_splits[static_cast<size_t>(id) + 1] - begin;
+      job->row_source.push_back(begin);
+      job->row_offsets.push_back(job->row_offsets.back() + len);
+    }
+    job->drop_batch_dim = false;
+  } else {
+    if (ds->num_rows() > limits.max_rows) {
+      return LimitExceeded("dataset '" + ds->name + "' has " + std::to_string(ds->num_rows()) +
+                           " rows, over max_rows = " + std::to_string(limits.max_rows) +
+                           " (--max-rows); name fewer with rows");
+    }
+    job->row_offsets = ds->row_splits;
+    job->drop_batch_dim = !ds->has_row_splits;
+  }
+  if (job->num_elements() > limits.max_elements) {
+    return LimitExceeded("the named dataset rows have " + std::to_string(job->num_elements()) +
+                         " elements, over max_elements = " + std::to_string(limits.max_elements) +
+                         " (--max-elements)");
+  }
+  for (int64_t r = 0; r < job->num_rows(); ++r) {
+    const int64_t len = job->row_offsets[r + 1] - job->row_offsets[r];
+    if (len > limits.max_row_elements) {
+      return LimitExceeded("dataset row " + std::to_string(r) + " has " + std::to_string(len) +
+                           " elements, over max_row_elements = " +
+                           std::to_string(limits.max_row_elements) + " (--max-row-elements)");
+    }
+  }
+  job->label_dtype = ds->label_dtype;
+  job->labels = ds->labels.data();
+  job->features = nullptr;
+  job->feature_row_bytes = 0;
+  job->feature_trailing_shape.clear();
+  job->feature_dtype = DType::kUnspecified;
+  if (req.return_features()) {
+    if (!ds->has_features()) {
+      return InvalidArgument("return_features is set but dataset '" + ds->name +
+                             "' has no features");
+    }
+    job->features = ds->features.data();
+    job->feature_row_bytes = ds->feature_row_bytes;
+    job->feature_trailing_shape = ds->feature_shape;
+    job->feature_dtype = ds->feature_dtype;
+  }
+  job->keep_alive = ds;
+  return Status::Ok();
+}
+
 }  // namespace
 
 int TransportMessageLimit(int64_t max_message_bytes) {
@@ -109,7 +239,8 @@ bool ResponseBytes(const Job& job, size_t request_id_bytes, int64_t* bytes) {
   return true;
 }
 
-Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* job) {
+Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* job,
+                       const DatasetRegistry* datasets) {
   // The transport accepts a little more than the limit (TransportMessageLimit), so that a
   // request just over it gets this message rather than gRPC's, which names no flag.
   const size_t request_bytes = req.ByteSizeLong();
@@ -160,6 +291,9 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
   job->spec.positive_label = pos;
   job->spec.negative_label = neg;
   job->spec.fill = fill;
+
+  if (Status st = ResolveDataset(req, limits, datasets, job); !st.ok()) return st;
+  if (job->keep_alive) return FinishRequest(req, limits, job);
 
   // Labels.
   const v1::Tensor& labels = req.labels();
@@ -288,21 +422,12 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
     job->features = reinterpret_cast<const uint8_t*>(feat.data().data());
   }
 
-  int64_t out = 0;
-  const std::string size_terms =
-      "(B " + std::to_string(job->num_rows()) + " * K " + std::to_string(k) + " * (8 + " +
-      std::to_string(kernels::ItemSize(ldtype)) + " + " + std::to_string(job->feature_row_bytes) +
-      ") + request_id " + std::to_string(req.request_id().size()) + " + framing)";
-  if (!ResponseBytes(*job, req.request_id().size(), &out)) {
-    return InvalidArgument("response size " + size_terms + " overflows int64");
-  }
-  if (out > limits.max_message_bytes) {
-    return LimitExceeded("response would have " + std::to_string(out) + " bytes " + size_terms +
-                         ", over max_message_bytes = " +
-                         std::to_string(limits.max_message_bytes) + " (--max-message-bytes)");
-  }
-  job->seed = req.has_seed() ? req.seed() : DrawSeed();
-  return Status::Ok();
+  return FinishRequest(req, limits, job);
+}
+
+Status CheckTensorData(const v1::Tensor& tensor, const std::string& name, const Limits& limits,
+                       int64_t* elements) {
+  return CheckTensor(tensor, name, limits, elements);
 }
 
 }  // namespace gpusampler::server

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "config.hpp"
+#include "datasets.hpp"
 #include "gpusampler/v1/sampler.pb.h"
 #include "job.hpp"
 #include "status.hpp"
@@ -13,7 +14,9 @@ namespace gpusampler::server {
 // Fills the plain-value fields of `job` (spec, seed, labels, rows, features) from `request`,
 // or returns INVALID_ARGUMENT / RESOURCE_EXHAUSTED with a message naming the field and the
 // numbers. `job`'s pointers address `request`'s bytes. Draws a seed when none is given.
-Status ValidateRequest(const v1::SampleRequest& request, const Limits& limits, Job* job);
+// A request naming a resident dataset is resolved against `datasets` (null: none exist).
+Status ValidateRequest(const v1::SampleRequest& request, const Limits& limits, Job* job,
+                       const DatasetRegistry* datasets = nullptr);
 
 // What the gRPC transport accepts for a `max_message_bytes` limit: a quarter more (at least
 // 1 MiB more, at most INT_MAX), so that a request somewhat over the limit still reaches
@@ -29,5 +32,10 @@ inline constexpr int64_t kResponseOverheadBytes = 1024;
 // request_id of `request_id_bytes`, and kResponseOverheadBytes). False when that overflows
 // int64 (the dims come from the client).
 bool ResponseBytes(const Job& job, size_t request_id_bytes, int64_t* bytes);
+
+// Checks tensor `name`: a known dtype, non-negative dims, and exactly prod(shape) *
+// itemsize data bytes. On success `*elements` is prod(shape).
+Status CheckTensorData(const v1::Tensor& tensor, const std::string& name, const Limits& limits,
+                       int64_t* elements);
 
 }  // namespace gpusampler::server

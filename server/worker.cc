@@ -83,9 +83,21 @@ Plan MakePlan(const std::vector<Job*>& jobs) {
 void StageLabels(const std::vector<Job*>& jobs, const Plan& plan, uint8_t* dst) {
   for (size_t j = 0; j < jobs.size(); ++j) {
     const Job* job = jobs[j];
-    const size_t bytes =
-        static_cast<size_t>(job->num_elements()) * kernels::ItemSize(job->label_dtype);
-    if (bytes) std::memcpy(dst + plan.label_start[j], job->labels, bytes);
+    const size_t item = kernels::ItemSize(job->label_dtype);
+    if (job->row_source.empty()) {
+      const size_t bytes = static_cast<size_t>(job->num_elements()) * item;
+      if (bytes) std::memcpy(dst + plan.label_start[j], job->labels, bytes);
+      continue;
+    }
+    // Dataset rows named in any order: row by row, back to back.
+    for (int64_t r = 0; r < job->num_rows(); ++r) {
+      const size_t bytes =
+          static_cast<size_t>(job->row_offsets[r + 1] - job->row_offsets[r]) * item;
+      if (bytes) {
+        std::memcpy(dst + plan.label_start[j] + static_cast<size_t>(job->row_offsets[r]) * item,
+                    job->labels + static_cast<size_t>(job->row_start(r)) * item, bytes);
+      }
+    }
   }
 }
 
@@ -128,7 +140,7 @@ void WriteResponse(const Job& job, const RowDesc& first_row, int64_t first, cons
     data->resize(slots * frb);
     uint8_t* dst = reinterpret_cast<uint8_t*>(data->data());
     for (int64_t r = 0; r < b; ++r) {
-      const uint8_t* row = job.features + static_cast<size_t>(job.row_offsets[r]) * frb;
+      const uint8_t* row = job.features + static_cast<size_t>(job.row_start(r)) * frb;
       kernels::GatherRows(indices + r * k, nullptr, k, job.feature_row_bytes, row,
                           dst + static_cast<size_t>(r * k) * frb);
     }
@@ -159,8 +171,19 @@ class HostWorker final : public Worker {
     const Plan plan = MakePlan(jobs);
     kernels::Batch batch = plan.sizes;
     batch.rows = plan.rows.data();
+    std::vector<RowDesc> direct;
     if (jobs.size() == 1) {
-      batch.labels = jobs[0]->labels;  // one request: sample straight from its bytes
+      // One request: sample straight from its bytes (a resident dataset's too, wherever
+      // its rows are).
+      batch.labels = jobs[0]->labels;
+      if (!jobs[0]->row_source.empty()) {
+        direct = plan.rows;
+        const int64_t item = static_cast<int64_t>(kernels::ItemSize(jobs[0]->label_dtype));
+        for (size_t r = 0; r < direct.size(); ++r) {
+          direct[r].label_offset = jobs[0]->row_start(static_cast<int64_t>(r)) * item;
+        }
+        batch.rows = direct.data();
+      }
     } else {
       labels_.resize(static_cast<size_t>(plan.label_bytes));
       StageLabels(jobs, plan, labels_.data());

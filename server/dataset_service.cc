@@ -1,0 +1,127 @@
+// CreateDataset, DeleteDataset and ListDatasets (SPEC section 5). An upload is validated
+// chunk by chunk as it is read and reserved against --max-dataset-bytes; it becomes visible
+// only when the client half-closes a stream whose every chunk was accepted.
+#include <memory>
+#include <mutex>
+
+#include "datasets.hpp"
+#include "service.hpp"
+
+namespace gpusampler::server {
+namespace {
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// One CreateDataset call. Reads run one at a time (gRPC allows one outstanding read), so
+// the builder needs no lock; Finish is called once, from a reaction.
+class CreateCall final : public grpc::ServerReadReactor<v1::DatasetChunk> {
+ public:
+  CreateCall(SamplerService* svc, grpc::CallbackServerContext* ctx, v1::DatasetInfo* response)
+      : svc_(svc), ctx_(ctx), response_(response), started_(Clock::now()) {
+    Status status = svc_->Authorize(*ctx_);
+    if (status.ok() && !svc_->accepting()) {
+      status = Unavailable("server is draining; retry another replica");
+    }
+    if (status.ok() && svc_->datasets() == nullptr) {
+      status = Unavailable("this server keeps no datasets");
+    }
+    if (!status.ok()) {
+      Done(status);
+      return;
+    }
+    builder_ = std::make_unique<DatasetBuilder>(svc_->datasets(), svc_->config().limits);
+    StartRead(&chunk_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The client half-closed (or the call broke: then Finish is a no-op). Commit.
+      if (ctx_->IsCancelled()) {
+        Done(Status(Code::kCancelled, "upload cancelled; nothing was stored"));
+        return;
+      }
+      std::shared_ptr<const Dataset> stored;
+      const Status status = builder_->Commit(&stored);
+      if (status.ok()) *response_ = stored->Info(svc_->DatasetDevices());
+      Done(status);
+      return;
+    }
+    svc_->metrics()->received_bytes().Increment(static_cast<double>(chunk_.ByteSizeLong()));
+    const Status status = builder_->Add(chunk_);
+    if (!status.ok()) {
+      Done(status);  // the builder's reservation goes with it: nothing is kept
+      return;
+    }
+    chunk_.Clear();
+    StartRead(&chunk_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Done(const Status& status) {
+    builder_.reset();  // releases an uncommitted reservation before the client hears back
+    svc_->metrics()->SetDatasets(svc_->datasets());
+    svc_->metrics()->RecordRequest(Method::kCreateDataset, status.code(), SecondsSince(started_));
+    Finish(ToGrpcStatus(status, ctx_));
+  }
+
+  SamplerService* svc_;
+  grpc::CallbackServerContext* ctx_;
+  v1::DatasetInfo* response_;
+  const Clock::time_point started_;
+  std::unique_ptr<DatasetBuilder> builder_;
+  v1::DatasetChunk chunk_;
+};
+
+}  // namespace
+
+std::vector<std::string> SamplerService::DatasetDevices() const {
+  // Datasets live in host memory, which every worker reads: CPU workers sample them in
+  // place, CUDA workers stage the named rows' labels like inline ones (docs/datasets.md).
+  return {"cpu"};
+}
+
+grpc::ServerReadReactor<v1::DatasetChunk>* SamplerService::CreateDataset(
+    grpc::CallbackServerContext* context, v1::DatasetInfo* response) {
+  return new CreateCall(this, context, response);
+}
+
+grpc::ServerUnaryReactor* SamplerService::DeleteDataset(grpc::CallbackServerContext* context,
+                                                        const v1::DeleteDatasetRequest* request,
+                                                        v1::DeleteDatasetResponse*) {
+  const auto start = Clock::now();
+  Status status = Authorize(*context);
+  if (status.ok()) {
+    if (!ValidDatasetName(request->name())) {
+      status = InvalidArgument("name '" + request->name().substr(0, 140) +
+                               "' must match [A-Za-z0-9._-]{1,128}");
+    } else if (datasets_ == nullptr || !datasets_->Delete(request->name())) {
+      status = Status(Code::kNotFound, "dataset '" + request->name() + "' not found");
+    }
+  }
+  metrics_->SetDatasets(datasets_);
+  metrics_->RecordRequest(Method::kDeleteDataset, status.code(), SecondsSince(start));
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status, context));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SamplerService::ListDatasets(grpc::CallbackServerContext* context,
+                                                       const v1::ListDatasetsRequest*,
+                                                       v1::ListDatasetsResponse* response) {
+  const auto start = Clock::now();
+  const Status status = Authorize(*context);
+  if (status.ok() && datasets_ != nullptr) {
+    const std::vector<std::string> devices = DatasetDevices();
+    for (const auto& ds : datasets_->List()) *response->add_datasets() = ds->Info(devices);
+  }
+  metrics_->RecordRequest(Method::kListDatasets, status.code(), SecondsSince(start));
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status, context));
+  return reactor;
+}
+
+}  // namespace gpusampler::server

@@ -1,0 +1,456 @@
+#include "datasets.hpp"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <set>
+
+#include "gpusampler/client/npy.hpp"
+#include "validate.hpp"
+
+namespace gpusampler::server {
+namespace {
+
+using kernels::DType;
+
+std::string Shape(const google::protobuf::RepeatedField<int64_t>& shape) {
+  std::string s = "[";
+  for (int i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string Shape(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string DTypeString(DType d) {
+  return v1::DType_Name(static_cast<v1::DType>(static_cast<int>(d)));
+}
+
+Status OverBudget(int64_t want, int64_t used, int64_t max) {
+  return Status(Code::kResourceExhausted,
+                "dataset upload needs " + std::to_string(want) + " more bytes, but " +
+                    std::to_string(used) + " of max_dataset_bytes = " + std::to_string(max) +
+                    " are in use (--max-dataset-bytes)",
+                kDoNotRetry);
+}
+
+constexpr uint32_t kSha256K[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+inline uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+}  // namespace
+
+// ---- Sha256 ----
+
+Sha256::Sha256()
+    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+         0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+
+void Sha256::Block(const uint8_t* p) {
+  uint32_t w[64];
+  for (int i = 0; i < 16; ++i) {
+    w[i] = (uint32_t{p[4 * i]} << 24) | (uint32_t{p[4 * i + 1]} << 16) |
+           (uint32_t{p[4 * i + 2]} << 8) | uint32_t{p[4 * i + 3]};
+  }
+  for (int i = 16; i < 64; ++i) {
+    const uint32_t s0 = Rotr(w[i - 15], 7) ^ Rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    const uint32_t s1 = Rotr(w[i - 2], 17) ^ Rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
+  for (int i = 0; i < 64; ++i) {
+    const uint32_t t1 =
+        h + (Rotr(e, 6) ^ Rotr(e, 11) ^ Rotr(e, 25)) + ((e & f) ^ (~e & g)) + kSha256K[i] + w[i];
+    const uint32_t t2 = (Rotr(a, 2) ^ Rotr(a, 13) ^ Rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+    h = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  h_[0] += a;
+  h_[1] += b;
+  h_[2] += c;
+  h_[3] += d;
+  h_[4] += e;
+  h_[5] += f;
+  h_[6] += g;
+  h_[7] += h;
+}
+
+void Sha256::Update(const uint8_t* data, size_t n) {
+  total_ += n;
+  if (buf_len_ > 0) {
+    const size_t take = std::min(n, 64 - buf_len_);
+    std::memcpy(buf_ + buf_len_, data, take);
+    buf_len_ += take;
+    data += take;
+    n -= take;
+    if (buf_len_ < 64) return;
+    Block(buf_);
+    buf_len_ = 0;
+  }
+  for (; n >= 64; n -= 64, data += 64) Block(data);
+  std::memcpy(buf_, data, n);
+  buf_len_ = n;
+}
+
+std::string Sha256::HexDigest() {
+  const uint64_t bits = total_ * 8;
+  const uint8_t one = 0x80, zero = 0;
+  Update(&one, 1);
+  while (buf_len_ != 56) Update(&zero, 1);
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
+  Update(len, 8);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (uint32_t word : h_) {
+    for (int shift = 28; shift >= 0; shift -= 4) out += kHex[(word >> shift) & 15];
+  }
+  return out;
+}
+
+// ---- Dataset ----
+
+v1::DatasetInfo Dataset::Info(const std::vector<std::string>& devices) const {
+  v1::DatasetInfo info;
+  info.set_name(name);
+  info.set_num_rows(num_rows());
+  info.set_num_elements(num_elements());
+  info.set_label_dtype(static_cast<v1::DType>(static_cast<int>(label_dtype)));
+  info.set_feature_dtype(static_cast<v1::DType>(static_cast<int>(feature_dtype)));
+  for (int64_t d : feature_shape) info.add_feature_shape(d);
+  info.set_bytes(bytes);
+  info.set_sha256(sha256);
+  for (const auto& d : devices) info.add_devices(d);
+  return info;
+}
+
+bool ValidDatasetName(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// ---- DatasetBuilder ----
+
+DatasetBuilder::DatasetBuilder(DatasetRegistry* registry, const Limits& limits)
+    : registry_(registry), limits_(limits), ds_(std::make_shared<Dataset>()) {
+  ds_->row_splits = {0};
+}
+
+DatasetBuilder::~DatasetBuilder() {
+  if (reserved_ > 0) registry_->Release(reserved_);
+}
+
+Status DatasetBuilder::Add(const v1::DatasetChunk& chunk) {
+  const bool first = !started_;
+  if (first) {
+    if (!ValidDatasetName(chunk.name())) {
+      return InvalidArgument("name '" + chunk.name().substr(0, 140) +
+                             "' must match [A-Za-z0-9._-]{1,128}");
+    }
+    if (Status s = registry_->CheckName(chunk.name(), chunk.replace()); !s.ok()) return s;
+    if (!chunk.has_labels()) {
+      return InvalidArgument("labels is missing in the first chunk (it fixes the label dtype)");
+    }
+    ds_->name = chunk.name();
+    replace_ = chunk.replace();
+    has_features_ = chunk.has_features();
+  } else {
+    if (!chunk.name().empty()) {
+      return InvalidArgument("name is set on a chunk after the first (only the first names it)");
+    }
+    if (chunk.replace()) return InvalidArgument("replace is set on a chunk after the first");
+    if (chunk.has_row_splits()) {
+      return InvalidArgument("row_splits is set on a chunk after the first");
+    }
+    if (chunk.has_features() != has_features_) {
+      return InvalidArgument(std::string("features is ") +
+                             (has_features_ ? "missing from" : "present in") +
+                             " a later chunk; send features in all chunks or in none");
+    }
+  }
+
+  // Labels: 1-D, an integer or BOOL dtype, the same in every chunk.
+  const v1::Tensor& labels = chunk.labels();
+  int64_t n = 0;
+  if (Status s = CheckTensorData(labels, "labels", limits_, &n); !s.ok()) return s;
+  const DType dtype = static_cast<DType>(static_cast<int>(labels.dtype()));
+  if (labels.shape_size() != 1) {
+    return InvalidArgument("labels.shape " + Shape(labels.shape()) + " must be 1-D [n]");
+  }
+  if (!kernels::IsLabelDType(dtype)) {
+    return InvalidArgument("labels.dtype " + DTypeString(dtype) +
+                           " is not an integer or BOOL dtype");
+  }
+  if (first) {
+    ds_->label_dtype = dtype;
+  } else if (dtype != ds_->label_dtype) {
+    return InvalidArgument("labels.dtype " + DTypeString(dtype) +
+                           " differs from the first chunk's " + DTypeString(ds_->label_dtype));
+  }
+  const auto* lbytes = reinterpret_cast<const uint8_t*>(labels.data().data());
+  if (dtype == DType::kBool) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (lbytes[i] > 1) {
+        return InvalidArgument("labels.data[" + std::to_string(i) +
+                               "] = " + std::to_string(lbytes[i]) + " is not a BOOL (0 or 1)");
+      }
+    }
+  }
+
+  // Features: [n, ...], the same dtype and row shape in every chunk.
+  const uint8_t* fbytes = nullptr;
+  int64_t feature_bytes = 0;
+  if (has_features_) {
+    const v1::Tensor& feat = chunk.features();
+    int64_t fe = 0;
+    if (Status s = CheckTensorData(feat, "features", limits_, &fe); !s.ok()) return s;
+    if (feat.shape_size() < 1 || feat.shape(0) != n) {
+      return InvalidArgument("features.shape " + Shape(feat.shape()) +
+                             " must be [n, ...] with n = " + std::to_string(n) +
+                             ", the chunk's label count");
+    }
+    const DType fdtype = static_cast<DType>(static_cast<int>(feat.dtype()));
+    std::vector<int64_t> row_shape(feat.shape().begin() + 1, feat.shape().end());
+    if (first) {
+      ds_->feature_dtype = fdtype;
+      ds_->feature_shape = row_shape;
+      int64_t row = static_cast<int64_t>(kernels::ItemSize(fdtype));
+      for (int64_t d : row_shape) {
+        if (__builtin_mul_overflow(row, d, &row)) {
+          return InvalidArgument("features.shape " + Shape(feat.shape()) +
+                                 ": one feature row overflows int64 bytes");
+        }
+      }
+      if (row == 0) {
+        return InvalidArgument("features.shape " + Shape(feat.shape()) +
+                               " has zero-byte feature rows");
+      }
+      ds_->feature_row_bytes = row;
+    } else if (fdtype != ds_->feature_dtype || row_shape != ds_->feature_shape) {
+      return InvalidArgument("features dtype " + DTypeString(fdtype) + " row shape " +
+                             Shape(row_shape) + " differ from the first chunk's " +
+                             DTypeString(ds_->feature_dtype) + " " + Shape(ds_->feature_shape));
+    }
+    fbytes = reinterpret_cast<const uint8_t*>(feat.data().data());
+    feature_bytes = static_cast<int64_t>(feat.data().size());
+  }
+
+  // Row splits (first chunk only): INT64 [B + 1], 0 first, non-decreasing.
+  std::vector<int64_t> splits;
+  if (first && chunk.has_row_splits()) {
+    const v1::Tensor& rs = chunk.row_splits();
+    if (rs.dtype() != v1::DTYPE_INT64) {
+      return InvalidArgument("row_splits.dtype must be DTYPE_INT64, got " +
+                             v1::DType_Name(rs.dtype()));
+    }
+    int64_t count = 0;
+    if (Status s = CheckTensorData(rs, "row_splits", limits_, &count); !s.ok()) return s;
+    if (rs.shape_size() != 1 || count < 1) {
+      return InvalidArgument("row_splits.shape " + Shape(rs.shape()) +
+                             " must be [B+1] with B >= 0");
+    }
+    splits.resize(static_cast<size_t>(count));
+    std::memcpy(splits.data(), rs.data().data(), static_cast<size_t>(count) * 8);
+    if (splits[0] != 0) {
+      return InvalidArgument("row_splits[0] = " + std::to_string(splits[0]) + ", must be 0");
+    }
+    for (int64_t i = 1; i < count; ++i) {
+      if (splits[i] < splits[i - 1]) {
+        return InvalidArgument("row_splits[" + std::to_string(i) +
+                               "] = " + std::to_string(splits[i]) + " < row_splits[" +
+                               std::to_string(i - 1) + "] = " + std::to_string(splits[i - 1]) +
+                               " (must be non-decreasing)");
+      }
+    }
+  }
+
+  // Reserve, then keep.
+  const int64_t want = static_cast<int64_t>(labels.data().size()) + feature_bytes +
+                       static_cast<int64_t>(splits.size() * sizeof(int64_t));
+  if (Status s = registry_->Reserve(want); !s.ok()) return s;
+  reserved_ += want;
+  started_ = true;
+  if (!splits.empty()) {
+    ds_->has_row_splits = true;
+    ds_->row_splits = std::move(splits);
+  }
+  ds_->labels.insert(ds_->labels.end(), lbytes, lbytes + labels.data().size());
+  if (fbytes) ds_->features.insert(ds_->features.end(), fbytes, fbytes + feature_bytes);
+  label_hash_.Update(lbytes, labels.data().size());
+  return Status::Ok();
+}
+
+Status DatasetBuilder::Commit(std::shared_ptr<const Dataset>* stored) {
+  if (!started_) return InvalidArgument("the upload has no chunks (an empty stream)");
+  const int64_t total =
+      static_cast<int64_t>(ds_->labels.size() / kernels::ItemSize(ds_->label_dtype));
+  if (ds_->has_row_splits) {
+    if (ds_->row_splits.back() != total) {
+      return InvalidArgument("row_splits ends at " + std::to_string(ds_->row_splits.back()) +
+                             " but the chunks carried " + std::to_string(total) +
+                             " label elements");
+    }
+  } else {
+    ds_->row_splits = {0, total};
+  }
+  Sha256 hash = label_hash_;
+  hash.Update(ds_->features.data(), ds_->features.size());
+  ds_->sha256 = hash.HexDigest();
+  ds_->bytes = static_cast<int64_t>(ds_->labels.size() + ds_->features.size()) +
+               (ds_->has_row_splits ? static_cast<int64_t>(ds_->row_splits.size() * 8) : 0);
+  // The reservation counted the same bytes; the registry keeps them from now on.
+  if (Status s = registry_->Commit(ds_, replace_); !s.ok()) return s;
+  reserved_ = 0;
+  *stored = ds_;
+  return Status::Ok();
+}
+
+// ---- DatasetRegistry ----
+
+std::shared_ptr<const Dataset> DatasetRegistry::Find(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<const Dataset>> DatasetRegistry::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<const Dataset>> out;
+  for (const auto& [name, ds] : by_name_) out.push_back(ds);
+  return out;
+}
+
+bool DatasetRegistry::Delete(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) return false;
+  used_ -= it->second->bytes;
+  by_name_.erase(it);
+  return true;
+}
+
+Status DatasetRegistry::CheckName(const std::string& name, bool replace) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!replace && by_name_.count(name)) {
+    return Status(Code::kAlreadyExists,
+                  "dataset '" + name + "' already exists (set replace to overwrite it)");
+  }
+  return Status::Ok();
+}
+
+Status DatasetRegistry::Reserve(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (bytes > max_bytes_ - used_) return OverBudget(bytes, used_, max_bytes_);
+  used_ += bytes;
+  return Status::Ok();
+}
+
+void DatasetRegistry::Release(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  used_ -= bytes;
+}
+
+Status DatasetRegistry::Commit(std::shared_ptr<const Dataset> ds, bool replace) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_name_.find(ds->name);
+  if (it != by_name_.end()) {
+    if (!replace) {
+      return Status(Code::kAlreadyExists, "dataset '" + ds->name +
+                                              "' was created by another upload first (set "
+                                              "replace to overwrite it)");
+    }
+    used_ -= it->second->bytes;
+    it->second = std::move(ds);
+  } else {
+    by_name_.emplace(ds->name, std::move(ds));
+  }
+  return Status::Ok();
+}
+
+int64_t DatasetRegistry::count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(by_name_.size());
+}
+
+int64_t DatasetRegistry::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return used_;
+}
+
+// ---- --dataset-dir ----
+
+std::string LoadDatasetDir(const std::string& dir, const Limits& limits,
+                           DatasetRegistry* registry) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return "--dataset-dir " + dir + ": cannot open: " + std::strerror(errno);
+  std::set<std::string> names;
+  const std::string suffix = ".labels.npy";
+  while (dirent* e = readdir(d)) {
+    const std::string file = e->d_name;
+    if (file.size() > suffix.size() &&
+        file.compare(file.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      names.insert(file.substr(0, file.size() - suffix.size()));
+    }
+  }
+  closedir(d);
+  // Dataset-dir files are trusted local input, not messages: no per-message size limit.
+  Limits file_limits = limits;
+  file_limits.max_message_bytes = INT64_MAX;
+  for (const std::string& name : names) {
+    const std::string base = dir + "/" + name;
+    if (!ValidDatasetName(name)) {
+      return base + ".labels.npy: dataset name '" + name + "' must match [A-Za-z0-9._-]{1,128}";
+    }
+    v1::DatasetChunk chunk;
+    chunk.set_name(name);
+    if (std::string err = client::ReadNpy(base + ".labels.npy", chunk.mutable_labels());
+        !err.empty()) {
+      return base + ".labels.npy: " + err;
+    }
+    const std::string features = base + ".features.npy", splits = base + ".row_splits.npy";
+    if (access(features.c_str(), F_OK) == 0) {
+      if (std::string err = client::ReadNpy(features, chunk.mutable_features()); !err.empty()) {
+        return features + ": " + err;
+      }
+    }
+    if (access(splits.c_str(), F_OK) == 0) {
+      if (std::string err = client::ReadNpy(splits, chunk.mutable_row_splits()); !err.empty()) {
+        return splits + ": " + err;
+      }
+    }
+    DatasetBuilder builder(registry, file_limits);
+    std::shared_ptr<const Dataset> stored;
+    Status s = builder.Add(chunk);
+    if (s.ok()) s = builder.Commit(&stored);
+    if (!s.ok()) return base + ".*.npy: " + s.message();
+  }
+  return "";
+}
+
+}  // namespace gpusampler::server

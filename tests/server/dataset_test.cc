@@ -1,0 +1,568 @@
+// Resident datasets (SPEC section 5): chunked atomic upload, replace and delete while in
+// use, the equivalence with inline requests (golden cases included), --dataset-dir, the
+// byte budget, and every error of the section.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "datasets.hpp"
+#include "gpusampler/client/npy.hpp"
+#include "test_util.hpp"
+
+namespace gpusampler::server::testing {
+namespace {
+
+v1::Tensor Int64Tensor(const std::vector<int64_t>& v) {
+  v1::Tensor t;
+  t.set_dtype(v1::DTYPE_INT64);
+  t.add_shape(static_cast<int64_t>(v.size()));
+  t.set_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * 8));
+  return t;
+}
+
+// A ragged dataset: labels in {-1, 0, 1}, FLOAT32 features [total, dim] with FeatureValue's
+// pattern (element i of the whole dataset as "row 0").
+struct HostDataset {
+  std::vector<std::vector<int64_t>> rows;
+  int64_t dim = 0;
+
+  std::vector<int64_t> Splits() const {
+    std::vector<int64_t> s = {0};
+    for (const auto& r : rows) s.push_back(s.back() + static_cast<int64_t>(r.size()));
+    return s;
+  }
+  std::vector<int64_t> Flat() const {
+    std::vector<int64_t> f;
+    for (const auto& r : rows) f.insert(f.end(), r.begin(), r.end());
+    return f;
+  }
+  // The features of elements [begin, end) of the whole dataset.
+  v1::Tensor Features(int64_t begin, int64_t end) const {
+    v1::Tensor t;
+    t.set_dtype(v1::DTYPE_FLOAT32);
+    t.add_shape(end - begin);
+    t.add_shape(dim);
+    std::string* data = t.mutable_data();
+    for (int64_t i = begin; i < end; ++i) {
+      for (int64_t d = 0; d < dim; ++d) {
+        const float v = FeatureValue(0, i, d);
+        data->append(reinterpret_cast<const char*>(&v), 4);
+      }
+    }
+    return t;
+  }
+  // Chunks of about `per` elements each; the first names the dataset.
+  std::vector<v1::DatasetChunk> Chunks(const std::string& name, int64_t per, bool ragged,
+                                       bool replace = false) const {
+    const std::vector<int64_t> flat = Flat();
+    const int64_t total = static_cast<int64_t>(flat.size());
+    std::vector<v1::DatasetChunk> out;
+    for (int64_t at = 0; at < total || out.empty(); at += per) {
+      const int64_t end = std::min(total, at + per);
+      v1::DatasetChunk c;
+      if (out.empty()) {
+        c.set_name(name);
+        c.set_replace(replace);
+        if (ragged) *c.mutable_row_splits() = Int64Tensor(Splits());
+      }
+      *c.mutable_labels() =
+          Int64Tensor(std::vector<int64_t>(flat.begin() + at, flat.begin() + end));
+      if (dim > 0) *c.mutable_features() = Features(at, end);
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+  // The inline request equivalent to sampling dataset rows `ids` with `return_features`.
+  v1::SampleRequest Inline(const std::vector<int64_t>& ids, bool features, uint64_t seed,
+                           int64_t k) const {
+    const std::vector<int64_t> splits = Splits();
+    v1::SampleRequest req;
+    req.mutable_spec()->set_num_samples(k);
+    req.set_seed(seed);
+    std::vector<int64_t> labels, rs = {0};
+    v1::Tensor feat;
+    feat.set_dtype(v1::DTYPE_FLOAT32);
+    for (int64_t id : ids) {
+      labels.insert(labels.end(), rows[id].begin(), rows[id].end());
+      rs.push_back(static_cast<int64_t>(labels.size()));
+      if (features) {
+        const v1::Tensor part = Features(splits[id], splits[id + 1]);
+        feat.mutable_data()->append(part.data());
+      }
+    }
+    *req.mutable_labels() = Int64Tensor(labels);
+    *req.mutable_row_splits() = Int64Tensor(rs);
+    if (features) {
+      feat.add_shape(static_cast<int64_t>(labels.size()));
+      feat.add_shape(dim);
+      *req.mutable_features() = feat;
+    }
+    return req;
+  }
+};
+
+HostDataset RandomDataset(int64_t rows, int64_t max_len, int64_t dim, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  HostDataset ds;
+  ds.dim = dim;
+  for (int64_t r = 0; r < rows; ++r) {
+    ds.rows.push_back(RandomRow(static_cast<int64_t>(gen() % (max_len + 1)), gen()));
+  }
+  return ds;
+}
+
+grpc::Status Upload(v1::Sampler::Stub* stub, const std::vector<v1::DatasetChunk>& chunks,
+                    v1::DatasetInfo* info, grpc::ClientContext* ctx = nullptr) {
+  grpc::ClientContext own;
+  if (ctx == nullptr) ctx = &own;
+  auto writer = stub->CreateDataset(ctx, info);
+  for (const auto& c : chunks) {
+    if (!writer->Write(c)) break;
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+std::vector<std::string> Names(v1::Sampler::Stub* stub) {
+  grpc::ClientContext ctx;
+  v1::ListDatasetsResponse resp;
+  EXPECT_TRUE(stub->ListDatasets(&ctx, v1::ListDatasetsRequest(), &resp).ok());
+  std::vector<std::string> out;
+  for (const auto& d : resp.datasets()) out.push_back(d.name());
+  return out;
+}
+
+grpc::Status Sample(v1::Sampler::Stub* stub, const v1::SampleRequest& req,
+                    v1::SampleResponse* resp) {
+  grpc::ClientContext ctx;
+  return stub->Sample(&ctx, req, resp);
+}
+
+v1::SampleRequest DatasetRequest(const std::string& name, std::vector<int64_t> rows, bool with_rows,
+                                 bool features, uint64_t seed, int64_t k) {
+  v1::SampleRequest req;
+  req.set_dataset(name);
+  req.mutable_spec()->set_num_samples(k);
+  req.set_seed(seed);
+  if (with_rows) *req.mutable_rows() = Int64Tensor(rows);
+  req.set_return_features(features);
+  return req;
+}
+
+// The response fields that carry results (timing and device aside), as bytes.
+void ExpectSameAnswer(const v1::SampleResponse& a, const v1::SampleResponse& b,
+                      const std::string& where) {
+  for (const auto& [x, y, name] : {std::tuple<const v1::Tensor*, const v1::Tensor*, const char*>{
+                                       &a.indices(), &b.indices(), "indices"},
+                                   {&a.labels(), &b.labels(), "labels"},
+                                   {&a.features(), &b.features(), "features"},
+                                   {&a.num_positive(), &b.num_positive(), "num_positive"},
+                                   {&a.num_negative(), &b.num_negative(), "num_negative"}}) {
+    EXPECT_EQ(x->SerializeAsString(), y->SerializeAsString()) << name << " differ: " << where;
+  }
+  EXPECT_EQ(a.seed(), b.seed()) << where;
+}
+
+TEST(Sha256Test, Fips180Vectors) {
+  auto hex = [](const std::string& s) {
+    Sha256 h;
+    h.Update(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+    return h.HexDigest();
+  };
+  EXPECT_EQ(hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  // Fed in uneven pieces: the same digest.
+  const std::string million(1000000, 'a');
+  Sha256 h;
+  for (size_t at = 0; at < million.size(); at += 777) {
+    h.Update(reinterpret_cast<const uint8_t*>(million.data()) + at,
+             std::min<size_t>(777, million.size() - at));
+  }
+  EXPECT_EQ(h.HexDigest(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(DatasetTest, ChunkedUploadEqualsInlineRowsInAnyOrder) {
+  auto t = StartServer(TestConfig());
+  const HostDataset host = RandomDataset(9, 3000, 3, 7);
+  v1::DatasetInfo info;
+  ASSERT_TRUE(Upload(t.stub.get(), host.Chunks("pool", 1000, /*ragged=*/true), &info).ok());
+  EXPECT_EQ(info.name(), "pool");
+  EXPECT_EQ(info.num_rows(), 9);
+  EXPECT_EQ(info.num_elements(), host.Splits().back());
+  EXPECT_EQ(info.label_dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(info.feature_dtype(), v1::DTYPE_FLOAT32);
+  ASSERT_EQ(info.feature_shape_size(), 1);
+  EXPECT_EQ(info.feature_shape(0), 3);
+  EXPECT_EQ(info.bytes(), host.Splits().back() * (8 + 12) + 10 * 8);
+  ASSERT_EQ(info.devices_size(), 1);
+  // sha256 over the label bytes, then the feature bytes.
+  Sha256 want;
+  const std::vector<int64_t> flat = host.Flat();
+  want.Update(reinterpret_cast<const uint8_t*>(flat.data()), flat.size() * 8);
+  const std::string feat = host.Features(0, host.Splits().back()).data();
+  want.Update(reinterpret_cast<const uint8_t*>(feat.data()), feat.size());
+  EXPECT_EQ(info.sha256(), want.HexDigest());
+
+  for (const std::vector<int64_t>& ids :
+       {std::vector<int64_t>{4, 0, 8}, std::vector<int64_t>{3, 3}, std::vector<int64_t>{}}) {
+    for (bool features : {false, true}) {
+      v1::SampleResponse got, want_resp;
+      ASSERT_TRUE(
+          Sample(t.stub.get(), DatasetRequest("pool", ids, true, features, 99, 50), &got).ok());
+      ASSERT_TRUE(Sample(t.stub.get(), host.Inline(ids, features, 99, 50), &want_resp).ok());
+      ExpectSameAnswer(got, want_resp, "rows of size " + std::to_string(ids.size()));
+      ASSERT_EQ(got.indices().shape_size(), 2);
+      EXPECT_EQ(got.indices().shape(0), static_cast<int64_t>(ids.size()));
+      if (features) {
+        ASSERT_EQ(got.features().shape_size(), 3);
+        EXPECT_EQ(got.features().shape(2), 3);
+      }
+    }
+  }
+  // Without rows: every row, [B, K].
+  v1::SampleResponse all, all_inline;
+  ASSERT_TRUE(Sample(t.stub.get(), DatasetRequest("pool", {}, false, true, 5, 20), &all).ok());
+  ASSERT_TRUE(
+      Sample(t.stub.get(), host.Inline({0, 1, 2, 3, 4, 5, 6, 7, 8}, true, 5, 20), &all_inline)
+          .ok());
+  ExpectSameAnswer(all, all_inline, "all rows");
+}
+
+TEST(DatasetTest, GoldenCasesThroughADataset) {
+  auto t = StartServer(TestConfig());
+  for (const Golden& g : LoadGolden()) {
+    HostDataset host;
+    host.rows = g.request.rows;
+    v1::DatasetInfo info;
+    const std::string name = "golden-" + g.name;
+    ASSERT_TRUE(Upload(t.stub.get(), host.Chunks(name, 7, /*ragged=*/true), &info).ok()) << name;
+    v1::SampleRequest req =
+        DatasetRequest(name, {}, false, false, *g.request.seed, g.request.num_samples);
+    v1::SamplingSpec* spec = req.mutable_spec();
+    if (g.request.positive_fraction) spec->set_positive_fraction(*g.request.positive_fraction);
+    if (g.request.positive_label) spec->set_positive_label(*g.request.positive_label);
+    if (g.request.negative_label) spec->set_negative_label(*g.request.negative_label);
+    spec->set_fill_policy(g.request.fill);
+    req.set_request_id(g.name);
+    v1::SampleResponse resp;
+    ASSERT_TRUE(Sample(t.stub.get(), req, &resp).ok()) << name;
+    ExpectGolden(g, resp, "dataset " + name);
+  }
+}
+
+TEST(DatasetTest, WithoutRowSplitsTheDatasetAnswersLikeOneDimLabels) {
+  auto t = StartServer(TestConfig());
+  HostDataset host;
+  host.rows = {RandomRow(5000, 3)};
+  host.dim = 2;
+  v1::DatasetInfo info;
+  ASSERT_TRUE(Upload(t.stub.get(), host.Chunks("flat", 1234, /*ragged=*/false), &info).ok());
+  EXPECT_EQ(info.num_rows(), 1);
+  EXPECT_EQ(info.bytes(), 5000 * (8 + 8));  // no row_splits stored
+  v1::SampleResponse got;
+  ASSERT_TRUE(Sample(t.stub.get(), DatasetRequest("flat", {}, false, true, 3, 64), &got).ok());
+  ASSERT_EQ(got.indices().shape_size(), 1);
+  EXPECT_EQ(got.indices().shape(0), 64);
+  ASSERT_EQ(got.features().shape_size(), 2);
+  // The same bytes as inline [N] labels with [N, 2] features.
+  v1::SampleRequest inl = host.Inline({0}, true, 3, 64);
+  inl.clear_row_splits();
+  inl.mutable_features()->clear_shape();
+  inl.mutable_features()->add_shape(5000);
+  inl.mutable_features()->add_shape(2);
+  v1::SampleResponse want;
+  ASSERT_TRUE(Sample(t.stub.get(), inl, &want).ok());
+  ExpectSameAnswer(got, want, "one-dim");
+  // rows = [0] gives the batch dim back: [1, K].
+  ASSERT_TRUE(Sample(t.stub.get(), DatasetRequest("flat", {0}, true, false, 3, 64), &got).ok());
+  EXPECT_EQ(got.indices().shape_size(), 2);
+}
+
+TEST(DatasetTest, DatasetRequestsAreBatchedWithOthers) {
+  ServerConfig config = TestConfig();
+  config.max_batch_rows = 64;
+  auto t = StartServer(config);
+  const HostDataset host = RandomDataset(4, 500, 0, 11);
+  v1::DatasetInfo info;
+  ASSERT_TRUE(Upload(t.stub.get(), host.Chunks("b", 300, true), &info).ok());
+  t.server->scheduler().SetPausedForTesting(true);
+  auto a = StartSample(t.stub.get(), DatasetRequest("b", {2, 1}, true, false, 1, 30));
+  auto b = StartSample(t.stub.get(), host.Inline({0, 3}, false, 2, 30));
+  auto c = StartSample(t.stub.get(), DatasetRequest("b", {3}, true, false, 3, 30));
+  ASSERT_TRUE(WaitFor([&] { return t.server->scheduler().queue_depth() == 3; }));
+  t.server->scheduler().SetPausedForTesting(false);
+  for (auto* call : {a.get(), b.get(), c.get()}) ASSERT_TRUE(call->status.get().ok());
+  EXPECT_EQ(a->response.timing().batch_rows(), 5);  // fused: 2 + 2 + 1 rows
+  v1::SampleResponse want;
+  ASSERT_TRUE(Sample(t.stub.get(), host.Inline({2, 1}, false, 1, 30), &want).ok());
+  ExpectSameAnswer(a->response, want, "fused dataset request");
+  ASSERT_TRUE(Sample(t.stub.get(), host.Inline({3}, false, 3, 30), &want).ok());
+  ExpectSameAnswer(c->response, want, "fused dataset request");
+}
+
+TEST(DatasetTest, DeleteAndReplaceNeverBreakAcceptedRequests) {
+  auto t = StartServer(TestConfig());
+  const HostDataset old_data = RandomDataset(3, 2000, 2, 21);
+  const HostDataset new_data = RandomDataset(3, 2000, 2, 22);
+  v1::DatasetInfo info;
+  ASSERT_TRUE(Upload(t.stub.get(), old_data.Chunks("d", 999, true), &info).ok());
+  t.server->scheduler().SetPausedForTesting(true);
+  auto before = StartSample(t.stub.get(), DatasetRequest("d", {2, 0}, true, true, 8, 40));
+  ASSERT_TRUE(WaitFor([&] { return t.server->scheduler().queue_depth() == 1; }));
+  // Replace, then delete, while the request waits in the queue.
+  ASSERT_TRUE(Upload(t.stub.get(), new_data.Chunks("d", 999, true, /*replace=*/true), &info).ok());
+  auto middle = StartSample(t.stub.get(), DatasetRequest("d", {2, 0}, true, true, 8, 40));
+  ASSERT_TRUE(WaitFor([&] { return t.server->scheduler().queue_depth() == 2; }));
+  grpc::ClientContext dctx;
+  v1::DeleteDatasetResponse dresp;
+  v1::DeleteDatasetRequest del;
+  del.set_name("d");
+  ASSERT_TRUE(t.stub->DeleteDataset(&dctx, del, &dresp).ok());
+  EXPECT_TRUE(Names(t.stub.get()).empty());
+  t.server->scheduler().SetPausedForTesting(false);
+  ASSERT_TRUE(before->status.get().ok());
+  ASSERT_TRUE(middle->status.get().ok());
+  v1::SampleResponse want;
+  ASSERT_TRUE(Sample(t.stub.get(), old_data.Inline({2, 0}, true, 8, 40), &want).ok());
+  ExpectSameAnswer(before->response, want, "accepted before the replace");
+  ASSERT_TRUE(Sample(t.stub.get(), new_data.Inline({2, 0}, true, 8, 40), &want).ok());
+  ExpectSameAnswer(middle->response, want, "accepted after the replace");
+  // Gone now.
+  v1::SampleResponse resp;
+  EXPECT_EQ(Sample(t.stub.get(), DatasetRequest("d", {0}, true, false, 1, 4), &resp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(DatasetTest, FailedOrCancelledUploadsLeaveNothing) {
+  ServerConfig config = TestConfig();
+  auto t = StartServer(config);
+  const HostDataset host = RandomDataset(3, 800, 1, 31);
+  // Fails at the third chunk (dtype change): nothing is kept, the name stays free.
+  std::vector<v1::DatasetChunk> chunks = host.Chunks("atomic", 300, true);
+  ASSERT_GE(chunks.size(), 3u);
+  chunks[2].mutable_labels()->set_dtype(v1::DTYPE_INT32);
+  chunks[2].mutable_labels()->mutable_data()->resize(chunks[2].labels().data().size() / 2);
+  v1::DatasetInfo info;
+  EXPECT_EQ(Upload(t.stub.get(), chunks, &info).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(Names(t.stub.get()).empty());
+  // Cancelled half-way.
+  {
+    grpc::ClientContext ctx;
+    auto writer = t.stub->CreateDataset(&ctx, &info);
+    ASSERT_TRUE(writer->Write(host.Chunks("atomic", 300, true)[0]));
+    ctx.TryCancel();
+    EXPECT_FALSE(writer->Finish().ok());
+  }
+  EXPECT_TRUE(Names(t.stub.get()).empty());
+  // The budget is whole again, and the name is free.
+  ASSERT_TRUE(WaitFor([&] {
+    return HttpGet(t.server->metrics_port(), "/metrics")
+               .find("gpusampler_dataset_bytes{device=\"cpu\"} 0") != std::string::npos;
+  }));
+  ASSERT_TRUE(Upload(t.stub.get(), host.Chunks("atomic", 300, true), &info).ok());
+  EXPECT_EQ(Names(t.stub.get()), std::vector<std::string>{"atomic"});
+  const std::string metrics = HttpGet(t.server->metrics_port(), "/metrics");
+  EXPECT_NE(metrics.find("gpusampler_datasets 1"), std::string::npos) << metrics;
+  EXPECT_NE(
+      metrics.find("gpusampler_dataset_bytes{device=\"cpu\"} " + std::to_string(info.bytes())),
+      std::string::npos)
+      << metrics;
+}
+
+TEST(DatasetTest, BudgetCountsUploadsAndReplacedDatasets) {
+  ServerConfig config = TestConfig();
+  config.max_dataset_bytes = 100000;
+  auto t = StartServer(config);
+  HostDataset host;
+  host.rows = {RandomRow(5000, 1)};  // 40000 label bytes
+  v1::DatasetInfo info;
+  ASSERT_TRUE(Upload(t.stub.get(), host.Chunks("one", 5000, false), &info).ok());
+  ASSERT_TRUE(Upload(t.stub.get(), host.Chunks("two", 5000, false), &info).ok());
+  // A third does not fit (80000 + 40000 > 100000); nor does replacing one while it stands.
+  for (const auto& chunks :
+       {host.Chunks("three", 5000, false), host.Chunks("one", 5000, false, /*replace=*/true)}) {
+    grpc::ClientContext ctx;
+    const grpc::Status s = Upload(t.stub.get(), chunks, &info, &ctx);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(s.error_message().find("--max-dataset-bytes"), std::string::npos)
+        << s.error_message();
+    const auto& md = ctx.GetServerTrailingMetadata();
+    const auto it = md.find("grpc-retry-pushback-ms");
+    ASSERT_NE(it, md.end());
+    EXPECT_EQ(std::string(it->second.data(), it->second.size()), "-1");
+  }
+  // After a delete it fits.
+  grpc::ClientContext dctx;
+  v1::DeleteDatasetRequest del;
+  del.set_name("two");
+  v1::DeleteDatasetResponse dresp;
+  ASSERT_TRUE(t.stub->DeleteDataset(&dctx, del, &dresp).ok());
+  EXPECT_TRUE(Upload(t.stub.get(), host.Chunks("three", 5000, false), &info).ok());
+}
+
+struct ErrorCase {
+  const char* what;
+  std::function<grpc::Status(v1::Sampler::Stub*)> call;
+  grpc::StatusCode code;
+  const char* names;  // a word the message must contain
+};
+
+TEST(DatasetTest, EveryErrorOfTheSectionHasItsStatusAndNamesTheField) {
+  auto t = StartServer(TestConfig());
+  const HostDataset host = RandomDataset(3, 300, 2, 41);
+  HostDataset nofeat = host;
+  nofeat.dim = 0;
+  v1::DatasetInfo info;
+  ASSERT_TRUE(Upload(t.stub.get(), host.Chunks("f", 200, true), &info).ok());
+  ASSERT_TRUE(Upload(t.stub.get(), nofeat.Chunks("nf", 200, true), &info).ok());
+  auto upload = [](std::vector<v1::DatasetChunk> chunks) {
+    return [chunks](v1::Sampler::Stub* stub) {
+      v1::DatasetInfo i;
+      return Upload(stub, chunks, &i);
+    };
+  };
+  auto sample = [](v1::SampleRequest req) {
+    return [req](v1::Sampler::Stub* stub) {
+      v1::SampleResponse r;
+      return Sample(stub, req, &r);
+    };
+  };
+  auto with = [&](auto edit) {
+    std::vector<v1::DatasetChunk> c = host.Chunks("new", 200, true);
+    edit(&c);
+    return upload(c);
+  };
+  v1::SampleRequest with_labels = DatasetRequest("f", {0}, true, false, 1, 4);
+  *with_labels.mutable_labels() = Int64Tensor({0, 1});
+  v1::SampleRequest with_features = DatasetRequest("f", {0}, true, false, 1, 4);
+  *with_features.mutable_features() = host.Features(0, 2);
+  v1::SampleRequest with_splits = DatasetRequest("f", {0}, true, false, 1, 4);
+  *with_splits.mutable_row_splits() = Int64Tensor({0, 2});
+  v1::SampleRequest inline_rows = host.Inline({0}, false, 1, 4);
+  *inline_rows.mutable_rows() = Int64Tensor({0});
+  v1::SampleRequest inline_feat = host.Inline({0}, false, 1, 4);
+  inline_feat.set_return_features(true);
+  v1::SampleRequest int32_rows = DatasetRequest("f", {0}, true, false, 1, 4);
+  int32_rows.mutable_rows()->set_dtype(v1::DTYPE_INT32);
+  int32_rows.mutable_rows()->set_data(std::string(4, '\0'));
+
+  const std::vector<ErrorCase> cases = {
+      {"unknown dataset", sample(DatasetRequest("nope", {0}, true, false, 1, 4)),
+       grpc::StatusCode::NOT_FOUND, "nope"},
+      {"dataset with labels", sample(with_labels), grpc::StatusCode::INVALID_ARGUMENT, "labels"},
+      {"dataset with features", sample(with_features), grpc::StatusCode::INVALID_ARGUMENT,
+       "features"},
+      {"dataset with row_splits", sample(with_splits), grpc::StatusCode::INVALID_ARGUMENT,
+       "row_splits"},
+      {"row id too large", sample(DatasetRequest("f", {0, 3}, true, false, 1, 4)),
+       grpc::StatusCode::INVALID_ARGUMENT, "rows[1] = 3"},
+      {"negative row id", sample(DatasetRequest("f", {-1}, true, false, 1, 4)),
+       grpc::StatusCode::INVALID_ARGUMENT, "rows[0] = -1"},
+      {"rows not INT64", sample(int32_rows), grpc::StatusCode::INVALID_ARGUMENT, "rows.dtype"},
+      {"return_features without stored features",
+       sample(DatasetRequest("nf", {0}, true, true, 1, 4)), grpc::StatusCode::INVALID_ARGUMENT,
+       "return_features"},
+      {"rows on an inline request", sample(inline_rows), grpc::StatusCode::INVALID_ARGUMENT,
+       "rows"},
+      {"return_features on an inline request", sample(inline_feat),
+       grpc::StatusCode::INVALID_ARGUMENT, "return_features"},
+      {"existing name", upload(host.Chunks("f", 200, true)), grpc::StatusCode::ALREADY_EXISTS,
+       "'f'"},
+      {"bad name", upload(host.Chunks("bad name!", 200, true)), grpc::StatusCode::INVALID_ARGUMENT,
+       "name"},
+      {"empty stream", upload({}), grpc::StatusCode::INVALID_ARGUMENT, "empty"},
+      {"label dtype change", with([](auto* c) {
+         (*c)[1].mutable_labels()->set_dtype(v1::DTYPE_INT32);
+         (*c)[1].mutable_labels()->mutable_data()->resize((*c)[1].labels().data().size() / 2);
+       }),
+       grpc::StatusCode::INVALID_ARGUMENT, "labels.dtype"},
+      {"feature shape change", with([](auto* c) {
+         v1::Tensor* f = (*c)[1].mutable_features();
+         f->set_shape(1, 1);
+         f->add_shape(2);
+       }),
+       grpc::StatusCode::INVALID_ARGUMENT, "features"},
+      {"features in some chunks only", with([](auto* c) { (*c)[1].clear_features(); }),
+       grpc::StatusCode::INVALID_ARGUMENT, "features"},
+      {"name on a later chunk", with([](auto* c) { (*c)[1].set_name("x"); }),
+       grpc::StatusCode::INVALID_ARGUMENT, "name"},
+      {"replace on a later chunk", with([](auto* c) { (*c)[1].set_replace(true); }),
+       grpc::StatusCode::INVALID_ARGUMENT, "replace"},
+      {"row_splits on a later chunk",
+       with([](auto* c) { *(*c)[1].mutable_row_splits() = Int64Tensor({0}); }),
+       grpc::StatusCode::INVALID_ARGUMENT, "row_splits"},
+      {"row_splits total mismatch", with([&](auto* c) {
+         std::vector<int64_t> s = host.Splits();
+         s.back() += 1;
+         *(*c)[0].mutable_row_splits() = Int64Tensor(s);
+       }),
+       grpc::StatusCode::INVALID_ARGUMENT, "row_splits"},
+      {"2-D labels chunk", with([](auto* c) {
+         v1::Tensor* l = (*c)[0].mutable_labels();
+         const int64_t n = l->shape(0);
+         l->set_shape(0, 1);
+         l->add_shape(n);
+       }),
+       grpc::StatusCode::INVALID_ARGUMENT, "labels.shape"},
+  };
+  for (const ErrorCase& c : cases) {
+    const grpc::Status s = c.call(t.stub.get());
+    EXPECT_EQ(s.error_code(), c.code) << c.what << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(c.names), std::string::npos)
+        << c.what << ": " << s.error_message();
+  }
+  // Nothing of the failed uploads was kept, and the server still answers.
+  std::vector<std::string> names = Names(t.stub.get());
+  EXPECT_EQ(names, (std::vector<std::string>{"f", "nf"}));
+  v1::SampleResponse resp;
+  EXPECT_TRUE(Sample(t.stub.get(), DatasetRequest("f", {1}, true, true, 1, 4), &resp).ok());
+  // Deleting an unknown name.
+  grpc::ClientContext dctx;
+  v1::DeleteDatasetRequest del;
+  del.set_name("nope");
+  v1::DeleteDatasetResponse dresp;
+  EXPECT_EQ(t.stub->DeleteDataset(&dctx, del, &dresp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/gpusampler-datasets-XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+TEST(DatasetTest, DatasetDirIsLoadedBeforeServing) {
+  const std::string dir = TempDir();
+  const HostDataset host = RandomDataset(4, 700, 3, 51);
+  ASSERT_EQ(client::WriteNpy(dir + "/pre.labels.npy", Int64Tensor(host.Flat())), "");
+  ASSERT_EQ(client::WriteNpy(dir + "/pre.features.npy", host.Features(0, host.Splits().back())),
+            "");
+  ASSERT_EQ(client::WriteNpy(dir + "/pre.row_splits.npy", Int64Tensor(host.Splits())), "");
+  ASSERT_EQ(client::WriteNpy(dir + "/flat.labels.npy", Int64Tensor(host.Flat())), "");
+  ServerConfig config = TestConfig();
+  config.dataset_dir = dir;
+  auto t = StartServer(config);
+  EXPECT_EQ(Names(t.stub.get()), (std::vector<std::string>{"flat", "pre"}));
+  v1::SampleResponse got, want;
+  ASSERT_TRUE(Sample(t.stub.get(), DatasetRequest("pre", {3, 1}, true, true, 4, 33), &got).ok());
+  ASSERT_TRUE(Sample(t.stub.get(), host.Inline({3, 1}, true, 4, 33), &want).ok());
+  ExpectSameAnswer(got, want, "preloaded");
+  t.server->Shutdown();
+
+  // A bad file fails start-up, naming it.
+  std::FILE* f = std::fopen((dir + "/broken.labels.npy").c_str(), "w");
+  std::fputs("not an npy file", f);
+  std::fclose(f);
+  Server bad(config);
+  const Status s = bad.Start();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("broken.labels.npy"), std::string::npos) << s.message();
+  bad.Shutdown();
+}
+
+}  // namespace
+}  // namespace gpusampler::server::testing
