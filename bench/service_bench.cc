@@ -261,6 +261,120 @@ void GatherCost(int64_t n, int64_t k, int64_t dim) {
       out.size(), stage_us, staged.size());
 }
 
+// One trainer loop at concurrency 1, three ways of getting K rows with features per step
+// (the patterns of client/README-trainer.md), against the same server and data:
+//   inline       labels and features [1, N, D] in every request;
+//   labels-only  labels in the request, the K feature rows gathered locally afterwards;
+//   dataset      labels and features uploaded once (CreateDataset), then {dataset,
+//                return_features} per step: a few bytes up, K rows down.
+void DatasetSteps(int port, int64_t n, int64_t k, int64_t dim, double seconds) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  auto stub = v1::Sampler::NewStub(grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
+  const v1::SampleRequest with_features = MakeRequest(n, k, dim, true);
+  const v1::SampleRequest labels_only = MakeRequest(n, k, dim, false);
+  // Upload the same labels and features, in chunks of at most 8 MiB.
+  {
+    grpc::ClientContext ctx;
+    v1::DatasetInfo info;
+    auto writer = stub->CreateDataset(&ctx, &info);
+    const int64_t row = dim * 4;
+    const int64_t per = std::max<int64_t>(1, (8 << 20) / (8 + row));
+    for (int64_t at = 0; at < n; at += per) {
+      const int64_t m = std::min(per, n - at);
+      v1::DatasetChunk c;
+      if (at == 0) {
+        c.set_name("bench");
+        c.set_replace(true);
+      }
+      auto* l = c.mutable_labels();
+      l->set_dtype(v1::DTYPE_INT64);
+      l->add_shape(m);
+      l->set_data(with_features.labels().data().substr(static_cast<size_t>(at) * 8,
+                                                       static_cast<size_t>(m) * 8));
+      auto* f = c.mutable_features();
+      f->set_dtype(v1::DTYPE_FLOAT32);
+      f->add_shape(m);
+      f->add_shape(dim);
+      f->set_data(with_features.features().data().substr(static_cast<size_t>(at * row),
+                                                         static_cast<size_t>(m * row)));
+      writer->Write(c);
+    }
+    writer->WritesDone();
+    const grpc::Status s = writer->Finish();
+    if (!s.ok()) {
+      std::fprintf(stderr, "CreateDataset failed: %s\n", s.error_message().c_str());
+      std::exit(1);
+    }
+  }
+  v1::SampleRequest by_name;
+  by_name.mutable_spec()->set_num_samples(k);
+  by_name.set_seed(7);
+  by_name.set_dataset("bench");
+  by_name.set_return_features(true);
+  // The trainer's local copy of the features, for the labels-only pattern.
+  const std::string& local = with_features.features().data();
+  std::vector<uint8_t> gathered(static_cast<size_t>(k * dim * 4));
+
+  struct Mode {
+    const char* name;
+    const v1::SampleRequest* req;
+    bool local_gather;
+  } modes[] = {{"inline (labels + features)", &with_features, false},
+               {"labels only + local gather", &labels_only, true},
+               {"resident dataset", &by_name, false}};
+  std::printf(
+      "\nTrainer steps at concurrency 1 (N=%lld, K=%lld, D=%lld float32; each step gets K "
+      "rows with features):\n\n| mode | request bytes | steps/s | p50 us | p99 us | server "
+      "total us | vs inline |\n|---|---:|---:|---:|---:|---:|---:|\n",
+      static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(dim));
+  double inline_rate = 0;
+  v1::SampleResponse check[3];
+  int mode_index = 0;
+  for (const Mode& m : modes) {
+    std::vector<double> lat;
+    double server_us = 0;
+    v1::SampleResponse resp;
+    const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(seconds));
+    const auto start = Clock::now();
+    while (Clock::now() < end || lat.size() < 3) {
+      grpc::ClientContext ctx;
+      const auto t0 = Clock::now();
+      const grpc::Status s = stub->Sample(&ctx, *m.req, &resp);
+      if (!s.ok()) {
+        std::fprintf(stderr, "%s: %s\n", m.name, s.error_message().c_str());
+        std::exit(1);
+      }
+      if (m.local_gather) {
+        const auto* idx = reinterpret_cast<const int64_t*>(resp.indices().data().data());
+        gpusampler::kernels::GatherRows(idx, nullptr, k, dim * 4,
+                                        reinterpret_cast<const uint8_t*>(local.data()),
+                                        gathered.data());
+      }
+      lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      server_us += static_cast<double>(resp.timing().total_us());
+    }
+    const double rate = static_cast<double>(lat.size()) /
+                        std::chrono::duration<double>(Clock::now() - start).count();
+    if (inline_rate == 0) inline_rate = rate;
+    check[mode_index++] = resp;
+    std::printf("| %s | %zu | %.1f | %.0f | %.0f | %.0f | %.1fx |\n", m.name, m.req->ByteSizeLong(),
+                rate, Percentile(lat, 0.5), Percentile(lat, 0.99),
+                server_us / static_cast<double>(lat.size()), rate / inline_rate);
+    std::fflush(stdout);
+  }
+  // The three patterns answer the same sample (same seed, same rows).
+  const bool same = check[0].indices().data() == check[1].indices().data() &&
+                    check[0].indices().data() == check[2].indices().data() &&
+                    check[0].features().data() == check[2].features().data();
+  std::printf("\nSame indices from all three modes, same feature bytes inline and dataset: %s\n",
+              same ? "yes" : "NO");
+  if (!same) std::exit(1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -281,6 +395,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "server --device (cpu, cuda, cuda:0, ...)")
       ->capture_default_str();
   app.add_option("--worker-spin-us", spin_us, "server --worker-spin-us")->capture_default_str();
+  bool dataset_mode = false;
+  app.add_flag("--dataset", dataset_mode,
+               "only the trainer-step comparison: inline vs labels-only vs resident dataset");
   CLI11_PARSE(app, argc, argv);
   std::vector<int> concurrency;
   std::stringstream list(concurrency_list);
@@ -305,6 +422,12 @@ int main(int argc, char** argv) {
     return s;
   };
   auto batched = start_server(true);
+  if (dataset_mode) {
+    DatasetSteps(batched->grpc_port(), n, k, dim, seconds);
+    batched->Shutdown();
+    echo->Shutdown();
+    return 0;
+  }
   auto unbatched = start_server(false);
 
   std::vector<std::string> gauge_notes;
