@@ -111,6 +111,13 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
                                "(--queue-capacity).")
                          .Register(*registry_)
                          .Add({});
+  transport_rejected_ =
+      &BuildCounter()
+           .Name("gpusampler_transport_rejected_calls_total")
+           .Help("Calls gRPC refused before the service saw them (a message over the "
+                 "transport limit, a client gone before its request arrived); from channelz.")
+           .Register(*registry_)
+           .Add({});
   queue_depth_ = &BuildGauge()
                       .Name("gpusampler_queue_depth")
                       .Help("Requests waiting in the scheduler queue.")
@@ -283,6 +290,11 @@ void Metrics::StartUpdater(std::chrono::milliseconds period) {
   });
 }
 
+void Metrics::SetTransportRejections(std::function<int64_t()> sample) {
+  std::lock_guard<std::mutex> lock(mu_);
+  transport_sample_ = std::move(sample);
+}
+
 void Metrics::StopUpdater() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -297,6 +309,13 @@ void Metrics::Update() {
   const double wall_ns = static_cast<double>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_update_).count());
   last_update_ = now;
+  if (transport_sample_) {
+    const int64_t n = transport_sample_();
+    if (n > transport_counted_) {
+      transport_rejected_->Increment(static_cast<double>(n - transport_counted_));
+      transport_counted_ = n;
+    }
+  }
   for (auto& d : devices_) {
     const int64_t busy = d->busy.BusyNs(now);
     if (wall_ns > 0) {

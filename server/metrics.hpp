@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -84,6 +85,9 @@ class Metrics {
   // Loads NVML when a CUDA device is in use (logs why not otherwise) and starts the thread
   // that refreshes the busy ratios and GPU gauges every `period`.
   void StartUpdater(std::chrono::milliseconds period);
+  // Where gpusampler_transport_rejected_calls_total comes from: called by the updater, returns
+  // the calls rejected so far (TransportRejections::Sample). Thread-safe.
+  void SetTransportRejections(std::function<int64_t()> sample);
   void StopUpdater();
 
   void RecordRequest(Method method, Code code, double seconds) {
@@ -126,6 +130,9 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* build_info_family_ = nullptr;
   BuildInfo build_;
   std::shared_ptr<prometheus::Collectable> process_;
+  prometheus::Counter* transport_rejected_ = nullptr;
+  std::function<int64_t()> transport_sample_;  // under mu_
+  int64_t transport_counted_ = 0;              // under mu_
   prometheus::Gauge* queue_depth_ = nullptr;
   prometheus::Gauge* inflight_ = nullptr;
   prometheus::Gauge* datasets_ = nullptr;

@@ -26,6 +26,7 @@ struct Nvml::Api {
   nvmlReturn_t (*by_uuid)(const char*, nvmlDevice_t*) = nullptr;
   nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
   nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
+  nvmlReturn_t (*cuda_driver_version)(int*) = nullptr;  // optional
 };
 
 std::unique_ptr<Nvml> Nvml::Load(std::string* why) {
@@ -48,6 +49,7 @@ std::unique_ptr<Nvml> Nvml::Load(std::string* why) {
     dlclose(h);
     return nullptr;
   }
+  sym("nvmlSystemGetCudaDriverVersion_v2", &api->cuda_driver_version);
   if (const nvmlReturn_t rc = api->init(); rc != kNvmlSuccess) {
     *why = "nvmlInit_v2 returned " + std::to_string(rc);
     dlclose(h);
@@ -75,6 +77,14 @@ bool Nvml::Read(const std::string& uuid, Reading* out) const {
   out->memory_used = mem.used;
   out->memory_total = mem.total;
   return true;
+}
+
+std::string Nvml::CudaDriverVersion() const {
+  int v = 0;
+  if (!api_->cuda_driver_version || api_->cuda_driver_version(&v) != kNvmlSuccess || v <= 0) {
+    return "unknown";
+  }
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);  // 12080 -> 12.8
 }
 
 }  // namespace gpusampler::server

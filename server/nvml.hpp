@@ -23,6 +23,8 @@ class Nvml {
   };
   // Reads the device with this UUID ("GPU-..."); false when NVML does not know it.
   bool Read(const std::string& uuid, Reading* out) const;
+  // The CUDA version the driver supports ("12.8"), or "unknown".
+  std::string CudaDriverVersion() const;
 
  private:
   Nvml() = default;

@@ -164,9 +164,12 @@ Status Server::Start() {
   builder.RegisterService(service_.get());
   builder.RegisterService(health_.get());
   // Requests are counted and timed from their arrival, before parsing (call_metrics.hpp).
+  auto call_metrics = std::make_unique<CallMetricsFactory>(metrics_.get());
+  auto calls_seen = call_metrics->CallsSeen();
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
-  creators.push_back(MakeCallMetricsFactory(metrics_.get()));
+  creators.push_back(std::move(call_metrics));
   builder.experimental().SetInterceptorCreators(std::move(creators));
+  const std::vector<intptr_t> servers_before = ChannelzServerIds();
   // Above --max-message-bytes, so that the service refuses an oversize request itself, with
   // a message naming the flag and a do-not-retry pushback (validate.hpp).
   const int max_bytes = TransportMessageLimit(config_.limits.max_message_bytes);
@@ -185,6 +188,18 @@ Status Server::Start() {
   grpc_server_ = builder.BuildAndStart();
   if (!grpc_server_ || grpc_port_ == 0) {
     return Status(Code::kUnavailable, "cannot listen on " + config_.address);
+  }
+  // This server's channelz node: the one that is new. (Only tests run several servers in one
+  // process; one started concurrently could be taken for this one.)
+  for (const intptr_t id : ChannelzServerIds()) {
+    if (std::find(servers_before.begin(), servers_before.end(), id) != servers_before.end()) {
+      continue;
+    }
+    metrics_->SetTransportRejections(
+        [rejections = std::make_shared<TransportRejections>(id, calls_seen)] {
+          return rejections->Sample();
+        });
+    break;
   }
   spdlog::info("gRPC listening on port {} ({}), metrics on port {} ({}); warming up", grpc_port_,
                config_.address, metrics_port_, config_.metrics_address);
