@@ -31,6 +31,7 @@ except ImportError as _error:  # pragma: no cover - exercised only on a broken i
 
 from gpusampler.client import (  # noqa: E402
     Client,
+    DatasetInfo,
     DeviceInfo,
     Limits,
     SampleResult,
@@ -38,11 +39,13 @@ from gpusampler.client import (  # noqa: E402
     Timing,
 )
 from gpusampler.errors import (  # noqa: E402
+    AlreadyExistsError,
     CancelledError,
     DeadlineExceededError,
     GpuSamplerError,
     InternalError,
     InvalidArgumentError,
+    NotFoundError,
     PermissionDeniedError,
     ResourceExhaustedError,
     SamplingQualityWarning,
@@ -55,6 +58,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client",
+    "DatasetInfo",
+    "NotFoundError",
+    "AlreadyExistsError",
     "SampleResult",
     "Timing",
     "ServerInfo",

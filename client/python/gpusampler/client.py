@@ -10,6 +10,7 @@ import math
 import numbers
 import queue
 import threading
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -104,6 +105,35 @@ class ServerInfo:
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _UINT64 = (0, (1 << 64) - 1)
+
+
+@dataclass
+class DatasetInfo:
+    """A resident dataset stored on the server (``create_dataset``, ``list_datasets``)."""
+
+    name: str
+    num_rows: int
+    num_elements: int
+    label_dtype: str
+    feature_dtype: Optional[str]
+    feature_shape: Tuple[int, ...]
+    bytes: int
+    sha256: str
+    devices: Tuple[str, ...]
+
+    @staticmethod
+    def _from_pb(d: Any) -> "DatasetInfo":
+        return DatasetInfo(
+            name=d.name,
+            num_rows=d.num_rows,
+            num_elements=d.num_elements,
+            label_dtype=pb.DType.Name(d.label_dtype),
+            feature_dtype=pb.DType.Name(d.feature_dtype) if d.feature_dtype else None,
+            feature_shape=tuple(d.feature_shape),
+            bytes=d.bytes,
+            sha256=d.sha256,
+            devices=tuple(d.devices),
+        )
 
 
 def _check_int(name: str, value: Any, lo: Optional[int] = None, hi: Optional[int] = None) -> int:
@@ -363,10 +393,13 @@ class Client:
     # ------------------------------------------------------------------ calls
     def sample(
         self,
-        labels: Any,
+        labels: Any = None,
         features: Any = None,
         *,
         num_samples: int,
+        dataset: Optional[str] = None,
+        rows: Any = None,
+        return_features: bool = False,
         positive_fraction: float = 0.5,
         positive_label: int = 1,
         negative_label: int = 0,
@@ -390,6 +423,15 @@ class Client:
                 ``"negatives_only"`` (Detectron2) or ``"none"`` (strict ratio, padding).
             seed: Philox seed; the server draws one when None (returned in the result).
             row_splits: int ``[B+1]`` offsets for ragged rows.
+            dataset: sample a resident dataset (``create_dataset``) instead of sending
+                ``labels``: the request is a few bytes, and the answer is exactly the one
+                for sending those rows inline. ``labels``, ``features`` and ``row_splits``
+                must then be None.
+            rows: with ``dataset``, which dataset rows to sample, in this order (int
+                ``[B']``); None samples every row (``[K]`` outputs for a dataset uploaded
+                without ``row_splits``).
+            return_features: with ``dataset``, also return the K feature rows of each
+                output row (gathered where the dataset is kept).
             timeout: deadline in seconds; defaults to the client's.
 
         Every argument is checked before anything is sent: integers must be integers
@@ -408,17 +450,34 @@ class Client:
             of range (``seed=-1``) or an unknown ``fill``.
         """
         timeout = _check_timeout("timeout", timeout)
-        request, kinds = self._build(
-            labels,
-            features,
-            num_samples=num_samples,
-            positive_fraction=positive_fraction,
-            positive_label=positive_label,
-            negative_label=negative_label,
-            fill=fill,
-            seed=seed,
-            row_splits=row_splits,
-        )
+        if dataset is not None:
+            request, kinds = self._build_dataset(
+                dataset,
+                rows,
+                return_features,
+                (labels, features, row_splits),
+                num_samples=num_samples,
+                positive_fraction=positive_fraction,
+                positive_label=positive_label,
+                negative_label=negative_label,
+                fill=fill,
+                seed=seed,
+            )
+        else:
+            if rows is not None or return_features:
+                raise TypeError("rows and return_features need dataset=...; an inline request "
+                                "gets features back when it sends them")
+            request, kinds = self._build(
+                labels,
+                features,
+                num_samples=num_samples,
+                positive_fraction=positive_fraction,
+                positive_label=positive_label,
+                negative_label=negative_label,
+                fill=fill,
+                seed=seed,
+                row_splits=row_splits,
+            )
         self._check_size(request)
         stub = self._stubs[next(self._next) % len(self._stubs)]
         start = time.perf_counter()
@@ -615,6 +674,140 @@ class Client:
             else None,
         )
 
+    # ------------------------------------------------------------------ datasets
+    def create_dataset(
+        self,
+        name: str,
+        labels: Any,
+        features: Any = None,
+        row_splits: Any = None,
+        *,
+        replace: bool = False,
+        chunk_bytes: Optional[int] = None,
+        progress: Optional[bool] = None,
+        timeout: Optional[float] = None,
+    ) -> DatasetInfo:
+        """Uploads a resident dataset, which ``sample(dataset=name, ...)`` then samples.
+
+        Args:
+            name: ``[A-Za-z0-9._-]{1,128}``.
+            labels: 1-D integer or bool labels ``[total]`` (numpy, torch, or a sequence).
+            features: optional ``[total, ...]`` feature rows of any dtype.
+            row_splits: optional int ``[B+1]`` row offsets; None makes one row of all.
+            replace: overwrite a dataset of the same name (requests already accepted
+                finish against the old one).
+            chunk_bytes: bytes per upload message; default a quarter of
+                ``max_message_bytes`` (at most 16 MiB), so any size uploads.
+            progress: print a progress bar to stderr; default when stderr is a terminal
+                and the upload is over 64 MiB.
+            timeout: deadline in seconds of the whole upload; defaults to the client's.
+
+        The upload is atomic: if it fails or is cancelled the server keeps nothing.
+
+        Raises:
+            AlreadyExistsError, InvalidArgumentError (naming the field),
+            ResourceExhaustedError (the server's ``--max-dataset-bytes``), ...
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty string, got {name!r}")
+        if not isinstance(replace, bool):
+            raise TypeError(f"replace must be a bool, got {type(replace).__name__} {replace!r}")
+        timeout = _check_timeout("timeout", timeout)
+        if chunk_bytes is None:
+            chunk_bytes = min(16 << 20, self.max_message_bytes // 4)
+        chunk_bytes = _check_int("chunk_bytes", chunk_bytes, 1, self.max_message_bytes)
+        if labels is None:
+            raise TypeError("labels must be an array or tensor, got None")
+        label_tensor, _ = _tensors.to_wire(labels, "labels")
+        if len(label_tensor.shape) != 1:
+            raise ValueError(f"labels must be 1-D [total], got shape {list(label_tensor.shape)}")
+        total = label_tensor.shape[0]
+        label_item = len(label_tensor.data) // total if total else 1
+        feature_tensor, _ = _tensors.optional_to_wire(features, "features")
+        feature_row = 0
+        if feature_tensor is not None:
+            if not feature_tensor.shape or feature_tensor.shape[0] != total:
+                raise ValueError(f"features must be [total, ...] with total = {total}, got "
+                                 f"shape {list(feature_tensor.shape)}")
+            feature_row = len(feature_tensor.data) // total if total else 0
+        splits_tensor = None
+        if row_splits is not None:
+            splits = row_splits.detach().cpu().numpy() if _tensors.is_torch(row_splits) else row_splits
+            splits = np.asarray(splits)
+            if splits.dtype.kind not in "iu":
+                raise TypeError(f"row_splits must be integers, got {splits.dtype}")
+            splits_tensor = _tensors.to_wire(splits.astype(np.int64), "row_splits")[0]
+        per = max(1, chunk_bytes // max(1, label_item + feature_row))
+        if progress is None:
+            progress = sys.stderr.isatty() and total * (label_item + feature_row) > (64 << 20)
+
+        def chunks() -> Iterator[pb.DatasetChunk]:
+            at = 0
+            while at < total or at == 0:
+                end = min(total, at + per)
+                c = pb.DatasetChunk(labels=pb.Tensor(
+                    dtype=label_tensor.dtype, shape=[end - at],
+                    data=label_tensor.data[at * label_item:end * label_item]))
+                if at == 0:
+                    c.name = name
+                    c.replace = replace
+                    if splits_tensor is not None:
+                        c.row_splits.CopyFrom(splits_tensor)
+                if feature_tensor is not None:
+                    c.features.CopyFrom(pb.Tensor(
+                        dtype=feature_tensor.dtype,
+                        shape=[end - at] + list(feature_tensor.shape[1:]),
+                        data=feature_tensor.data[at * feature_row:end * feature_row]))
+                if progress:
+                    done = end / total if total else 1.0
+                    bar = "#" * int(done * 30)
+                    sys.stderr.write(f"\rgpusampler: uploading {name} [{bar:<30}] "
+                                     f"{done * 100:5.1f}%")
+                    sys.stderr.flush()
+                yield c
+                if end >= total:
+                    break
+                at = end
+            if progress:
+                sys.stderr.write("\n")
+
+        stub = self._stubs[next(self._next) % len(self._stubs)]
+        try:
+            info = stub.CreateDataset(chunks(), timeout=self._timeout(timeout),
+                                      metadata=self._metadata,
+                                      wait_for_ready=self._wait_for_ready)
+        except grpc.RpcError as e:
+            raise self._error(e) from None
+        return DatasetInfo._from_pb(info)
+
+    def delete_dataset(self, name: str, *, timeout: Optional[float] = None) -> None:
+        """Deletes a resident dataset (requests already accepted still complete).
+
+        Raises NotFoundError when there is none of that name.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a string, got {type(name).__name__} {name!r}")
+        timeout = _check_timeout("timeout", timeout)
+        for stub in self._stubs:
+            try:
+                stub.DeleteDataset(pb.DeleteDatasetRequest(name=name),
+                                   timeout=self._timeout(timeout), metadata=self._metadata,
+                                   wait_for_ready=self._wait_for_ready)
+            except grpc.RpcError as e:
+                raise self._error(e) from None
+
+    def list_datasets(self, *, timeout: Optional[float] = None) -> List[DatasetInfo]:
+        """The resident datasets of the (first) server."""
+        timeout = _check_timeout("timeout", timeout)
+        try:
+            r = self._stubs[0].ListDatasets(pb.ListDatasetsRequest(),
+                                            timeout=self._timeout(timeout),
+                                            metadata=self._metadata,
+                                            wait_for_ready=self._wait_for_ready)
+        except grpc.RpcError as e:
+            raise self._error(e) from None
+        return [DatasetInfo._from_pb(d) for d in r.datasets]
+
     # ------------------------------------------------------------------ helpers
     def _timeout(self, timeout: Optional[float]) -> Optional[float]:
         return self.timeout if timeout is None else timeout
@@ -671,6 +864,40 @@ class Client:
         if seed is not None:
             request.seed = seed
         return request, (label_kind, feature_kind)
+
+    def _build_dataset(
+        self,
+        dataset: str,
+        rows: Any,
+        return_features: bool,
+        inline: Tuple[Any, Any, Any],
+        **spec: Any,
+    ) -> Tuple[pb.SampleRequest, Tuple[_tensors.Kind, Optional[_tensors.Kind]]]:
+        if not isinstance(dataset, str) or not dataset:
+            raise TypeError(f"dataset must be a non-empty string, got {dataset!r}")
+        if not isinstance(return_features, bool):
+            raise TypeError("return_features must be a bool, got "
+                            f"{type(return_features).__name__} {return_features!r}")
+        for field, value in zip(("labels", "features", "row_splits"), inline):
+            if value is not None:
+                raise TypeError(f"{field} must be None with dataset={dataset!r} (the dataset "
+                                "supplies it)")
+        # The spec is checked as for inline requests (one-element labels as a stand-in).
+        request, _ = self._build(np.zeros(1, np.int64), **spec)
+        request.ClearField("labels")
+        request.dataset = dataset
+        request.return_features = return_features
+        # numpy results, or torch on the device of a torch ``rows``.
+        kind = _tensors.Kind(torch=False)
+        if rows is not None:
+            ids = rows.detach().cpu().numpy() if _tensors.is_torch(rows) else rows
+            ids = np.asarray(ids)
+            if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+                raise TypeError(f"rows must be 1-D integers, got {ids.dtype} shape {ids.shape}")
+            request.rows.CopyFrom(_tensors.to_wire(ids.astype(np.int64), "rows")[0])
+            if _tensors.is_torch(rows):
+                kind = _tensors.Kind(torch=True, device=rows.device)
+        return request, (kind, kind if return_features else None)
 
     def _check_size(self, request: pb.SampleRequest) -> None:
         size = request.ByteSize()
@@ -752,6 +979,7 @@ class Client:
 
 __all__ = [
     "Client",
+    "DatasetInfo",
     "SampleResult",
     "Timing",
     "ServerInfo",

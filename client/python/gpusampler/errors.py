@@ -59,6 +59,14 @@ class InternalError(GpuSamplerError):
     """INTERNAL: a server bug or a malformed response."""
 
 
+class NotFoundError(GpuSamplerError, LookupError):
+    """A named resource (a resident dataset) does not exist."""
+
+
+class AlreadyExistsError(GpuSamplerError):
+    """A dataset of that name exists; pass ``replace=True`` to overwrite it."""
+
+
 class SamplingQualityWarning(UserWarning):
     """Issued (once per client and kind, with ``Client(warn_quality=True)``) when rows come
     back short of ``num_samples`` or with fewer positives than the asked fraction."""
@@ -75,6 +83,8 @@ _BY_CODE: Dict[grpc.StatusCode, Type[GpuSamplerError]] = {
     grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
     grpc.StatusCode.UNIMPLEMENTED: UnimplementedError,
     grpc.StatusCode.INTERNAL: InternalError,
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
 }
 
 
