@@ -4,7 +4,12 @@
 # here; the build uses /usr/local/cuda when it exists.
 #
 #   deploy/install-deps.sh            build, test and runtime packages (developers, CI)
+#   deploy/install-deps.sh --build    only what compiles the server and the CLI (the image's
+#                                     builder stage: no tests, Python or Prometheus)
 #   deploy/install-deps.sh --runtime  only what the built binaries need (the container image)
+#   deploy/install-deps.sh --container-test
+#                                     podman (with runc), debootstrap and python3-venv for
+#                                     deploy/container/test.sh and the deploy/ checks
 set -euo pipefail
 
 runtime=(
@@ -12,20 +17,30 @@ runtime=(
   libgrpc++1.51 libgrpc29 libprotobuf32 libspdlog1.10 libfmt9
   libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcivetweb1 zlib1g
 )
-build=(
-  build-essential cmake pkg-config git
+compile=(
+  build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libspdlog-dev libfmt-dev prometheus-cpp-dev libcivetweb-dev zlib1g-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
+  libspdlog-dev libfmt-dev prometheus-cpp-dev libcivetweb-dev zlib1g-dev libcli11-dev
+)
+build=(
+  git
+  libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   prometheus
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-numpy
   python3-pytest python3-torch python3-setuptools python3-pip
 )
+# runc, not crun: crun fails on hosts with a hybrid cgroup v1/v2 setup.
+container_test=(
+  podman runc conmon catatonit containernetworking-plugins iptables debootstrap
+  python3-venv
+)
 
 case "${1:-}" in
   --runtime) packages=("${runtime[@]}") ;;
-  "") packages=("${runtime[@]}" "${build[@]}") ;;
-  *) echo "usage: $0 [--runtime]" >&2; exit 2 ;;
+  --build) packages=("${runtime[@]}" "${compile[@]}") ;;
+  --container-test) packages=("${container_test[@]}") ;;
+  "") packages=("${runtime[@]}" "${compile[@]}" "${build[@]}") ;;
+  *) echo "usage: $0 [--build | --runtime | --container-test]" >&2; exit 2 ;;
 esac
 
 missing=()
