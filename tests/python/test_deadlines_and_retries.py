@@ -23,7 +23,9 @@ from test_errors import LABELS, requests_total
 def frozen_server(tmp_path):
     """A server of its own that answers once, then is stopped with SIGSTOP (the process
     keeps its sockets open but never answers): what a hung or wedged replica looks like."""
-    server = start_server(tmp_path / "frozen")
+    # A short drain grace: the drain need not wait for what the frozen server left half-done
+    # (a connection it never finished accepting).
+    server = start_server(tmp_path / "frozen", ["--shutdown-grace-seconds", "1"])
     with gpusampler.Client(server.target, timeout=30) as c:
         c.sample(LABELS, num_samples=4, seed=1)
     os.kill(server.process.pid, signal.SIGSTOP)

@@ -4,10 +4,13 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <iomanip>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -44,8 +47,10 @@ class Schedule {
                          std::chrono::duration<double>(o.duration_s));
     }
   }
-  // False when the budget is spent. Sleeps until the ticket's time under a rate limit.
+  // False when the budget is spent or Stop() was called. Sleeps until the ticket's time
+  // under a rate limit.
   bool Next(SteadyClock::time_point* scheduled) {
+    if (stopped_.load()) return false;
     const int64_t i = next_.fetch_add(1);
     if (o_.requests > 0 && i >= o_.requests) return false;
     *scheduled = SteadyClock::now();
@@ -55,27 +60,38 @@ class Schedule {
       if (o_.duration_s > 0 && *scheduled >= end_) return false;
       std::this_thread::sleep_until(*scheduled);
     }
-    return !(o_.duration_s > 0 && SteadyClock::now() >= end_);
+    return !stopped_.load() && !(o_.duration_s > 0 && SteadyClock::now() >= end_);
   }
+  void Stop() { stopped_.store(true); }
 
  private:
   const BenchOptions& o_;
   SteadyClock::time_point start_, end_;
   std::atomic<int64_t> next_{0};
+  std::atomic<bool> stopped_{false};
 };
 
 struct Tally {
   std::mutex mu;
   std::vector<double> latencies_ms;
   int64_t ok = 0;
+  int64_t failed = 0;
   std::map<std::string, int64_t> errors;
+  std::map<std::string, std::string> first_message;
+  SteadyClock::time_point last_ok = SteadyClock::now();  // or the start
+  int64_t failed_since_ok = 0;
   void Record(const grpc::Status& status, double ms) {
     std::lock_guard<std::mutex> lock(mu);
     if (status.ok()) {
       ++ok;
       latencies_ms.push_back(ms);
+      last_ok = SteadyClock::now();
+      failed_since_ok = 0;
     } else {
-      ++errors[StatusCodeName(status.error_code())];
+      ++failed;
+      ++failed_since_ok;
+      const std::string code = StatusCodeName(status.error_code());
+      if (++errors[code] == 1) first_message[code] = status.error_message();
     }
   }
 };
@@ -133,6 +149,87 @@ double Percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
+// "3", "0.5": a setting as the user wrote it, whatever the stream's format flags.
+std::string Seconds(double s) {
+  std::ostringstream out;
+  out << s;
+  return out.str();
+}
+
+std::string FormatMs(double ms, bool have) {
+  if (!have) return "n/a";
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(3) << ms;
+  return out.str();
+}
+
+// Once a second: a progress line, and the early stop when everything has been failing.
+void Monitor(const BenchOptions& o, Tally& tally, Schedule& schedule, SteadyClock::time_point start,
+             std::mutex& mu, std::condition_variable& cv, const bool& done, bool* aborted) {
+  size_t seen = 0;
+  int64_t ok_before = 0;
+  auto last = start;
+  std::unique_lock<std::mutex> lock(mu);
+  while (!cv.wait_until(lock, last + std::chrono::seconds(1), [&] { return done; })) {
+    const auto now = SteadyClock::now();
+    int64_t ok, failed, failed_since_ok;
+    SteadyClock::time_point last_ok;
+    std::vector<double> window;
+    std::string first_error;
+    {
+      std::lock_guard<std::mutex> t(tally.mu);
+      ok = tally.ok;
+      failed = tally.failed;
+      failed_since_ok = tally.failed_since_ok;
+      last_ok = tally.last_ok;
+      window.assign(tally.latencies_ms.begin() + static_cast<std::ptrdiff_t>(seen),
+                    tally.latencies_ms.end());
+      seen = tally.latencies_ms.size();
+      if (!tally.first_message.empty()) {
+        first_error = tally.errors.begin()->first + ": " + tally.first_message.begin()->second;
+      }
+    }
+    const double dt = std::chrono::duration<double>(now - last).count();
+    if (o.progress != nullptr) {
+      std::sort(window.begin(), window.end());
+      *o.progress << std::fixed << std::setprecision(1) << "[" << std::setw(5)
+                  << std::chrono::duration<double>(now - start).count() << " s] "
+                  << (dt > 0 ? (ok - ok_before) / dt : 0.0) << " req/s, p50 "
+                  << FormatMs(Percentile(window, 0.5), !window.empty()) << " ms, ok " << ok
+                  << ", errors " << failed << std::endl;
+    }
+    ok_before = ok;
+    last = now;
+    if (o.abort_after_s > 0 && failed_since_ok > 0 &&
+        std::chrono::duration<double>(now - last_ok).count() >= o.abort_after_s) {
+      *aborted = true;
+      schedule.Stop();
+      if (o.progress != nullptr) {
+        *o.progress << "aborting: every request has failed for " << Seconds(o.abort_after_s)
+                    << " s (first error " << first_error << ")" << std::endl;
+      }
+      return;
+    }
+  }
+}
+
+std::string JsonQuote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
 std::string StatusCodeName(grpc::StatusCode code) {
@@ -164,6 +261,12 @@ BenchResult RunBench(Client& client, const BenchOptions& options) {
   Tally tally;
   const auto start = SteadyClock::now();
   Schedule schedule(o, start);
+  std::mutex monitor_mu;
+  std::condition_variable monitor_cv;
+  bool done = false, aborted = false;
+  std::thread monitor([&] {
+    Monitor(o, tally, schedule, start, monitor_mu, monitor_cv, done, &aborted);
+  });
   std::vector<std::thread> workers;
   for (int w = 0; w < std::max(1, o.concurrency); ++w) {
     workers.emplace_back([&] {
@@ -175,11 +278,19 @@ BenchResult RunBench(Client& client, const BenchOptions& options) {
     });
   }
   for (std::thread& t : workers) t.join();
+  {
+    std::lock_guard<std::mutex> lock(monitor_mu);
+    done = true;
+  }
+  monitor_cv.notify_all();
+  monitor.join();
   const double elapsed = std::chrono::duration<double>(SteadyClock::now() - start).count();
 
   BenchResult r;
   r.ok = tally.ok;
   r.errors = tally.errors;
+  r.error_messages = tally.first_message;
+  r.aborted = aborted;
   r.requests = tally.ok;
   for (const auto& [code, count] : r.errors) r.requests += count;
   r.duration_s = elapsed;
@@ -205,12 +316,20 @@ void PrintBenchText(const BenchOptions& o, const BenchResult& r, std::ostream& o
   out << "shape        rows " << o.rows << " x n " << o.n << ", k " << o.k
       << (o.labels_only ? ", labels only" : ", dim " + std::to_string(o.dim)) << "\n";
   out << "throughput   " << r.throughput_rps << " req/s, " << r.rows_per_s << " rows/s\n";
-  out << "latency ms   p50 " << r.p50_ms << "  p90 " << r.p90_ms << "  p99 " << r.p99_ms << "  max "
-      << r.max_ms << "  mean " << r.mean_ms << "\n";
+  const bool have = r.ok > 0;
+  out << "latency ms   p50 " << FormatMs(r.p50_ms, have) << "  p90 " << FormatMs(r.p90_ms, have)
+      << "  p99 " << FormatMs(r.p99_ms, have) << "  max " << FormatMs(r.max_ms, have)
+      << "  mean " << FormatMs(r.mean_ms, have) << "\n";
   out << "errors       ";
   if (r.errors.empty()) out << "none";
   for (const auto& [code, count] : r.errors) out << code << "=" << count << " ";
   out << "\n";
+  for (const auto& [code, message] : r.error_messages) {
+    out << "  first " << code << ": " << message << "\n";
+  }
+  if (r.aborted) {
+    out << "aborted      every request failed for " << Seconds(o.abort_after_s) << " s\n";
+  }
 }
 
 void PrintBenchJson(const BenchOptions& o, const BenchResult& r, std::ostream& out) {
@@ -221,10 +340,25 @@ void PrintBenchJson(const BenchOptions& o, const BenchResult& r, std::ostream& o
     out << (first ? "" : ", ") << "\"" << code << "\": " << count;
     first = false;
   }
-  out << "}, \"duration_s\": " << r.duration_s << ", \"throughput_rps\": " << r.throughput_rps
-      << ", \"rows_per_s\": " << r.rows_per_s << ", \"p50_ms\": " << r.p50_ms
-      << ", \"p90_ms\": " << r.p90_ms << ", \"p99_ms\": " << r.p99_ms
-      << ", \"max_ms\": " << r.max_ms << ", \"mean_ms\": " << r.mean_ms
+  out << "}, \"error_messages\": {";
+  first = true;
+  for (const auto& [code, message] : r.error_messages) {
+    out << (first ? "" : ", ") << "\"" << code << "\": " << JsonQuote(message);
+    first = false;
+  }
+  // Latencies of successful requests only: null when there were none.
+  const bool have = r.ok > 0;
+  auto ms = [&](double v) {
+    if (!have) return std::string("null");
+    std::ostringstream text;
+    text << std::fixed << std::setprecision(6) << v;
+    return text.str();
+  };
+  out << "}, \"aborted\": " << (r.aborted ? "true" : "false") << ", \"duration_s\": " << r.duration_s
+      << ", \"throughput_rps\": " << r.throughput_rps << ", \"rows_per_s\": " << r.rows_per_s
+      << ", \"p50_ms\": " << ms(r.p50_ms) << ", \"p90_ms\": " << ms(r.p90_ms)
+      << ", \"p99_ms\": " << ms(r.p99_ms) << ", \"max_ms\": " << ms(r.max_ms)
+      << ", \"mean_ms\": " << ms(r.mean_ms)
       << ", \"concurrency\": " << o.concurrency << ", \"stream\": " << (o.stream ? "true" : "false")
       << ", \"window\": " << o.window << ", \"rate\": " << o.rate << ", \"rows\": " << o.rows
       << ", \"n\": " << o.n << ", \"k\": " << o.k << ", \"dim\": " << o.dim

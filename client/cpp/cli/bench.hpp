@@ -23,13 +23,21 @@ struct BenchOptions {
   int64_t k = 256;              // num_samples
   int64_t dim = 16;             // float32 features per element
   double positive_rate = 0.05;  // share of positives in the synthetic labels
+  // One progress line per second (rate and p50 of that second, errors so far); null: none.
+  std::ostream* progress = nullptr;
+  // Stop early once every request has failed for this many seconds (no success in that
+  // time, at least one failure); 0 never stops early.
+  double abort_after_s = 3;
 };
 
 struct BenchResult {
   int64_t requests = 0;  // answered, successfully or not
   int64_t ok = 0;
-  std::map<std::string, int64_t> errors;  // status code name -> count
+  std::map<std::string, int64_t> errors;               // status code name -> count
+  std::map<std::string, std::string> error_messages;  // status code name -> first message
+  bool aborted = false;  // stopped early: every request failed for abort_after_s
   double duration_s = 0;
+  // Latencies of the successful requests; meaningless (printed n/a / null) when ok == 0.
   double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0, mean_ms = 0;
   double throughput_rps = 0;  // successful requests per second
   int64_t rows_per_s = 0;

@@ -2,16 +2,24 @@
 //
 //   gpusampler-cli --target HOST:PORT sample --labels L.npy --num-samples K --out-dir DIR
 //   gpusampler-cli --target HOST:PORT bench --concurrency 8 --duration 10 --json
-//   gpusampler-cli --target HOST:PORT health      # exit 0 only when SERVING
-//   gpusampler-cli --target HOST:PORT info
-#include <google/protobuf/util/json_util.h>
-
+//   gpusampler-cli --target HOST:PORT health      # grpc-health-probe's exit codes
+//   gpusampler-cli --target HOST:PORT info [--json]
+//
+// Exit codes: 0 success, 1 a call or a bench request failed, 2 usage error (bad flag or
+// value, unknown subcommand, unreadable input file); health: 2 connection failure, 3 RPC
+// failure, 4 not SERVING (as grpc-health-probe).
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,6 +30,49 @@
 
 namespace gpusampler::client {
 namespace {
+
+// Flag checks whose messages say what is wanted (CLI11 prefixes the flag's name). Values
+// are parsed strictly: "2.5" is not an integer, "-1" is not a seed.
+std::string Fmt(double x) {
+  std::ostringstream out;
+  out << x;
+  return out.str();
+}
+
+CLI::Validator Number(bool integer, double min = -std::numeric_limits<double>::infinity()) {
+  const std::string what = std::string(integer ? "an integer" : "a number") +
+                           (std::isinf(min) ? std::string() : " >= " + Fmt(min));
+  return CLI::Validator(
+      [integer, min, what](std::string& value) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(value.c_str(), &end);
+        const bool number = !value.empty() && *end == '\0' && errno == 0 && std::isfinite(v);
+        if (!number || (integer && (v != std::floor(v) || value.find_first_of(".eE") !=
+                                                              std::string::npos)) ||
+            v < min) {
+          return "wants " + what + ", got '" + value + "'";
+        }
+        return "";
+      },
+      integer ? "INT" : "NUMBER");
+}
+
+CLI::Validator Seed() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const bool digits =
+            !value.empty() && value.find_first_not_of("0123456789") == std::string::npos;
+        std::strtoull(value.c_str(), &end, 10);
+        if (!digits || errno == ERANGE) {
+          return "wants an integer in [0, 18446744073709551615], got '" + value + "'";
+        }
+        return "";
+      },
+      "UINT64");
+}
 
 struct GlobalFlags {
   std::vector<std::string> targets;
@@ -90,7 +141,11 @@ std::string MakeClient(const GlobalFlags& g, std::unique_ptr<Client>* client) {
       o.bearer_token.pop_back();
     }
   }
-  *client = std::make_unique<Client>(std::move(o));
+  try {
+    *client = std::make_unique<Client>(std::move(o));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
   return "";
 }
 
@@ -151,12 +206,70 @@ int RunSample(Client& client, const SampleFlags& f) {
   return 0;
 }
 
+// grpc-health-probe's exit codes.
+constexpr int kHealthConnectionFailure = 2;
+constexpr int kHealthRpcFailure = 3;
+constexpr int kHealthNotServing = 4;
+
 int RunHealth(Client& client, const std::string& service) {
   std::string serving;
   grpc::Status status = client.CheckHealth(&serving, service);
-  if (!status.ok()) return Fail(status);
+  if (!status.ok()) {
+    Fail(status);
+    // UNAVAILABLE, or a deadline that passed before any connection was made (a server that
+    // accepts TCP but never speaks HTTP/2), is a connection failure; anything else is the
+    // health RPC failing.
+    const bool unreachable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                             (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+                              !client.Connected());
+    return unreachable ? kHealthConnectionFailure : kHealthRpcFailure;
+  }
   std::cout << serving << "\n";
-  return serving == "SERVING" ? 0 : 1;
+  return serving == "SERVING" ? 0 : kHealthNotServing;
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// ServerInfo as JSON with numbers as numbers (proto3's JSON mapping writes int64 as strings).
+std::string InfoJson(const v1::ServerInfo& info) {
+  std::ostringstream j;
+  j << "{\"version\": " << JsonString(info.version())
+    << ", \"revision\": " << JsonString(info.revision())
+    << ", \"backend\": " << JsonString(info.backend()) << ", \"devices\": [";
+  for (int i = 0; i < info.devices_size(); ++i) {
+    const v1::DeviceInfo& d = info.devices(i);
+    j << (i ? ", " : "") << "{\"id\": " << JsonString(d.id())
+      << ", \"name\": " << JsonString(d.name()) << ", \"memory_bytes\": " << d.memory_bytes()
+      << "}";
+  }
+  const v1::Limits& l = info.limits();
+  j << "], \"limits\": {\"max_message_bytes\": " << l.max_message_bytes()
+    << ", \"max_rows\": " << l.max_rows() << ", \"max_elements\": " << l.max_elements()
+    << ", \"max_row_elements\": " << l.max_row_elements()
+    << ", \"max_num_samples\": " << l.max_num_samples()
+    << ", \"max_batch_rows\": " << l.max_batch_rows() << "}}";
+  return j.str();
 }
 
 int RunInfo(Client& client, bool json) {
@@ -164,12 +277,7 @@ int RunInfo(Client& client, bool json) {
   grpc::Status status = client.GetServerInfo(&info);
   if (!status.ok()) return Fail(status);
   if (json) {
-    std::string text;
-    google::protobuf::util::JsonPrintOptions options;
-    options.always_print_primitive_fields = true;
-    options.preserve_proto_field_names = true;
-    (void)google::protobuf::util::MessageToJsonString(info, &text, options);
-    std::cout << text << "\n";
+    std::cout << InfoJson(info) << "\n";
     return 0;
   }
   std::cout << "version   " << info.version() << " (" << info.revision() << ")\n"
@@ -200,10 +308,13 @@ int Main(int argc, char** argv) {
   app.add_option("--tls-server-name", g.tls_server_name, "expected server certificate name");
   app.add_option("--token", g.token, "bearer token for the authorization header");
   app.add_option("--token-file", g.token_file, "file holding the bearer token");
-  app.add_option("--timeout", g.timeout_s, "deadline per call in seconds (0 = none)")
-      ->default_val(30);
+  app.add_option("--timeout", g.timeout_s,
+                 "deadline per call, and per message of a stream, in seconds (0 = none)")
+      ->default_val(30)
+      ->check(Number(false, 0));
   app.add_option("--max-message-bytes", g.max_message_bytes, "largest message sent or received")
-      ->default_val(256 << 20);
+      ->default_val(256 << 20)
+      ->check(Number(true, 1));
   app.add_option("--max-attempts", g.max_attempts,
                  "attempts per call on UNAVAILABLE / RESOURCE_EXHAUSTED (1 = no retry)")
       ->default_val(4)
@@ -214,33 +325,57 @@ int Main(int argc, char** argv) {
   sample->add_option("--labels", sf.labels, "labels .npy: [N], [B,N] or [total]")->required();
   sample->add_option("--features", sf.features, "features .npy: [N,...], [B,N,...], [total,...]");
   sample->add_option("--row-splits", sf.row_splits, "int64 [B+1] .npy for ragged labels");
-  sample->add_option("-k,--num-samples", sf.num_samples, "K, slots per row")->required();
-  sample->add_option("--positive-fraction", sf.positive_fraction)->default_val(0.5);
-  sample->add_option("--positive-label", sf.positive_label)->default_val(1);
-  sample->add_option("--negative-label", sf.negative_label)->default_val(0);
+  sample->add_option("-k,--num-samples", sf.num_samples, "K, slots per row")
+      ->required()
+      ->check(Number(true));
+  sample->add_option("--positive-fraction", sf.positive_fraction)
+      ->default_val(0.5)
+      ->check(Number(false));
+  sample->add_option("--positive-label", sf.positive_label)->default_val(1)->check(Number(true));
+  sample->add_option("--negative-label", sf.negative_label)->default_val(0)->check(Number(true));
   sample->add_option("--fill", sf.fill)
       ->default_val("both")
       ->check(CLI::IsMember({"both", "negatives_only", "none"}));
-  sample->add_option("--seed", sf.seed, "Philox seed (drawn by the server when absent)");
+  sample->add_option("--seed", sf.seed, "Philox seed (drawn by the server when absent)")
+      ->check(Seed());
   sample->add_option("--out-dir", sf.out_dir, "directory for the output .npy files")->required();
 
   BenchOptions bo;
   bool bench_json = false;
   CLI::App* bench = app.add_subcommand("bench", "load generator");
-  bench->add_option("-c,--concurrency", bo.concurrency)->default_val(4);
-  bench->add_option("-n,--requests", bo.requests, "total requests (default 1000)");
-  bench->add_option("-d,--duration", bo.duration_s, "seconds to run");
-  bench->add_option("--rate", bo.rate, "total requests per second (0 = as fast as possible)");
+  bench->add_option("-c,--concurrency", bo.concurrency)
+      ->default_val(4)
+      ->check(Number(true, 1));
+  bench->add_option("-n,--requests", bo.requests, "total requests (default 1000)")
+      ->check(Number(true, 0));
+  bench->add_option("-d,--duration", bo.duration_s, "seconds to run")->check(Number(false, 0));
+  bench->add_option("--rate", bo.rate, "total requests per second (0 = as fast as possible)")
+      ->check(Number(false, 0));
   bench->add_flag("--stream", bo.stream, "use SampleStream sessions");
-  bench->add_option("--window", bo.window, "requests in flight per stream")->default_val(4);
+  bench->add_option("--window", bo.window, "requests in flight per stream")
+      ->default_val(4)
+      ->check(Number(true, 1));
   bench->add_flag("--labels-only", bo.labels_only, "send no features");
-  bench->add_option("--rows", bo.rows, "rows per request (B)")->default_val(8);
-  bench->add_option("--n", bo.n, "elements per row (N)")->default_val(4096);
-  bench->add_option("--k", bo.k, "num_samples (K)")->default_val(256);
-  bench->add_option("--dim", bo.dim, "float32 features per element")->default_val(16);
+  bench->add_option("--rows", bo.rows, "rows per request (B)")
+      ->default_val(8)
+      ->check(Number(true, 1));
+  bench->add_option("--n", bo.n, "elements per row (N)")
+      ->default_val(4096)
+      ->check(Number(true, 0));
+  bench->add_option("--k", bo.k, "num_samples (K)")->default_val(256)->check(Number(true));
+  bench->add_option("--dim", bo.dim, "float32 features per element")
+      ->default_val(16)
+      ->check(Number(true, 0));
   bench->add_option("--positive-rate", bo.positive_rate, "share of positive labels")
-      ->default_val(0.05);
+      ->default_val(0.05)
+      ->check(CLI::Range(0.0, 1.0));
   bench->add_flag("--json", bench_json, "print one JSON object");
+  bool bench_quiet = false;
+  bench->add_flag("-q,--quiet", bench_quiet, "no progress lines on stderr");
+  bench->add_option("--abort-after", bo.abort_after_s,
+                    "stop once every request has failed for this many seconds (0 = never)")
+      ->default_val(3)
+      ->check(Number(false, 0));
 
   std::string health_service;
   CLI::App* health = app.add_subcommand("health", "exit 0 only if the server is SERVING");
@@ -250,7 +385,35 @@ int Main(int argc, char** argv) {
   CLI::App* info = app.add_subcommand("info", "print the server's version, devices and limits");
   info->add_flag("--json", info_json, "print JSON");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors exit 2 (as getopt tools and grpc-health-probe's flag errors do), with
+    // the message that fits: a word where a subcommand belongs is an unknown subcommand.
+    std::string message = e.what();
+    if (app.get_subcommands().empty()) {
+      for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg.empty() || arg[0] == '-') {
+          // A global option; skip its value too when it takes one.
+          const bool has_value = arg.find('=') == std::string::npos &&
+                                 arg != "--tls" && i + 1 < argc;
+          if (has_value) ++i;
+          continue;
+        }
+        if (arg != "sample" && arg != "bench" && arg != "health" && arg != "info") {
+          message = "unknown subcommand '" + arg + "' (expected sample, bench, health or info)";
+        }
+        break;
+      }
+    }
+    std::cerr << "gpusampler-cli: " << message << "\nRun with --help for more information.\n";
+    return 2;
+  }
 
   std::unique_ptr<Client> client;
   std::string error = MakeClient(g, &client);
@@ -259,6 +422,7 @@ int Main(int argc, char** argv) {
   if (*health) return RunHealth(*client, health_service);
   if (*info) return RunInfo(*client, info_json);
   if (*bench) {
+    if (!bench_quiet) bo.progress = &std::cerr;
     BenchResult result = RunBench(*client, bo);
     if (bench_json) {
       PrintBenchJson(bo, result, std::cout);

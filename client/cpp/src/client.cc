@@ -7,6 +7,7 @@
 #include <exception>
 #include <future>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 
@@ -89,6 +90,40 @@ bool DecodeHealthStatus(const std::string& bytes, int* status) {
   return pos == bytes.size();
 }
 
+void Require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("gpusampler::client: " + what);
+}
+
+std::string Ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
+
+void CheckOptions(const ClientOptions& o) {
+  for (const std::string& t : o.targets) Require(!t.empty(), "targets holds an empty target");
+  Require(o.default_timeout.count() >= 0,
+          "default_timeout = " + Ms(o.default_timeout) + ", must be >= 0 (0 = none)");
+  Require(o.retry.max_attempts >= 1 && o.retry.max_attempts <= 5,
+          "retry.max_attempts = " + std::to_string(o.retry.max_attempts) +
+              " is outside [1, 5] (gRPC's cap)");
+  Require(o.retry.initial_backoff_s > 0, "retry.initial_backoff_s must be > 0");
+  Require(o.retry.max_backoff_s > 0, "retry.max_backoff_s must be > 0");
+  Require(o.retry.backoff_multiplier > 0, "retry.backoff_multiplier must be > 0");
+  Require(o.max_send_message_bytes >= 1,
+          "max_send_message_bytes = " + std::to_string(o.max_send_message_bytes) + ", must be >= 1");
+  Require(o.max_receive_message_bytes >= 1, "max_receive_message_bytes = " +
+                                                 std::to_string(o.max_receive_message_bytes) +
+                                                 ", must be >= 1");
+  Require(o.keepalive_time.count() >= 0,
+          "keepalive_time = " + Ms(o.keepalive_time) + ", must be >= 0 (0 = off)");
+  Require(o.keepalive_timeout.count() > 0,
+          "keepalive_timeout = " + Ms(o.keepalive_timeout) + ", must be > 0");
+}
+
+void CheckCall(const CallOptions& call) {
+  Require(!call.timeout || call.timeout->count() >= 0,
+          "CallOptions.timeout is negative (0 = none)");
+  Require(!call.stream_timeout || call.stream_timeout->count() >= 0,
+          "CallOptions.stream_timeout is negative (0 = none)");
+}
+
 }  // namespace
 
 std::string BuildServiceConfigJson(const RetryPolicy& retry) {
@@ -124,6 +159,7 @@ std::vector<std::string> ChannelTargets(const std::vector<std::string>& targets)
 
 Client::Client(ClientOptions options) : options_(std::move(options)) {
   if (options_.targets.empty()) options_.targets.push_back("127.0.0.1:50051");
+  CheckOptions(options_);
   grpc::ChannelArguments args;
   args.SetServiceConfigJSON(BuildServiceConfigJson(options_.retry));
   args.SetMaxSendMessageSize(options_.max_send_message_bytes);
@@ -135,6 +171,13 @@ Client::Client(ClientOptions options) : options_(std::move(options)) {
   if (!options_.tls.server_name_override.empty()) {
     args.SetSslTargetNameOverride(options_.tls.server_name_override);
   }
+  if (options_.keepalive_time.count() > 0) {
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options_.keepalive_time.count()));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                static_cast<int>(options_.keepalive_timeout.count()));
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);  // idle connections stay quiet
+  }
+  for (const auto& [name, value] : options_.channel_args) args.SetInt(name, value);
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (options_.tls.enabled) {
     grpc::SslCredentialsOptions ssl;
@@ -153,14 +196,23 @@ Client::Client(ClientOptions options) : options_(std::move(options)) {
   }
 }
 
+bool Client::Connected() const {
+  for (const Channel& c : channels_) {
+    if (c.channel->GetState(false) == GRPC_CHANNEL_READY) return true;
+  }
+  return false;
+}
+
 const Client::Channel& Client::Pick() {
   return channels_[next_.fetch_add(1, std::memory_order_relaxed) % channels_.size()];
 }
 
-std::unique_ptr<grpc::ClientContext> Client::NewContext(const CallOptions& call) const {
+std::unique_ptr<grpc::ClientContext> Client::NewContext(
+    std::optional<std::chrono::milliseconds> timeout) const {
   auto context = std::make_unique<grpc::ClientContext>();
-  const std::chrono::milliseconds timeout = call.timeout.value_or(options_.default_timeout);
-  if (timeout.count() > 0) context->set_deadline(std::chrono::system_clock::now() + timeout);
+  if (timeout && timeout->count() > 0) {
+    context->set_deadline(std::chrono::system_clock::now() + *timeout);
+  }
   // Metadata rather than call credentials: gRPC drops call credentials on insecure
   // channels, and a token behind a TLS-terminating proxy is still wanted.
   if (!options_.bearer_token.empty()) {
@@ -170,20 +222,47 @@ std::unique_ptr<grpc::ClientContext> Client::NewContext(const CallOptions& call)
   return context;
 }
 
+grpc::Status Client::Explain(grpc::Status status) const {
+  const std::string& m = status.error_message();
+  if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED ||
+      m.rfind("Received message larger than max", 0) != 0) {
+    return status;
+  }
+  const std::string limit = m.substr(m.rfind(' ') + 1, m.size() - m.rfind(' ') - 2);
+  const std::string hint =
+      limit == std::to_string(options_.max_receive_message_bytes)
+          ? "the response is over this client's max_receive_message_bytes = " + limit
+          : "the request is far over the server's --max-message-bytes (GetServerInfo "
+            "limits.max_message_bytes); gRPC refused it unread";
+  return grpc::Status(status.error_code(), m + ": " + hint);
+}
+
 grpc::Status Client::Sample(const v1::SampleRequest& request, v1::SampleResponse* response,
                             const CallOptions& call) {
-  auto context = NewContext(call);
-  return Pick().stub->Sample(context.get(), request, response);
+  CheckCall(call);
+  const size_t bytes = request.ByteSizeLong();
+  if (bytes > static_cast<size_t>(options_.max_send_message_bytes)) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "request has " + std::to_string(bytes) +
+                            " bytes, over this client's max_send_message_bytes = " +
+                            std::to_string(options_.max_send_message_bytes) +
+                            " (ClientOptions); the server's own limit is GetServerInfo "
+                            "limits.max_message_bytes (--max-message-bytes)");
+  }
+  auto context = NewContext(call.timeout.value_or(options_.default_timeout));
+  return Explain(Pick().stub->Sample(context.get(), request, response));
 }
 
 grpc::Status Client::GetServerInfo(v1::ServerInfo* info, const CallOptions& call) {
-  auto context = NewContext(call);
+  CheckCall(call);
+  auto context = NewContext(call.timeout.value_or(options_.default_timeout));
   return Pick().stub->GetServerInfo(context.get(), v1::GetServerInfoRequest(), info);
 }
 
 grpc::Status Client::CheckHealth(std::string* status, const std::string& service,
                                  const CallOptions& call) {
-  auto context = NewContext(call);
+  CheckCall(call);
+  auto context = NewContext(call.timeout.value_or(options_.default_timeout));
   grpc::GenericStub stub(Pick().channel);
   std::string request_bytes = EncodeHealthRequest(service);
   grpc::Slice slice(request_bytes);
@@ -211,19 +290,56 @@ grpc::Status Client::CheckHealth(std::string* status, const std::string& service
 }
 
 std::unique_ptr<SampleSession> Client::OpenSession(int window, const CallOptions& call) {
-  std::unique_ptr<SampleSession> session(
-      new SampleSession(NewContext(call), window < 1 ? 1 : window));
+  CheckCall(call);
+  Require(window >= 1, "OpenSession window = " + std::to_string(window) + ", must be >= 1");
+  std::unique_ptr<SampleSession> session(new SampleSession(
+      NewContext(call.stream_timeout), window, call.timeout.value_or(options_.default_timeout)));
+  // Corked: the call starts with the first Send, so opening a session never blocks (a sync
+  // stream otherwise waits here for a connection, out of the per-message deadline's reach).
+  session->context_->set_initial_metadata_corked(true);
   session->stream_ = Pick().stub->SampleStream(session->context_.get());
+  if (session->message_timeout_.count() > 0) {
+    session->watchdog_ = std::thread([s = session.get()] { s->Watch(); });
+  }
   return session;
 }
 
 // ---------------------------------------------------------------------- SampleSession
 
-SampleSession::SampleSession(std::unique_ptr<grpc::ClientContext> context, int window)
-    : context_(std::move(context)), window_(window) {}
+SampleSession::SampleSession(std::unique_ptr<grpc::ClientContext> context, int window,
+                             std::chrono::milliseconds message_timeout)
+    : context_(std::move(context)), window_(window), message_timeout_(message_timeout) {}
 
 SampleSession::~SampleSession() {
   if (!finished_) Finish();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_watch_ = true;
+  }
+  cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void SampleSession::Watch() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_watch_ && !deadline_hit_) {
+    if (sent_.empty()) {
+      cv_.wait(lock);
+      continue;
+    }
+    const auto due = sent_.front() + message_timeout_;
+    if (std::chrono::steady_clock::now() < due) {
+      cv_.wait_until(lock, due);
+      continue;
+    }
+    // The oldest unanswered request is overdue: the server (or the path to it) is stuck.
+    deadline_hit_ = true;
+    broken_ = true;
+    cv_.notify_all();
+    lock.unlock();
+    context_->TryCancel();
+    return;
+  }
 }
 
 int SampleSession::InFlight() const {
@@ -237,7 +353,9 @@ bool SampleSession::Send(const v1::SampleRequest& request) {
     cv_.wait(lock, [this] { return in_flight_ < window_ || broken_; });
     if (broken_ || send_closed_) return false;
     ++in_flight_;
+    sent_.push_back(std::chrono::steady_clock::now());
   }
+  cv_.notify_all();  // the watchdog
   if (stream_->Write(request)) return true;
   std::lock_guard<std::mutex> lock(mu_);
   broken_ = true;
@@ -259,9 +377,11 @@ bool SampleSession::Receive(v1::SampleResponse* response) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ok) {
     --in_flight_;
+    if (!sent_.empty()) sent_.pop_front();
   } else {
     broken_ = true;
     read_done_ = true;
+    sent_.clear();  // the stream is over: nothing is awaited any more
   }
   cv_.notify_all();
   return ok;
@@ -283,7 +403,21 @@ grpc::Status SampleSession::Finish() {
     while (stream_->Read(&discard)) {
     }
   }
-  return stream_->Finish();
+  grpc::Status status = stream_->Finish();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_watch_ = true;
+    if (deadline_hit_) {
+      status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            "no response within the per-message deadline of " +
+                                std::to_string(message_timeout_.count()) +
+                                " ms after sending a request (CallOptions.timeout); the "
+                                "stream was cancelled");
+    }
+  }
+  cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+  return status;
 }
 
 grpc::Status SampleSession::Run(const std::function<bool(v1::SampleRequest*)>& next,

@@ -13,7 +13,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <deque>
 #include <optional>
+#include <thread>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -23,7 +26,9 @@ namespace gpusampler::client {
 
 // Retries through the gRPC service config (gRFC A6): the channel itself re-sends a call
 // that failed with one of `codes` before any response arrived, with exponential backoff
-// and jitter. Streams are retried only until their first response.
+// and jitter. Streams are retried only until their first response. The server's
+// `grpc-retry-pushback-ms` trailer overrides the backoff: -1 (a request over a server limit)
+// stops the retries at once, a positive value (queue full) is the delay before the next try.
 struct RetryPolicy {
   bool enabled = true;
   int max_attempts = 4;             // first try included; gRPC caps this at 5
@@ -42,25 +47,40 @@ struct TlsOptions {
   std::string server_name_override;  // expected name in the server certificate (tests)
 };
 
-// How to reach the service. Immutable once a Client is built.
+// How to reach the service. Immutable once a Client is built; the constructor throws
+// std::invalid_argument naming the field when a value is out of range.
 struct ClientOptions {
   // One or more "host:port" (or any gRPC target URI). Several IP literals of one family
   // become one channel balanced with round_robin; otherwise one channel per target,
   // each round_robin over its resolved addresses, taken in turn per call.
   std::vector<std::string> targets;
-  // Deadline of each call when CallOptions does not set one; zero means none.
+  // Deadline of each call, and of each message of a session (see OpenSession), when
+  // CallOptions does not set one; zero means none.
   std::chrono::milliseconds default_timeout{30000};
   RetryPolicy retry;
   TlsOptions tls;
   std::string bearer_token;                   // sent as "authorization: Bearer <token>"
   int max_send_message_bytes = 256 << 20;     // largest request this client sends
   int max_receive_message_bytes = 256 << 20;  // largest response it accepts
-  bool wait_for_ready = false;                // queue calls while the channel connects
+  // false: a call fails at once with UNAVAILABLE while no server can be reached (after the
+  // retries). true: it waits for the channel to connect, up to its deadline (start-up).
+  bool wait_for_ready = false;
+  // HTTP/2 keepalive pings while calls are open; zero disables. A server that does not ack
+  // a ping within keepalive_timeout is treated as gone: open calls fail with UNAVAILABLE
+  // instead of hanging. The server refuses pings more often than every 10 s.
+  std::chrono::milliseconds keepalive_time{30000};
+  std::chrono::milliseconds keepalive_timeout{10000};
+  // Extra integer channel arguments (GRPC_ARG_* names), applied after everything above.
+  std::vector<std::pair<std::string, int>> channel_args;
 };
 
-// Per-call settings.
+// Per-call settings. Negative durations are refused (std::invalid_argument).
 struct CallOptions {
-  std::optional<std::chrono::milliseconds> timeout;  // overrides default_timeout
+  // Overrides default_timeout: the deadline of a unary call, and the per-message deadline
+  // of a session. Zero means none.
+  std::optional<std::chrono::milliseconds> timeout;
+  // Sessions only: a deadline for the whole stream (default: none).
+  std::optional<std::chrono::milliseconds> stream_timeout;
 };
 
 // The service config JSON the channel is built with (round_robin and the retry policy).
@@ -74,6 +94,11 @@ std::string BuildServiceConfigJson(const RetryPolicy& retry);
 // server holds and the responses buffered here. Send and Receive may run on two threads
 // (one sender, one receiver). On a single thread, call Receive whenever InFlight() ==
 // window() before the next Send, or use Run(), which does both.
+//
+// Per-message deadline: every response must arrive within the session's message timeout
+// of its request's Send; otherwise the call is cancelled and Finish() returns
+// DEADLINE_EXCEEDED saying so. Time with no request in flight does not count, so a slow
+// producer or consumer is never a deadline.
 class SampleSession {
  public:
   ~SampleSession();
@@ -101,7 +126,9 @@ class SampleSession {
 
  private:
   friend class Client;
-  SampleSession(std::unique_ptr<grpc::ClientContext> context, int window);
+  SampleSession(std::unique_ptr<grpc::ClientContext> context, int window,
+                std::chrono::milliseconds message_timeout);
+  void Watch();  // the watchdog thread of the per-message deadline
 
   std::unique_ptr<grpc::ClientContext> context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::SampleRequest, v1::SampleResponse>> stream_;
@@ -113,6 +140,11 @@ class SampleSession {
   bool send_closed_ = false;
   bool read_done_ = false;
   bool finished_ = false;
+  const std::chrono::milliseconds message_timeout_;  // zero: none
+  std::deque<std::chrono::steady_clock::time_point> sent_;  // unanswered requests' Send times
+  bool deadline_hit_ = false;
+  bool stop_watch_ = false;
+  std::thread watchdog_;
 };
 
 // Thread-safe: one Client serves any number of threads.
@@ -120,11 +152,13 @@ class Client {
  public:
   explicit Client(ClientOptions options);
 
-  // Samples one request. Blocking; retried per RetryPolicy.
+  // Samples one request. Blocking; retried per RetryPolicy. A request over
+  // max_send_message_bytes fails at once with RESOURCE_EXHAUSTED naming that option.
   grpc::Status Sample(const v1::SampleRequest& request, v1::SampleResponse* response,
                       const CallOptions& call = {});
-  // Opens a SampleStream with at most `window` (>= 1) requests in flight. The call's
-  // deadline, if any, covers the whole stream.
+  // Opens a SampleStream with at most `window` (>= 1; else std::invalid_argument) requests
+  // in flight. `call.timeout` (default: default_timeout) is the per-message deadline;
+  // `call.stream_timeout` (default: none) bounds the whole stream.
   std::unique_ptr<SampleSession> OpenSession(int window = 8, const CallOptions& call = {});
   grpc::Status GetServerInfo(v1::ServerInfo* info, const CallOptions& call = {});
   // grpc.health.v1.Health/Check for `service` ("" is the whole server). `status` gets the
@@ -133,6 +167,9 @@ class Client {
                            const CallOptions& call = {});
 
   const ClientOptions& options() const { return options_; }
+  // True when some channel holds a connection (GRPC_CHANNEL_READY). After a failed call,
+  // false means the server could not be reached at all (tools: "connection failure").
+  bool Connected() const;
 
  private:
   struct Channel {
@@ -140,7 +177,10 @@ class Client {
     std::unique_ptr<v1::Sampler::Stub> stub;
   };
   const Channel& Pick();
-  std::unique_ptr<grpc::ClientContext> NewContext(const CallOptions& call) const;
+  std::unique_ptr<grpc::ClientContext> NewContext(
+      std::optional<std::chrono::milliseconds> timeout) const;
+  // gRPC's own size-limit message, with the limit that produced it named.
+  grpc::Status Explain(grpc::Status status) const;
 
   ClientOptions options_;
   std::vector<Channel> channels_;
