@@ -5,7 +5,8 @@
 
 Every training batch comes from the service: each step sends a random pool of training
 rows (labels and features) and gets back K sampled rows with their features.
-  - balanced: positive_fraction 0.5, so about half of each batch is positive;
+  - balanced: positive_fraction 0.5: each batch takes every positive of its pool, up to
+              half the batch (with 1% positives and a pool of 8,192, about a third);
   - uniform:  every row is sent as a "negative" with positive_fraction 0, so the K rows are
               a uniform random subset of the pool; the true labels are gathered by index.
 
