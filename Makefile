@@ -7,7 +7,8 @@ ADDRESS ?= 0.0.0.0:50051
 METRICS_ADDRESS ?= 0.0.0.0:9464
 SERVE_ARGS ?=
 
-.PHONY: all deps configure build test test-cpp test-python bench serve clean format
+.PHONY: all deps configure build test test-cpp test-python test-deploy test-container bench serve \
+  clean format
 
 all: build
 
@@ -28,6 +29,16 @@ test: build
 	  PYTHONPATH=$(CURDIR)/client/python GPUSAMPLER_BUILD_DIR=$(CURDIR)/$(BUILD_DIR) \
 	    $(PYTHON) -m pytest -q tests/python; \
 	fi
+
+# The deploy/ checks: Kubernetes manifests (kustomize + kubernetes-validate), and the
+# Prometheus rules and Grafana dashboard against a real Prometheus scraping a loaded server.
+test-deploy: build
+	bash deploy/k8s/test.sh
+	BUILD_DIR=$(BUILD_DIR) bash deploy/prometheus/test.sh
+
+# Builds the container image with podman and proves it (needs root; docs/operations.md).
+test-container:
+	nice -n 19 bash deploy/container/test.sh
 
 bench: build
 	bash bench/compare.sh

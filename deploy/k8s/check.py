@@ -1,0 +1,90 @@
+"""Checks on the rendered kustomize output (run by deploy/k8s/test.sh with the tools venv's
+Python): what an operator's admission review asks of a workload, beyond schema validity.
+
+  check.py RENDERED.yaml OVERLAY ADAPTER_CONFIG.yaml SERVICEMONITOR_SCHEMA.json
+"""
+import json
+import sys
+
+import jsonschema
+import yaml
+
+
+def fail(msg):
+    print(f"k8s check FAILED: {msg}")
+    sys.exit(1)
+
+
+def main(rendered, overlay, adapter_path, schema_path):
+    with open(rendered) as f:
+        docs = {d["kind"]: d for d in yaml.safe_load_all(f) if d}
+    for kind in ("Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler",
+                 "ServiceMonitor"):
+        if kind not in docs:
+            fail(f"{overlay}: no {kind}")
+
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    psc = pod.get("securityContext", {})
+    if psc.get("runAsNonRoot") is not True:
+        fail("pod securityContext.runAsNonRoot is not true")
+    if psc.get("runAsUser") != 10001 or psc.get("runAsGroup") != 10001:
+        fail("pod does not run as the image's numeric user 10001:10001")
+    for c in pod["containers"]:
+        sc = c.get("securityContext", {})
+        if sc.get("readOnlyRootFilesystem") is not True:
+            fail(f"container {c['name']}: root filesystem not read-only")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            fail(f"container {c['name']}: privilege escalation allowed")
+        if sc.get("capabilities", {}).get("drop") != ["ALL"]:
+            fail(f"container {c['name']}: capabilities not all dropped")
+        res = c.get("resources", {})
+        for want in ("cpu", "memory"):
+            if want not in res.get("requests", {}):
+                fail(f"container {c['name']}: no {want} request")
+        if "memory" not in res.get("limits", {}):
+            fail(f"container {c['name']}: no memory limit")
+        if overlay == "gpu" and res["limits"].get("nvidia.com/gpu") != 1:
+            fail("gpu overlay: the container does not ask for one nvidia.com/gpu")
+        if overlay == "cpu" and any("nvidia" in k for k in res.get("limits", {})):
+            fail("cpu overlay asks for a GPU")
+        if not any(m["mountPath"] == "/tmp" for m in c.get("volumeMounts", [])):
+            fail(f"container {c['name']}: no writable /tmp for the port file")
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        want_device = {"gpu": "cuda", "cpu": "cpu", "base": "auto"}[overlay]
+        if env.get("GPUSAMPLER_DEVICE") != want_device:
+            fail(f"{overlay}: GPUSAMPLER_DEVICE is {env.get('GPUSAMPLER_DEVICE')}")
+        if int(env.get("GPUSAMPLER_MAX_CONNECTION_AGE_MS", "0")) <= 0:
+            fail("no GPUSAMPLER_MAX_CONNECTION_AGE_MS: clients would never rebalance")
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            if "grpc" not in c.get(probe, {}):
+                fail(f"container {c['name']}: no gRPC {probe}")
+
+    svc = docs["Service"]["spec"]
+    if svc.get("clusterIP") != "None":
+        fail("the Service is not headless (clients need every pod IP for round_robin)")
+    ports = {p["name"] for p in svc["ports"]}
+
+    sm = docs["ServiceMonitor"]
+    with open(schema_path) as f:
+        jsonschema.validate(sm, json.load(f))
+    for ep in sm["spec"]["endpoints"]:
+        if ep["port"] not in ports:
+            fail(f"ServiceMonitor scrapes port {ep['port']}, which the Service lacks")
+
+    hpa = docs["HorizontalPodAutoscaler"]
+    if hpa["apiVersion"] != "autoscaling/v2":
+        fail("HPA is not autoscaling/v2")
+    with open(adapter_path) as f:
+        served = {r["name"]["as"] for r in yaml.safe_load(f)["rules"]}
+    for m in hpa["spec"]["metrics"]:
+        name = m["pods"]["metric"]["name"]
+        if name not in served:
+            fail(f"HPA metric {name} is not served by the prometheus-adapter rules")
+    print(f"k8s check: {overlay}: securityContext, resources, probes, headless Service, "
+          f"ServiceMonitor (schema), HPA on {sorted(served)} ok")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5:
+        sys.exit(__doc__)
+    main(*sys.argv[1:])
