@@ -3,6 +3,7 @@
 // only when the client half-closes a stream whose every chunk was accepted.
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "datasets.hpp"
 #include "service.hpp"
@@ -42,10 +43,15 @@ class CreateCall final : public grpc::ServerReadReactor<v1::DatasetChunk> {
         Done(Status(Code::kCancelled, "upload cancelled; nothing was stored"));
         return;
       }
-      std::shared_ptr<const Dataset> stored;
-      const Status status = builder_->Commit(&stored);
-      if (status.ok()) *response_ = stored->Info(svc_->DatasetDevices());
-      Done(status);
+      // Hashing the features and copying the dataset to the devices take time and
+      // synchronize: off gRPC's thread (a reactor never blocks). Finish may be called from
+      // any thread, and `this` lives until OnDone, which only follows Finish.
+      std::thread([this] {
+        std::shared_ptr<const Dataset> stored;
+        const Status status = builder_->Commit(&stored);
+        if (status.ok()) *response_ = stored->Info();
+        Done(status);
+      }).detach();
       return;
     }
     svc_->metrics()->received_bytes().Increment(static_cast<double>(chunk_.ByteSizeLong()));
@@ -78,12 +84,6 @@ class CreateCall final : public grpc::ServerReadReactor<v1::DatasetChunk> {
 
 }  // namespace
 
-std::vector<std::string> SamplerService::DatasetDevices() const {
-  // Datasets live in host memory, which every worker reads: CPU workers sample them in
-  // place, CUDA workers stage the named rows' labels like inline ones (docs/datasets.md).
-  return {"cpu"};
-}
-
 grpc::ServerReadReactor<v1::DatasetChunk>* SamplerService::CreateDataset(
     grpc::CallbackServerContext* context, v1::DatasetInfo* response) {
   return new CreateCall(this, context, response);
@@ -115,8 +115,7 @@ grpc::ServerUnaryReactor* SamplerService::ListDatasets(grpc::CallbackServerConte
   const auto start = Clock::now();
   const Status status = Authorize(*context);
   if (status.ok() && datasets_ != nullptr) {
-    const std::vector<std::string> devices = DatasetDevices();
-    for (const auto& ds : datasets_->List()) *response->add_datasets() = ds->Info(devices);
+    for (const auto& ds : datasets_->List()) *response->add_datasets() = ds->Info();
   }
   metrics_->RecordRequest(Method::kListDatasets, status.code(), SecondsSince(start));
   auto* reactor = context->DefaultReactor();

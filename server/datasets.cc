@@ -10,6 +10,7 @@
 #include <set>
 
 #include "gpusampler/client/npy.hpp"
+#include "gpusampler/kernels/device.hpp"
 #include "validate.hpp"
 
 namespace gpusampler::server {
@@ -131,7 +132,28 @@ std::string Sha256::HexDigest() {
 
 // ---- Dataset ----
 
-v1::DatasetInfo Dataset::Info(const std::vector<std::string>& devices) const {
+Dataset::~Dataset() {
+  for (const DeviceCopy& c : device_copies) {
+    kernels::DeviceFree(c.labels);
+    kernels::DeviceFree(c.features);
+  }
+}
+
+const uint8_t* Dataset::DeviceLabels(int device) const {
+  for (const DeviceCopy& c : device_copies) {
+    if (c.device == device) return c.labels;
+  }
+  return nullptr;
+}
+
+const uint8_t* Dataset::DeviceFeatures(int device) const {
+  for (const DeviceCopy& c : device_copies) {
+    if (c.device == device) return c.features;
+  }
+  return nullptr;
+}
+
+v1::DatasetInfo Dataset::Info() const {
   v1::DatasetInfo info;
   info.set_name(name);
   info.set_num_rows(num_rows());
@@ -141,7 +163,7 @@ v1::DatasetInfo Dataset::Info(const std::vector<std::string>& devices) const {
   for (int64_t d : feature_shape) info.add_feature_shape(d);
   info.set_bytes(bytes);
   info.set_sha256(sha256);
-  for (const auto& d : devices) info.add_devices(d);
+  for (const auto& d : this->devices) info.add_devices(d);
   return info;
 }
 
@@ -324,6 +346,7 @@ Status DatasetBuilder::Commit(std::shared_ptr<const Dataset>* stored) {
   ds_->sha256 = hash.HexDigest();
   ds_->bytes = static_cast<int64_t>(ds_->labels.size() + ds_->features.size()) +
                (ds_->has_row_splits ? static_cast<int64_t>(ds_->row_splits.size() * 8) : 0);
+  if (Status s = registry_->Place(ds_.get()); !s.ok()) return s;
   // The reservation counted the same bytes; the registry keeps them from now on.
   if (Status s = registry_->Commit(ds_, replace_); !s.ok()) return s;
   reserved_ = 0;
@@ -332,6 +355,39 @@ Status DatasetBuilder::Commit(std::shared_ptr<const Dataset>* stored) {
 }
 
 // ---- DatasetRegistry ----
+
+Status DatasetRegistry::Place(Dataset* ds) const {
+  if (cuda_devices_.empty()) {
+    ds->devices = {"cpu"};
+    return Status::Ok();
+  }
+  // Upload with a stream of our own, synchronized here: this runs at upload commit or start-up,
+  // never on the sampling path. A failure frees what was copied (the Dataset destructor).
+  try {
+    for (int device : cuda_devices_) {
+      Dataset::DeviceCopy copy;
+      copy.device = device;
+      ds->device_copies.push_back(copy);
+      Dataset::DeviceCopy& c = ds->device_copies.back();
+      if (!ds->labels.empty()) {
+        c.labels = static_cast<uint8_t*>(kernels::DeviceAlloc(device, ds->labels.size()));
+        kernels::CopyToDevice(device, c.labels, ds->labels.data(), ds->labels.size());
+      }
+      if (!ds->features.empty()) {
+        c.features = static_cast<uint8_t*>(kernels::DeviceAlloc(device, ds->features.size()));
+        kernels::CopyToDevice(device, c.features, ds->features.data(), ds->features.size());
+      }
+      ds->devices.push_back("cuda:" + std::to_string(device));
+    }
+  } catch (const kernels::Error& e) {
+    return Status(Code::kResourceExhausted, std::string("dataset '") + ds->name +
+                                                "' does not fit on the device: " + e.what());
+  }
+  // The CUDA workers read only the device copies.
+  std::vector<uint8_t>().swap(ds->labels);
+  std::vector<uint8_t>().swap(ds->features);
+  return Status::Ok();
+}
 
 std::shared_ptr<const Dataset> DatasetRegistry::Find(const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);

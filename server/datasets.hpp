@@ -14,13 +14,19 @@
 #include "config.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 #include "gpusampler/v1/sampler.pb.h"
+#include "job.hpp"
 #include "status.hpp"
 
 namespace gpusampler::server {
 
 // One stored dataset. Requests hold a shared_ptr, so deleting or replacing it never frees
 // bytes that an accepted request still reads.
-struct Dataset {
+struct Dataset final : DatasetStorage {
+  Dataset() = default;
+  ~Dataset() override;
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
+
   std::string name;
   kernels::DType label_dtype = kernels::DType::kInt64;
   std::vector<uint8_t> labels;      // [total] in label_dtype
@@ -33,11 +39,23 @@ struct Dataset {
   std::string sha256;             // lowercase hex over the label bytes, then the feature bytes
   int64_t bytes = 0;              // label + feature + row_splits bytes
 
+  // Copies in CUDA device memory (the host vectors above are then released).
+  struct DeviceCopy {
+    int device = 0;
+    uint8_t* labels = nullptr;
+    uint8_t* features = nullptr;
+  };
+  std::vector<DeviceCopy> device_copies;
+  std::vector<std::string> devices;  // "cpu", or "cuda:N" for each device copy
+
+  const uint8_t* DeviceLabels(int device) const override;
+  const uint8_t* DeviceFeatures(int device) const override;
+
   int64_t num_rows() const { return static_cast<int64_t>(row_splits.size()) - 1; }
   int64_t num_elements() const { return row_splits.back(); }
   bool has_features() const { return feature_row_bytes > 0; }
-  // The DatasetInfo message, with `devices` where copies are kept.
-  v1::DatasetInfo Info(const std::vector<std::string>& devices) const;
+  // The DatasetInfo message.
+  v1::DatasetInfo Info() const;
 };
 
 // Lowercase hex SHA-256 (FIPS 180-4) of the bytes fed in order.
@@ -87,8 +105,16 @@ class DatasetBuilder {
 
 class DatasetRegistry {
  public:
-  // `max_bytes`: --max-dataset-bytes.
-  explicit DatasetRegistry(int64_t max_bytes) : max_bytes_(max_bytes) {}
+  // `max_bytes`: --max-dataset-bytes. `cuda_devices`: where the CUDA workers sample; a
+  // committed dataset is copied to each of them and kept only there (empty: host memory,
+  // where CPU workers sample).
+  explicit DatasetRegistry(int64_t max_bytes, std::vector<int> cuda_devices = {})
+      : max_bytes_(max_bytes), cuda_devices_(std::move(cuda_devices)) {}
+
+  // Puts `ds` where the workers sample (device copies, host copy released), before it is
+  // visible. RESOURCE_EXHAUSTED when a device is out of memory. Synchronizes with the
+  // copies: call it off gRPC's threads.
+  Status Place(Dataset* ds) const;
 
   std::shared_ptr<const Dataset> Find(const std::string& name) const;
   std::vector<std::shared_ptr<const Dataset>> List() const;
@@ -110,6 +136,7 @@ class DatasetRegistry {
 
  private:
   const int64_t max_bytes_;
+  const std::vector<int> cuda_devices_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const Dataset>> by_name_;
   int64_t used_ = 0;  // stored datasets' bytes + reservations

@@ -21,6 +21,17 @@ namespace gpusampler::server {
 
 using Clock = std::chrono::steady_clock;
 
+// A resident dataset's storage as a worker sees it (implemented by server::Dataset).
+// Thread-safe: immutable.
+class DatasetStorage {
+ public:
+  virtual ~DatasetStorage() = default;
+  // The labels / features in the memory of CUDA device `device`; null when the dataset keeps
+  // no copy there (then `Job::labels` / `Job::features` address its host copy).
+  virtual const uint8_t* DeviceLabels(int device) const = 0;
+  virtual const uint8_t* DeviceFeatures(int device) const = 0;
+};
+
 // Timings the worker reports back for one request.
 struct JobTiming {
   Clock::time_point launched{};
@@ -41,10 +52,11 @@ struct Job {
   // Where each row starts in `labels` (and in `features`), in elements, when the rows are
   // not laid out back to back (dataset rows named in any order); empty: row_offsets.
   std::vector<int64_t> row_source;
-  bool drop_batch_dim = false;       // labels were [N]: outputs are [K], not [1, K]
-  // Keeps a resident dataset's bytes alive while the job may read them (deleting or
-  // replacing the dataset meanwhile is safe).
-  std::shared_ptr<const void> keep_alive;
+  bool drop_batch_dim = false;  // labels were [N]: outputs are [K], not [1, K]
+  // Set for a request naming a resident dataset: keeps its bytes alive while the job may
+  // read them (deleting or replacing the dataset meanwhile is safe), and tells a CUDA
+  // worker where its device copy is.
+  std::shared_ptr<const DatasetStorage> dataset;
   // Optional features, gathered on the host from these bytes after sampling.
   const uint8_t* features = nullptr;
   kernels::DType feature_dtype = kernels::DType::kUnspecified;

@@ -133,12 +133,16 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
                    .Help("Resident datasets stored.")
                    .Register(*registry_)
                    .Add({});
-  // Datasets are kept in host memory, which every worker reads (docs/datasets.md).
-  dataset_bytes_ = &BuildGauge()
-                        .Name("gpusampler_dataset_bytes")
-                        .Help("Bytes of resident datasets, stored and being uploaded, by device.")
-                        .Register(*registry_)
-                        .Add({{"device", "cpu"}});
+  // Each device that samples keeps a whole copy: host memory for CPU workers, device
+  // memory for CUDA workers (docs/datasets.md).
+  auto& dataset_bytes = BuildGauge()
+                            .Name("gpusampler_dataset_bytes")
+                            .Help("Bytes of resident datasets, stored and being uploaded, by "
+                                  "device that keeps a copy.")
+                            .Register(*registry_);
+  for (const auto& [name, uuid] : devices) {
+    dataset_bytes_.push_back(&dataset_bytes.Add({{"device", name}}));
+  }
   received_bytes_ = &BuildCounter()
                          .Name("gpusampler_received_bytes_total")
                          .Help("Serialized bytes of sampling requests received.")
@@ -335,7 +339,7 @@ void Metrics::Update() {
 void Metrics::SetDatasets(const DatasetRegistry* datasets) {
   if (datasets == nullptr) return;
   datasets_->Set(static_cast<double>(datasets->count()));
-  dataset_bytes_->Set(static_cast<double>(datasets->bytes()));
+  for (prometheus::Gauge* g : dataset_bytes_) g->Set(static_cast<double>(datasets->bytes()));
 }
 
 }  // namespace gpusampler::server

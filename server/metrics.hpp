@@ -136,7 +136,7 @@ class Metrics {
   prometheus::Gauge* queue_depth_ = nullptr;
   prometheus::Gauge* inflight_ = nullptr;
   prometheus::Gauge* datasets_ = nullptr;
-  prometheus::Gauge* dataset_bytes_ = nullptr;
+  std::vector<prometheus::Gauge*> dataset_bytes_;  // one per device
   prometheus::Counter* received_bytes_ = nullptr;
   prometheus::Counter* sent_bytes_ = nullptr;
   prometheus::Counter* dropped_deadline_ = nullptr;

@@ -136,7 +136,8 @@ Status Server::Start() {
                          config_.limits.max_elements, config_.max_batch_slots},
       metrics_.get(), [this](const Status& s) { OnFatal(s); });
   for (auto& [worker, device] : workers) scheduler_->AddWorker(std::move(worker), device);
-  datasets_ = std::make_unique<DatasetRegistry>(config_.max_dataset_bytes);
+  // Datasets live where the workers sample: device memory for CUDA workers.
+  datasets_ = std::make_unique<DatasetRegistry>(config_.max_dataset_bytes, selection.cuda_devices);
   service_ = std::make_unique<SamplerService>(config_, scheduler_.get(), metrics_.get(), info,
                                               datasets_.get());
 

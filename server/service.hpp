@@ -56,8 +56,6 @@ class SamplerService final : public v1::Sampler::CallbackService {
   DatasetRegistry* datasets() { return datasets_; }
   // UNAUTHENTICATED unless auth is off or the call carries the bearer token.
   Status Authorize(const grpc::CallbackServerContext& context) const;
-  // Where dataset copies are kept ("cpu", or the CUDA devices).
-  std::vector<std::string> DatasetDevices() const;
   bool accepting() const { return accepting_.load(); }
 
  private:

@@ -211,7 +211,7 @@ Status ResolveDataset(const v1::SampleRequest& req, const Limits& limits,
     job->feature_trailing_shape = ds->feature_shape;
     job->feature_dtype = ds->feature_dtype;
   }
-  job->keep_alive = ds;
+  job->dataset = ds;
   return Status::Ok();
 }
 
@@ -293,7 +293,7 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
   job->spec.fill = fill;
 
   if (Status st = ResolveDataset(req, limits, datasets, job); !st.ok()) return st;
-  if (job->keep_alive) return FinishRequest(req, limits, job);
+  if (job->dataset) return FinishRequest(req, limits, job);
 
   // Labels.
   const v1::Tensor& labels = req.labels();

@@ -79,9 +79,12 @@ Plan MakePlan(const std::vector<Job*>& jobs) {
   return plan;
 }
 
-// Copies every job's labels to its place in `dst` (the layout of `plan`).
-void StageLabels(const std::vector<Job*>& jobs, const Plan& plan, uint8_t* dst) {
+// Copies every job's labels to its place in `dst` (the layout of `plan`), except the jobs
+// marked in `on_device` (their labels are copied on the device).
+void StageLabels(const std::vector<Job*>& jobs, const Plan& plan, uint8_t* dst,
+                 const std::vector<bool>* on_device = nullptr) {
   for (size_t j = 0; j < jobs.size(); ++j) {
+    if (on_device != nullptr && (*on_device)[j]) continue;
     const Job* job = jobs[j];
     const size_t item = kernels::ItemSize(job->label_dtype);
     if (job->row_source.empty()) {
@@ -108,8 +111,10 @@ void SetTensor(v1::Tensor* t, DType dtype, const std::vector<int64_t>& shape, co
   t->mutable_data()->assign(static_cast<const char*>(data), bytes);
 }
 
+// `gathered`: the job's feature rows already gathered (on the device), or null to gather
+// them here from the job's host bytes.
 void WriteResponse(const Job& job, const RowDesc& first_row, int64_t first, const HostOutputs& out,
-                   const std::string& device) {
+                   const std::string& device, const uint8_t* gathered = nullptr) {
   v1::SampleResponse* resp = job.response;
   const int64_t b = job.num_rows();
   const int64_t k = job.spec.num_samples;
@@ -139,7 +144,8 @@ void WriteResponse(const Job& job, const RowDesc& first_row, int64_t first, cons
     std::string* data = t->mutable_data();
     data->resize(slots * frb);
     uint8_t* dst = reinterpret_cast<uint8_t*>(data->data());
-    for (int64_t r = 0; r < b; ++r) {
+    if (gathered != nullptr) std::memcpy(dst, gathered, slots * frb);
+    for (int64_t r = 0; gathered == nullptr && r < b; ++r) {
       const uint8_t* row = job.features + static_cast<size_t>(job.row_start(r)) * frb;
       kernels::GatherRows(indices + r * k, nullptr, k, job.feature_row_bytes, row,
                           dst + static_cast<size_t>(r * k) * frb);
@@ -149,14 +155,16 @@ void WriteResponse(const Job& job, const RowDesc& first_row, int64_t first, cons
   resp->set_device(device);
 }
 
+// `gathered[j]` (optional): job j's feature rows gathered on the device.
 void WriteResponses(const std::vector<Job*>& jobs, const Plan& plan, const HostOutputs& out,
-                    const std::string& device) {
+                    const std::string& device,
+                    const std::vector<const uint8_t*>* gathered = nullptr) {
   static const RowDesc kNoRow{};
   for (size_t j = 0; j < jobs.size(); ++j) {
     const bool has_rows = jobs[j]->num_rows() > 0;
     const int64_t first = plan.first[j];
     WriteResponse(*jobs[j], has_rows ? plan.rows[static_cast<size_t>(first)] : kNoRow, first, out,
-                  device);
+                  device, gathered != nullptr ? (*gathered)[j] : nullptr);
   }
 }
 
@@ -246,6 +254,7 @@ class CudaWorker final : public Worker {
   explicit CudaWorker(int device)
       : backend_(kernels::MakeCudaBackend(device)),
         device_(backend_->name()),
+        device_index_(device),
         h_in_(&kernels::PinnedAlloc, &kernels::PinnedFree),
         h_out_(&kernels::PinnedAlloc, &kernels::PinnedFree),
         d_in_([device](size_t n) { return kernels::DeviceAlloc(device, n); }, &kernels::DeviceFree),
@@ -257,14 +266,46 @@ class CudaWorker final : public Worker {
   void Run(const std::vector<Job*>& jobs) override {
     const Plan plan = MakePlan(jobs);
     const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
+    // Jobs naming a resident dataset read its copy in this device's memory: their labels
+    // are copied into the launch on the device (one span per row), and their feature rows
+    // are gathered there too, so only K rows per row cross PCIe (docs/datasets.md).
+    std::vector<bool> on_device(jobs.size(), false);
+    std::vector<kernels::CopySpan> spans;
+    std::vector<int64_t> span_first(jobs.size() + 1, 0), row_start, start_first(jobs.size(), 0);
+    std::vector<size_t> gather_at(jobs.size(), 0);
+    size_t gather_bytes = 0;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const Job& job = *jobs[j];
+      span_first[j] = static_cast<int64_t>(spans.size());
+      if (!job.dataset) continue;
+      on_device[j] = true;
+      const int64_t item = static_cast<int64_t>(kernels::ItemSize(job.label_dtype));
+      for (int64_t r = 0; r < job.num_rows(); ++r) {
+        const int64_t len = job.row_offsets[r + 1] - job.row_offsets[r];
+        if (len > 0) {
+          spans.push_back({job.row_start(r) * item, plan.label_start[j] + job.row_offsets[r] * item,
+                           len * item});
+        }
+      }
+      if (job.feature_row_bytes > 0) {
+        start_first[j] = static_cast<int64_t>(row_start.size());
+        for (int64_t r = 0; r < job.num_rows(); ++r) row_start.push_back(job.row_start(r));
+        gather_at[j] = gather_bytes;
+        gather_bytes += Align(
+            static_cast<size_t>(job.num_rows() * job.spec.num_samples * job.feature_row_bytes));
+      }
+    }
+    span_first[jobs.size()] = static_cast<int64_t>(spans.size());
     // One pinned and one device region each way; sections aligned to 256 bytes.
     const size_t rows_bytes = Align(static_cast<size_t>(num_rows) * sizeof(RowDesc));
     const size_t label_bytes = Align(static_cast<size_t>(plan.label_bytes));
+    const size_t span_bytes = Align(spans.size() * sizeof(kernels::CopySpan));
+    const size_t start_bytes = Align(row_start.size() * sizeof(int64_t));
     const size_t idx_bytes = Align(static_cast<size_t>(plan.sizes.total_slots) * 8);
     const size_t olab_bytes = Align(static_cast<size_t>(plan.out_label_bytes));
     const size_t cnt_bytes = Align(static_cast<size_t>(num_rows) * 4);
-    const size_t in_bytes = rows_bytes + label_bytes;
-    const size_t out_bytes = idx_bytes + olab_bytes + 2 * cnt_bytes;
+    const size_t in_bytes = rows_bytes + label_bytes + span_bytes + start_bytes;
+    const size_t out_bytes = idx_bytes + olab_bytes + 2 * cnt_bytes + gather_bytes;
 
     uint8_t* h_in = h_in_.Reserve(in_bytes);
     uint8_t* h_out = h_out_.Reserve(out_bytes);
@@ -273,7 +314,15 @@ class CudaWorker final : public Worker {
     if (num_rows > 0) {
       std::memcpy(h_in, plan.rows.data(), static_cast<size_t>(num_rows) * sizeof(RowDesc));
     }
-    StageLabels(jobs, plan, h_in + rows_bytes);
+    StageLabels(jobs, plan, h_in + rows_bytes, &on_device);
+    if (!spans.empty()) {
+      std::memcpy(h_in + rows_bytes + label_bytes, spans.data(),
+                  spans.size() * sizeof(kernels::CopySpan));
+    }
+    if (!row_start.empty()) {
+      std::memcpy(h_in + rows_bytes + label_bytes + span_bytes, row_start.data(),
+                  row_start.size() * sizeof(int64_t));
+    }
 
     void* stream = backend_->stream();
     kernels::Batch batch = plan.sizes;
@@ -283,6 +332,11 @@ class CudaWorker final : public Worker {
     batch.out_labels = d_out + idx_bytes;
     batch.out_num_positive = reinterpret_cast<int32_t*>(d_out + idx_bytes + olab_bytes);
     batch.out_num_negative = reinterpret_cast<int32_t*>(d_out + idx_bytes + olab_bytes + cnt_bytes);
+    const auto* d_spans =
+        reinterpret_cast<const kernels::CopySpan*>(d_in + rows_bytes + label_bytes);
+    const auto* d_row_start =
+        reinterpret_cast<const int64_t*>(d_in + rows_bytes + label_bytes + span_bytes);
+    uint8_t* d_gathered = d_out + idx_bytes + olab_bytes + 2 * cnt_bytes;
     {
       std::lock_guard<std::mutex> lock(mu_);
       callback_done_ = false;
@@ -290,7 +344,22 @@ class CudaWorker final : public Worker {
     try {
       if (num_rows > 0) {
         kernels::CopyAsync(d_in, h_in, in_bytes, stream);
+        for (size_t j = 0; j < jobs.size(); ++j) {
+          if (!on_device[j] || span_first[j + 1] == span_first[j]) continue;
+          kernels::CopySpansAsync(d_spans + span_first[j], span_first[j + 1] - span_first[j],
+                                  jobs[j]->dataset->DeviceLabels(device_index_), d_in + rows_bytes,
+                                  stream);
+        }
         backend_->Sample(batch);
+        for (size_t j = 0; j < jobs.size(); ++j) {
+          const Job& job = *jobs[j];
+          if (!on_device[j] || job.feature_row_bytes == 0 || job.num_rows() == 0) continue;
+          const RowDesc& first = plan.rows[static_cast<size_t>(plan.first[j])];
+          kernels::GatherFeatureRowsAsync(
+              batch.out_indices + first.out_slot, d_row_start + start_first[j], job.num_rows(),
+              job.spec.num_samples, job.feature_row_bytes,
+              job.dataset->DeviceFeatures(device_index_), d_gathered + gather_at[j], stream);
+        }
         kernels::CopyAsync(h_out, d_out, out_bytes, stream);
       }
       kernels::EnqueueHostCallback(stream, [this](const std::string& error) {
@@ -315,11 +384,16 @@ class CudaWorker final : public Worker {
       error = callback_error_;
     }
     if (!error.empty()) throw kernels::Error(kernels::Error::Code::kDeviceFault, error);
+    std::vector<const uint8_t*> gathered(jobs.size(), nullptr);
+    const uint8_t* h_gathered = h_out + idx_bytes + olab_bytes + 2 * cnt_bytes;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      if (on_device[j] && jobs[j]->feature_row_bytes > 0) gathered[j] = h_gathered + gather_at[j];
+    }
     WriteResponses(jobs, plan,
                    {reinterpret_cast<const int64_t*>(h_out), h_out + idx_bytes,
                     reinterpret_cast<const int32_t*>(h_out + idx_bytes + olab_bytes),
                     reinterpret_cast<const int32_t*>(h_out + idx_bytes + olab_bytes + cnt_bytes)},
-                   device_);
+                   device_, &gathered);
   }
 
  private:
@@ -327,6 +401,7 @@ class CudaWorker final : public Worker {
 
   std::unique_ptr<kernels::Backend> backend_;
   std::string device_;
+  const int device_index_;
   GrowingBuffer h_in_, h_out_, d_in_, d_out_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -19,9 +19,15 @@ void DeviceFree(void*) noexcept {}
 void* PinnedAlloc(size_t) { Unavailable(); }
 void PinnedFree(void*) noexcept {}
 void CopyAsync(void*, const void*, size_t, void*) { Unavailable(); }
+void CopyToDevice(int, void*, const void*, size_t) { Unavailable(); }
 void MemsetAsync(void*, int, size_t, void*) { Unavailable(); }
 void EnqueueHostCallback(void*, std::function<void(const std::string&)>) { Unavailable(); }
 void StreamSynchronize(void*) { Unavailable(); }
+void CopySpansAsync(const CopySpan*, int64_t, const uint8_t*, uint8_t*, void*) { Unavailable(); }
+void GatherFeatureRowsAsync(const int64_t*, const int64_t*, int64_t, int64_t, int64_t,
+                            const uint8_t*, uint8_t*, void*) {
+  Unavailable();
+}
 StreamTimer::StreamTimer(void* stream) : stream_(stream) { Unavailable(); }
 StreamTimer::~StreamTimer() = default;
 void StreamTimer::Start() { Unavailable(); }

@@ -128,6 +128,12 @@ void CopyAsync(void* dst, const void* src, size_t bytes, void* stream) {
   GPUSAMPLER_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, AsStream(stream)));
 }
 
+void CopyToDevice(int device, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  detail::ScopedDevice guard(device);
+  GPUSAMPLER_CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
 void MemsetAsync(void* dst, int value, size_t bytes, void* stream) {
   if (bytes == 0) return;
   detail::ScopedDevice guard(detail::StreamDevice(AsStream(stream)));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -27,6 +28,9 @@ void DeviceFree(void* ptr) noexcept;
 void* PinnedAlloc(size_t bytes);
 void PinnedFree(void* ptr) noexcept;
 
+// Blocking host-to-device copy onto `device`. Synchronizes: for uploads outside the sampling
+// path (resident datasets).
+void CopyToDevice(int device, void* dst, const void* src, size_t bytes);
 // Stream-ordered copy on `stream` (an opaque cudaStream_t); direction inferred from the
 // pointers. Does not synchronize.
 void CopyAsync(void* dst, const void* src, size_t bytes, void* stream);
@@ -39,6 +43,26 @@ void EnqueueHostCallback(void* stream, std::function<void(const std::string& err
 // Blocks until `stream` is idle. Synchronizes: never on the sampling path; for tests,
 // benchmarks and shutdown.
 void StreamSynchronize(void* stream);
+
+// One contiguous byte range to copy: `bytes` bytes from src + src_offset to dst + dst_offset.
+struct CopySpan {
+  int64_t src_offset = 0;
+  int64_t dst_offset = 0;
+  int64_t bytes = 0;
+};
+
+// Device to device: copies spans[j] for j < n from `src` to `dst` in one launch (the span
+// table `d_spans` is itself in device memory). For gathering many rows of a resident
+// dataset into a launch's staged labels. Does not synchronize.
+void CopySpansAsync(const CopySpan* d_spans, int64_t n, const uint8_t* src, uint8_t* dst,
+                    void* stream);
+
+// The feature gather on the device: for rows r < `rows` and slots s < k, copies feature row
+// d_row_start[r] + d_indices[r * k + s] of `features` (rows of `row_bytes` bytes) to row
+// r * k + s of `out`; a negative index (padding) writes zeros. Does not synchronize.
+void GatherFeatureRowsAsync(const int64_t* d_indices, const int64_t* d_row_start, int64_t rows,
+                            int64_t k, int64_t row_bytes, const uint8_t* features, uint8_t* out,
+                            void* stream);
 
 // Elapsed milliseconds of the work enqueued on `stream` between the two calls, measured
 // with CUDA events (for busy-ratio accounting and benchmarks).
