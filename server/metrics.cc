@@ -111,6 +111,12 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
                                "(--queue-capacity).")
                          .Register(*registry_)
                          .Add({});
+  serving_ = &BuildGauge()
+                  .Name("gpusampler_serving")
+                  .Help("1 while grpc.health.v1 reports SERVING; 0 while warming up, draining "
+                        "or after a device fault.")
+                  .Register(*registry_)
+                  .Add({});
   transport_rejected_ =
       &BuildCounter()
            .Name("gpusampler_transport_rejected_calls_total")

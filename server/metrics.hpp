@@ -110,6 +110,8 @@ class Metrics {
   prometheus::Gauge& queue_depth() { return *queue_depth_; }
   prometheus::Gauge& inflight() { return *inflight_; }
   prometheus::Gauge& queue_capacity() { return *queue_capacity_; }
+  // 1 while health reports SERVING, else 0.
+  prometheus::Gauge& serving() { return *serving_; }
   // process_* (resident memory, CPU seconds, open fds, start time), read at scrape time;
   // expose it beside registry().
   std::shared_ptr<prometheus::Collectable> process_collector() const { return process_; }
@@ -131,6 +133,7 @@ class Metrics {
   BuildInfo build_;
   std::shared_ptr<prometheus::Collectable> process_;
   prometheus::Counter* transport_rejected_ = nullptr;
+  prometheus::Gauge* serving_ = nullptr;
   std::function<int64_t()> transport_sample_;  // under mu_
   int64_t transport_counted_ = 0;              // under mu_
   prometheus::Gauge* queue_depth_ = nullptr;

@@ -217,6 +217,7 @@ Status Server::Start() {
                  datasets_->count(), datasets_->bytes());
   }
   health_->SetServing(true);
+  metrics_->serving().Set(1);
   spdlog::info("SERVING: grpc_port={} metrics_port={} backend={}", grpc_port_, metrics_port_,
                backend_);
   if (!config_.port_file.empty()) {
@@ -250,6 +251,7 @@ void Server::OnFatal(const Status& status) {
   }
   if (service_) service_->StopAccepting();
   if (health_) health_->SetServing(false);
+  if (metrics_) metrics_->serving().Set(0);
   spdlog::critical("NOT_SERVING after device fault ({}); exiting", status.message());
   RequestShutdown();
 }
@@ -269,6 +271,7 @@ void Server::Shutdown() {
   if (service_) service_->StopAccepting();
   if (scheduler_) scheduler_->StopAccepting();
   if (health_) health_->SetServing(false);
+  if (metrics_) metrics_->serving().Set(0);
   if (grpc_server_) {
     spdlog::info("draining: NOT_SERVING, new requests get UNAVAILABLE, grace {:.1f} s",
                  std::chrono::duration<double>(grace).count());
