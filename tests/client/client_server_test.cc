@@ -449,5 +449,43 @@ TEST(ClientServer, SlowConsumerIsNotAPerMessageDeadline) {
   EXPECT_TRUE(session->Finish().ok());
 }
 
+TEST(ClientServer, DatasetUploadInChunksSampleAndDelete) {
+  Client client(Options());
+  const v1::SampleRequest inline_request = Request(3, 2000, 40, 5);
+  // The same labels as one flat dataset with row_splits; 4 KiB chunks (several messages).
+  v1::Tensor labels = inline_request.labels();
+  labels.clear_shape();
+  labels.add_shape(6000);
+  const v1::Tensor splits = MakeTensor(std::vector<int64_t>{0, 2000, 4000, 6000}, {4});
+  v1::DatasetInfo info;
+  ASSERT_TRUE(client.CreateDataset("cpp-ds", labels, nullptr, &splits, /*replace=*/true, &info,
+                                   {}, /*chunk_bytes=*/4096)
+                  .ok());
+  EXPECT_EQ(info.num_rows(), 3);
+  EXPECT_EQ(info.num_elements(), 6000);
+  std::vector<v1::DatasetInfo> listed;
+  ASSERT_TRUE(client.ListDatasets(&listed).ok());
+  bool found = false;
+  for (const auto& d : listed) found |= d.name() == "cpp-ds";
+  EXPECT_TRUE(found);
+
+  v1::SampleRequest by_name;
+  by_name.set_dataset("cpp-ds");
+  *by_name.mutable_spec() = inline_request.spec();
+  by_name.set_seed(inline_request.seed());
+  v1::SampleResponse got, want;
+  ASSERT_TRUE(client.Sample(by_name, &got).ok());
+  ASSERT_TRUE(client.Sample(inline_request, &want).ok());
+  EXPECT_EQ(got.indices().SerializeAsString(), want.indices().SerializeAsString());
+  EXPECT_EQ(got.num_positive().SerializeAsString(), want.num_positive().SerializeAsString());
+
+  v1::DatasetInfo again;
+  EXPECT_EQ(client.CreateDataset("cpp-ds", labels, nullptr, &splits, false, &again).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  ASSERT_TRUE(client.DeleteDataset("cpp-ds").ok());
+  EXPECT_EQ(client.Sample(by_name, &got).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(client.DeleteDataset("cpp-ds").error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
 }  // namespace
 }  // namespace gpusampler::client

@@ -48,8 +48,8 @@ CLI::Validator Number(bool integer, double min = -std::numeric_limits<double>::i
         errno = 0;
         const double v = std::strtod(value.c_str(), &end);
         const bool number = !value.empty() && *end == '\0' && errno == 0 && std::isfinite(v);
-        if (!number || (integer && (v != std::floor(v) || value.find_first_of(".eE") !=
-                                                              std::string::npos)) ||
+        if (!number ||
+            (integer && (v != std::floor(v) || value.find_first_of(".eE") != std::string::npos)) ||
             v < min) {
           return "wants " + what + ", got '" + value + "'";
         }
@@ -151,6 +151,8 @@ std::string MakeClient(const GlobalFlags& g, std::unique_ptr<Client>* client) {
 
 struct SampleFlags {
   std::string labels, features, row_splits, out_dir;
+  std::string dataset, rows;  // sample a resident dataset (rows: INT64 [B'] .npy)
+  bool return_features = false;
   int64_t num_samples = 0;
   double positive_fraction = 0.5;
   int64_t positive_label = 1, negative_label = 0;
@@ -160,8 +162,18 @@ struct SampleFlags {
 
 int RunSample(Client& client, const SampleFlags& f) {
   v1::SampleRequest request;
-  std::string error = ReadNpy(f.labels, request.mutable_labels());
-  if (!error.empty()) return Fail(error);
+  std::string error;
+  if (!f.dataset.empty()) {
+    request.set_dataset(f.dataset);
+    request.set_return_features(f.return_features);
+    if (!f.rows.empty()) {
+      error = ReadNpy(f.rows, request.mutable_rows());
+      if (!error.empty()) return Fail(error);
+    }
+  } else {
+    error = ReadNpy(f.labels, request.mutable_labels());
+    if (!error.empty()) return Fail(error);
+  }
   if (!f.features.empty()) {
     error = ReadNpy(f.features, request.mutable_features());
     if (!error.empty()) return Fail(error);
@@ -206,6 +218,77 @@ int RunSample(Client& client, const SampleFlags& f) {
   return 0;
 }
 
+struct DatasetFlags {
+  std::string name, labels, features, row_splits;
+  bool replace = false;
+  bool json = false;
+};
+
+std::string DatasetLine(const v1::DatasetInfo& d) {
+  std::string shape = "[";
+  for (int i = 0; i < d.feature_shape_size(); ++i) {
+    shape += (i ? ", " : "") + std::to_string(d.feature_shape(i));
+  }
+  shape += "]";
+  std::string devices;
+  for (const auto& dev : d.devices()) devices += (devices.empty() ? "" : ",") + dev;
+  return d.name() + "  rows " + std::to_string(d.num_rows()) + "  elements " +
+         std::to_string(d.num_elements()) + "  labels " + v1::DType_Name(d.label_dtype()) +
+         "  features " +
+         (d.feature_dtype() ? v1::DType_Name(d.feature_dtype()) + " " + shape : "none") +
+         "  bytes " + std::to_string(d.bytes()) + "  sha256 " + d.sha256() + "  devices " + devices;
+}
+
+int RunDatasetCreate(Client& client, const DatasetFlags& f) {
+  v1::Tensor labels, features, splits;
+  std::string error = ReadNpy(f.labels, &labels);
+  if (!error.empty()) return Fail(error);
+  if (!f.features.empty() && !(error = ReadNpy(f.features, &features)).empty()) return Fail(error);
+  if (!f.row_splits.empty() && !(error = ReadNpy(f.row_splits, &splits)).empty()) {
+    return Fail(error);
+  }
+  v1::DatasetInfo info;
+  const grpc::Status status =
+      client.CreateDataset(f.name, labels, f.features.empty() ? nullptr : &features,
+                           f.row_splits.empty() ? nullptr : &splits, f.replace, &info);
+  if (!status.ok()) return Fail(status);
+  std::cout << DatasetLine(info) << "\n";
+  return 0;
+}
+
+int RunDatasetList(Client& client, bool json) {
+  std::vector<v1::DatasetInfo> datasets;
+  const grpc::Status status = client.ListDatasets(&datasets);
+  if (!status.ok()) return Fail(status);
+  if (json) {
+    // One JSON object per line, numbers as numbers (protobuf's JSON writes int64 as strings).
+    for (const auto& d : datasets) {
+      std::string shape;
+      for (int i = 0; i < d.feature_shape_size(); ++i) {
+        shape += (i ? ", " : "") + std::to_string(d.feature_shape(i));
+      }
+      std::string devices;
+      for (const auto& dev : d.devices()) devices += (devices.empty() ? "\"" : ", \"") + dev + "\"";
+      std::cout << "{\"name\": \"" << d.name() << "\", \"num_rows\": " << d.num_rows()
+                << ", \"num_elements\": " << d.num_elements() << ", \"label_dtype\": \""
+                << v1::DType_Name(d.label_dtype()) << "\", \"feature_dtype\": \""
+                << v1::DType_Name(d.feature_dtype()) << "\", \"feature_shape\": [" << shape
+                << "], \"bytes\": " << d.bytes() << ", \"sha256\": \"" << d.sha256()
+                << "\", \"devices\": [" << devices << "]}\n";
+    }
+    return 0;
+  }
+  for (const auto& d : datasets) std::cout << DatasetLine(d) << "\n";
+  return 0;
+}
+
+int RunDatasetDelete(Client& client, const std::string& name) {
+  const grpc::Status status = client.DeleteDataset(name);
+  if (!status.ok()) return Fail(status);
+  std::cout << "deleted " << name << "\n";
+  return 0;
+}
+
 // grpc-health-probe's exit codes.
 constexpr int kHealthConnectionFailure = 2;
 constexpr int kHealthRpcFailure = 3;
@@ -219,9 +302,9 @@ int RunHealth(Client& client, const std::string& service) {
     // UNAVAILABLE, or a deadline that passed before any connection was made (a server that
     // accepts TCP but never speaks HTTP/2), is a connection failure; anything else is the
     // health RPC failing.
-    const bool unreachable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                             (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
-                              !client.Connected());
+    const bool unreachable =
+        status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && !client.Connected());
     return unreachable ? kHealthConnectionFailure : kHealthRpcFailure;
   }
   std::cout << serving << "\n";
@@ -322,7 +405,11 @@ int Main(int argc, char** argv) {
 
   SampleFlags sf;
   CLI::App* sample = app.add_subcommand("sample", "sample .npy labels (and features)");
-  sample->add_option("--labels", sf.labels, "labels .npy: [N], [B,N] or [total]")->required();
+  sample->add_option("--labels", sf.labels, "labels .npy: [N], [B,N] or [total]");
+  sample->add_option("--dataset", sf.dataset, "sample this resident dataset instead of --labels");
+  sample->add_option("--rows", sf.rows, "with --dataset: int64 [B'] .npy of dataset rows");
+  sample->add_flag("--return-features", sf.return_features,
+                   "with --dataset: also return the sampled rows' features");
   sample->add_option("--features", sf.features, "features .npy: [N,...], [B,N,...], [total,...]");
   sample->add_option("--row-splits", sf.row_splits, "int64 [B+1] .npy for ragged labels");
   sample->add_option("-k,--num-samples", sf.num_samples, "K, slots per row")
@@ -343,9 +430,7 @@ int Main(int argc, char** argv) {
   BenchOptions bo;
   bool bench_json = false;
   CLI::App* bench = app.add_subcommand("bench", "load generator");
-  bench->add_option("-c,--concurrency", bo.concurrency)
-      ->default_val(4)
-      ->check(Number(true, 1));
+  bench->add_option("-c,--concurrency", bo.concurrency)->default_val(4)->check(Number(true, 1));
   bench->add_option("-n,--requests", bo.requests, "total requests (default 1000)")
       ->check(Number(true, 0));
   bench->add_option("-d,--duration", bo.duration_s, "seconds to run")->check(Number(false, 0));
@@ -359,9 +444,7 @@ int Main(int argc, char** argv) {
   bench->add_option("--rows", bo.rows, "rows per request (B)")
       ->default_val(8)
       ->check(Number(true, 1));
-  bench->add_option("--n", bo.n, "elements per row (N)")
-      ->default_val(4096)
-      ->check(Number(true, 0));
+  bench->add_option("--n", bo.n, "elements per row (N)")->default_val(4096)->check(Number(true, 0));
   bench->add_option("--k", bo.k, "num_samples (K)")->default_val(256)->check(Number(true));
   bench->add_option("--dim", bo.dim, "float32 features per element")
       ->default_val(16)
@@ -372,10 +455,25 @@ int Main(int argc, char** argv) {
   bench->add_flag("--json", bench_json, "print one JSON object");
   bool bench_quiet = false;
   bench->add_flag("-q,--quiet", bench_quiet, "no progress lines on stderr");
-  bench->add_option("--abort-after", bo.abort_after_s,
-                    "stop once every request has failed for this many seconds (0 = never)")
+  bench
+      ->add_option("--abort-after", bo.abort_after_s,
+                   "stop once every request has failed for this many seconds (0 = never)")
       ->default_val(3)
       ->check(Number(false, 0));
+
+  DatasetFlags df;
+  CLI::App* dataset = app.add_subcommand("dataset", "resident datasets: create, list, delete");
+  dataset->require_subcommand(1);
+  CLI::App* dataset_create = dataset->add_subcommand("create", "upload .npy files as a dataset");
+  dataset_create->add_option("name", df.name, "[A-Za-z0-9._-]{1,128}")->required();
+  dataset_create->add_option("--labels", df.labels, "labels .npy, 1-D [total]")->required();
+  dataset_create->add_option("--features", df.features, "features .npy [total, ...]");
+  dataset_create->add_option("--row-splits", df.row_splits, "int64 [B+1] .npy");
+  dataset_create->add_flag("--replace", df.replace, "replace a dataset of the same name");
+  CLI::App* dataset_list = dataset->add_subcommand("list", "list the stored datasets");
+  dataset_list->add_flag("--json", df.json, "one JSON object per line");
+  CLI::App* dataset_delete = dataset->add_subcommand("delete", "delete a dataset");
+  dataset_delete->add_option("name", df.name)->required();
 
   std::string health_service;
   CLI::App* health = app.add_subcommand("health", "exit 0 only if the server is SERVING");
@@ -400,13 +498,15 @@ int Main(int argc, char** argv) {
         const std::string arg = argv[i];
         if (arg.empty() || arg[0] == '-') {
           // A global option; skip its value too when it takes one.
-          const bool has_value = arg.find('=') == std::string::npos &&
-                                 arg != "--tls" && i + 1 < argc;
+          const bool has_value =
+              arg.find('=') == std::string::npos && arg != "--tls" && i + 1 < argc;
           if (has_value) ++i;
           continue;
         }
-        if (arg != "sample" && arg != "bench" && arg != "health" && arg != "info") {
-          message = "unknown subcommand '" + arg + "' (expected sample, bench, health or info)";
+        if (arg != "sample" && arg != "bench" && arg != "health" && arg != "info" &&
+            arg != "dataset") {
+          message =
+              "unknown subcommand '" + arg + "' (expected sample, dataset, bench, health or info)";
         }
         break;
       }
@@ -415,10 +515,23 @@ int Main(int argc, char** argv) {
     return 2;
   }
 
+  if (*sample && sf.labels.empty() == sf.dataset.empty()) {
+    std::cerr << "gpusampler-cli: sample needs exactly one of --labels and --dataset\n"
+                 "Run with --help for more information.\n";
+    return 2;
+  }
+  if (*sample && sf.dataset.empty() && (!sf.rows.empty() || sf.return_features)) {
+    std::cerr << "gpusampler-cli: --rows and --return-features need --dataset\n"
+                 "Run with --help for more information.\n";
+    return 2;
+  }
   std::unique_ptr<Client> client;
   std::string error = MakeClient(g, &client);
   if (!error.empty()) return Fail(error);
   if (*sample) return RunSample(*client, sf);
+  if (*dataset_create) return RunDatasetCreate(*client, df);
+  if (*dataset_list) return RunDatasetList(*client, df.json);
+  if (*dataset_delete) return RunDatasetDelete(*client, df.name);
   if (*health) return RunHealth(*client, health_service);
   if (*info) return RunInfo(*client, info_json);
   if (*bench) {

@@ -106,11 +106,12 @@ void CheckOptions(const ClientOptions& o) {
   Require(o.retry.initial_backoff_s > 0, "retry.initial_backoff_s must be > 0");
   Require(o.retry.max_backoff_s > 0, "retry.max_backoff_s must be > 0");
   Require(o.retry.backoff_multiplier > 0, "retry.backoff_multiplier must be > 0");
-  Require(o.max_send_message_bytes >= 1,
-          "max_send_message_bytes = " + std::to_string(o.max_send_message_bytes) + ", must be >= 1");
-  Require(o.max_receive_message_bytes >= 1, "max_receive_message_bytes = " +
-                                                 std::to_string(o.max_receive_message_bytes) +
-                                                 ", must be >= 1");
+  Require(
+      o.max_send_message_bytes >= 1,
+      "max_send_message_bytes = " + std::to_string(o.max_send_message_bytes) + ", must be >= 1");
+  Require(o.max_receive_message_bytes >= 1,
+          "max_receive_message_bytes = " + std::to_string(o.max_receive_message_bytes) +
+              ", must be >= 1");
   Require(o.keepalive_time.count() >= 0,
           "keepalive_time = " + Ms(o.keepalive_time) + ", must be >= 0 (0 = off)");
   Require(o.keepalive_timeout.count() > 0,
@@ -257,6 +258,102 @@ grpc::Status Client::GetServerInfo(v1::ServerInfo* info, const CallOptions& call
   CheckCall(call);
   auto context = NewContext(call.timeout.value_or(options_.default_timeout));
   return Pick().stub->GetServerInfo(context.get(), v1::GetServerInfoRequest(), info);
+}
+
+grpc::Status Client::CreateDataset(const std::string& name, const v1::Tensor& labels,
+                                   const v1::Tensor* features, const v1::Tensor* row_splits,
+                                   bool replace, v1::DatasetInfo* info, const CallOptions& call,
+                                   int64_t chunk_bytes) {
+  CheckCall(call);
+  const int64_t total = labels.shape_size() == 1 ? labels.shape(0) : -1;
+  if (total < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "labels must be 1-D [total] for a dataset");
+  }
+  const size_t label_item = total > 0 ? labels.data().size() / static_cast<size_t>(total) : 1;
+  size_t feature_row = 0;
+  if (features != nullptr) {
+    if (features->shape_size() < 1 || features->shape(0) != total) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "features must be [total, ...] with total = " + std::to_string(total));
+    }
+    feature_row = total > 0 ? features->data().size() / static_cast<size_t>(total) : 0;
+  }
+  if (chunk_bytes <= 0) {
+    chunk_bytes = std::min<int64_t>(16 << 20, options_.max_send_message_bytes / 4);
+  }
+  const int64_t per =
+      std::max<int64_t>(1, chunk_bytes / static_cast<int64_t>(label_item + feature_row));
+  // Every channel: with several servers each keeps its own copy, so that a request sent to
+  // any of them finds it. (Several addresses balanced inside one channel cannot be reached
+  // one by one: preload those with --dataset-dir.)
+  for (const Channel& channel : channels_) {
+    grpc::Status status = UploadDataset(*channel.stub, name, labels, features, row_splits, replace,
+                                        info, call, per, label_item, feature_row);
+    if (!status.ok()) return status;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Client::UploadDataset(v1::Sampler::Stub& stub, const std::string& name,
+                                   const v1::Tensor& labels, const v1::Tensor* features,
+                                   const v1::Tensor* row_splits, bool replace,
+                                   v1::DatasetInfo* info, const CallOptions& call, int64_t per,
+                                   size_t label_item, size_t feature_row) {
+  const int64_t total = labels.shape(0);
+  auto context = NewContext(call.timeout.value_or(options_.default_timeout));
+  auto writer = stub.CreateDataset(context.get(), info);
+  for (int64_t at = 0; at < total || at == 0; at += per) {
+    const int64_t end = std::min(total, at + per);
+    v1::DatasetChunk chunk;
+    if (at == 0) {
+      chunk.set_name(name);
+      chunk.set_replace(replace);
+      if (row_splits != nullptr) *chunk.mutable_row_splits() = *row_splits;
+    }
+    v1::Tensor* l = chunk.mutable_labels();
+    l->set_dtype(labels.dtype());
+    l->add_shape(end - at);
+    l->set_data(labels.data().substr(static_cast<size_t>(at) * label_item,
+                                     static_cast<size_t>(end - at) * label_item));
+    if (features != nullptr) {
+      v1::Tensor* f = chunk.mutable_features();
+      f->set_dtype(features->dtype());
+      f->add_shape(end - at);
+      for (int d = 1; d < features->shape_size(); ++d) f->add_shape(features->shape(d));
+      f->set_data(features->data().substr(static_cast<size_t>(at) * feature_row,
+                                          static_cast<size_t>(end - at) * feature_row));
+    }
+    if (!writer->Write(chunk)) break;  // the server ended the call; Finish says why
+    if (end >= total) break;
+  }
+  writer->WritesDone();
+  return Explain(writer->Finish());
+}
+
+grpc::Status Client::DeleteDataset(const std::string& name, const CallOptions& call) {
+  CheckCall(call);
+  // Every channel: with several servers each keeps its own copy.
+  for (const Channel& c : channels_) {
+    auto context = NewContext(call.timeout.value_or(options_.default_timeout));
+    v1::DeleteDatasetRequest request;
+    request.set_name(name);
+    v1::DeleteDatasetResponse response;
+    grpc::Status status = c.stub->DeleteDataset(context.get(), request, &response);
+    if (!status.ok()) return status;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Client::ListDatasets(std::vector<v1::DatasetInfo>* datasets, const CallOptions& call) {
+  CheckCall(call);
+  auto context = NewContext(call.timeout.value_or(options_.default_timeout));
+  v1::ListDatasetsResponse response;
+  grpc::Status status =
+      channels_.front().stub->ListDatasets(context.get(), v1::ListDatasetsRequest(), &response);
+  if (!status.ok()) return status;
+  datasets->assign(response.datasets().begin(), response.datasets().end());
+  return grpc::Status::OK;
 }
 
 grpc::Status Client::CheckHealth(std::string* status, const std::string& service,

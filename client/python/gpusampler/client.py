@@ -771,13 +771,17 @@ class Client:
             if progress:
                 sys.stderr.write("\n")
 
-        stub = self._stubs[next(self._next) % len(self._stubs)]
-        try:
-            info = stub.CreateDataset(chunks(), timeout=self._timeout(timeout),
-                                      metadata=self._metadata,
-                                      wait_for_ready=self._wait_for_ready)
-        except grpc.RpcError as e:
-            raise self._error(e) from None
+        # Every channel: with several servers each keeps its own copy, so that a request
+        # sent to any of them finds it. (Addresses balanced inside one channel cannot be
+        # reached one by one: preload those with the server's --dataset-dir.)
+        info = None
+        for stub in self._stubs:
+            try:
+                info = stub.CreateDataset(chunks(), timeout=self._timeout(timeout),
+                                          metadata=self._metadata,
+                                          wait_for_ready=self._wait_for_ready)
+            except grpc.RpcError as e:
+                raise self._error(e) from None
         return DatasetInfo._from_pb(info)
 
     def delete_dataset(self, name: str, *, timeout: Optional[float] = None) -> None:

@@ -10,14 +10,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <deque>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
-#include <string>
 #include <vector>
 
 #include "gpusampler/v1/sampler.grpc.pb.h"
@@ -140,7 +140,7 @@ class SampleSession {
   bool send_closed_ = false;
   bool read_done_ = false;
   bool finished_ = false;
-  const std::chrono::milliseconds message_timeout_;  // zero: none
+  const std::chrono::milliseconds message_timeout_;         // zero: none
   std::deque<std::chrono::steady_clock::time_point> sent_;  // unanswered requests' Send times
   bool deadline_hit_ = false;
   bool stop_watch_ = false;
@@ -166,6 +166,18 @@ class Client {
   grpc::Status CheckHealth(std::string* status, const std::string& service = "",
                            const CallOptions& call = {});
 
+  // Resident datasets. CreateDataset uploads labels [total] (1-D, integer or BOOL) with
+  // optional features [total, ...] and row_splits INT64 [B+1], in chunks of at most
+  // `chunk_bytes` (0: a quarter of max_send_message_bytes, at most 16 MiB); the server keeps
+  // nothing unless the whole upload succeeds. `call.timeout` bounds the whole upload.
+  // Sample a dataset with Sample() and a request whose `dataset` field names it.
+  grpc::Status CreateDataset(const std::string& name, const v1::Tensor& labels,
+                             const v1::Tensor* features, const v1::Tensor* row_splits, bool replace,
+                             v1::DatasetInfo* info, const CallOptions& call = {},
+                             int64_t chunk_bytes = 0);
+  grpc::Status DeleteDataset(const std::string& name, const CallOptions& call = {});
+  grpc::Status ListDatasets(std::vector<v1::DatasetInfo>* datasets, const CallOptions& call = {});
+
   const ClientOptions& options() const { return options_; }
   // True when some channel holds a connection (GRPC_CHANNEL_READY). After a failed call,
   // false means the server could not be reached at all (tools: "connection failure").
@@ -179,6 +191,11 @@ class Client {
   const Channel& Pick();
   std::unique_ptr<grpc::ClientContext> NewContext(
       std::optional<std::chrono::milliseconds> timeout) const;
+  grpc::Status UploadDataset(v1::Sampler::Stub& stub, const std::string& name,
+                             const v1::Tensor& labels, const v1::Tensor* features,
+                             const v1::Tensor* row_splits, bool replace, v1::DatasetInfo* info,
+                             const CallOptions& call, int64_t per, size_t label_item,
+                             size_t feature_row);
   // gRPC's own size-limit message, with the limit that produced it named.
   grpc::Status Explain(grpc::Status status) const;
 
