@@ -3,12 +3,17 @@
 1% positives, once on class-balanced batches from gpusampler and once on uniform batches
 (also from gpusampler), and compare recall and precision on held-out data.
 
-Every training batch comes from the service: each step sends a random pool of training
-rows (labels and features) and gets back K sampled rows with their features.
-  - balanced: positive_fraction 0.5: each batch takes every positive of its pool, up to
-              half the batch (with 1% positives and a pool of 8,192, about a third);
-  - uniform:  every row is sent as a "negative" with positive_fraction 0, so the K rows are
-              a uniform random subset of the pool; the true labels are gathered by index.
+Every training batch comes from the service. By default the training set is uploaded once as
+a resident dataset (labels and features stay in the server), and each step's request is a
+few bytes that name it; the server samples all training rows and returns K of them with
+their features. `--inline` instead sends a random pool of `--pool` rows (labels and
+features) every step.
+  - balanced: positive_fraction 0.5: half of each batch positive when the rows hold enough
+              positives (a resident 200k-row set holds ~2,000; an inline pool of 8,192 holds
+              ~82, so its batches are about a third positive);
+  - uniform:  every row counts as a "negative" (an all-zero label copy) with
+              positive_fraction 0, so the K rows are a uniform random subset; the true labels
+              are gathered by index.
 
 Run a server first (`make serve`, or build/bin/gpusampler-server --device cpu), then:
     PYTHONPATH=client/python /usr/bin/python3 examples/train_balanced.py --target 127.0.0.1:50051
@@ -47,25 +52,39 @@ class Model(nn.Module):
         return self.net(x).squeeze(-1)
 
 
+def upload(client: gpusampler.Client, x: torch.Tensor, y: torch.Tensor) -> None:
+    """The training set as two resident datasets: true labels, and all-zero labels (every
+    row a "negative") for uniform sampling. Same features in both."""
+    client.create_dataset("train-balanced-example", y, x, replace=True)
+    client.create_dataset("train-uniform-example", torch.zeros_like(y), x, replace=True)
+
+
 def train(client: gpusampler.Client, mode: str, x: torch.Tensor, y: torch.Tensor, args) -> Model:
     torch.manual_seed(args.seed)
     model = Model(x.shape[1])
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.BCEWithLogitsLoss()
     pools = np.random.default_rng(args.seed + 1)
+    fraction = 0.5 if mode == "balanced" else 0.0
     for step in range(args.steps):
-        pool = torch.from_numpy(pools.choice(len(y), size=args.pool, replace=False))
-        pool_x, pool_y = x[pool], y[pool]
-        if mode == "balanced":
-            out = client.sample(pool_y, pool_x, num_samples=args.batch, positive_fraction=0.5,
-                                seed=args.seed * 100003 + step)
-            batch_y = out.labels
+        seed = args.seed * 100003 + step
+        if not args.inline:
+            # A few bytes up, K rows with features down: the rows never leave the server.
+            out = client.sample(dataset=f"train-{mode}-example", num_samples=args.batch,
+                                positive_fraction=fraction, return_features=True, seed=seed)
+            indices = torch.from_numpy(out.indices)
+            features = torch.from_numpy(out.features)
+            batch_y = y[indices.clamp(min=0)]  # true labels by index (padding masked below)
         else:
-            out = client.sample(torch.zeros_like(pool_y), pool_x, num_samples=args.batch,
-                                positive_fraction=0.0, seed=args.seed * 100003 + step)
-            batch_y = pool_y[out.indices]
-        valid = out.indices >= 0  # padding slots (a pool smaller than K) carry no sample
-        logits = model(out.features[valid])
+            pool = torch.from_numpy(pools.choice(len(y), size=args.pool, replace=False))
+            pool_x, pool_y = x[pool], y[pool]
+            labels = pool_y if mode == "balanced" else torch.zeros_like(pool_y)
+            out = client.sample(labels, pool_x, num_samples=args.batch,
+                                positive_fraction=fraction, seed=seed)
+            indices, features = out.indices, out.features
+            batch_y = pool_y[indices.clamp(min=0)]
+        valid = indices >= 0  # padding slots (fewer rows than K) carry no sample
+        logits = model(features[valid])
         loss = loss_fn(logits, batch_y[valid].float())
         optimizer.zero_grad()
         loss.backward()
@@ -96,7 +115,9 @@ def main() -> None:
     parser.add_argument("--positive-rate", type=float, default=0.01)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--batch", type=int, default=256, help="K, rows per training batch")
-    parser.add_argument("--pool", type=int, default=8192, help="rows sent per step")
+    parser.add_argument("--inline", action="store_true",
+                        help="send a pool of rows every step instead of a resident dataset")
+    parser.add_argument("--pool", type=int, default=8192, help="rows sent per step (--inline)")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
@@ -110,12 +131,15 @@ def main() -> None:
     x_test, y_test = make_dataset(args.test_size, args.dim, args.positive_rate, rng)
     x_train, y_train = torch.from_numpy(x_train), torch.from_numpy(y_train)
     x_test, y_test = torch.from_numpy(x_test), torch.from_numpy(y_test)
+    source = f"pools of {args.pool} sent inline" if args.inline else "a resident dataset"
     print(f"train {len(y_train)} rows ({int(y_train.sum())} positive), "
           f"test {len(y_test)} rows ({int(y_test.sum())} positive); "
-          f"{args.steps} steps of {args.batch} rows from pools of {args.pool}")
+          f"{args.steps} steps of {args.batch} rows from {source}")
 
     results = {}
     with gpusampler.Client(args.target) as client:
+        if not args.inline:
+            upload(client, x_train, y_train)
         for mode in ("uniform", "balanced"):
             start = time.perf_counter()
             model = train(client, mode, x_train, y_train, args)
@@ -127,6 +151,10 @@ def main() -> None:
         print(f"{mode:<10} {r['recall']:7.3f} {r['precision']:9.3f} {r['f1']:6.3f} {r['train_s']:8.2f}")
     if args.json:
         print(json.dumps(results))
+    if not args.inline:
+        with gpusampler.Client(args.target) as client:
+            for mode in ("uniform", "balanced"):
+                client.delete_dataset(f"train-{mode}-example")
 
 
 if __name__ == "__main__":
