@@ -28,6 +28,7 @@ build=(
   prometheus
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-numpy
   python3-pytest python3-torch python3-setuptools python3-pip python3-yaml
+  openssl clang libclang-rt-14-dev
 )
 # runc, not crun: crun fails on hosts with a hybrid cgroup v1/v2 setup.
 container_test=(
