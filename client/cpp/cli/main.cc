@@ -476,7 +476,8 @@ int Main(int argc, char** argv) {
   dataset_delete->add_option("name", df.name)->required();
 
   std::string health_service;
-  CLI::App* health = app.add_subcommand("health", "exit 0 only if the server is SERVING");
+  CLI::App* health = app.add_subcommand(
+      "health", "exit 0 if SERVING; 2 connection failure, 3 RPC failure, 4 not serving");
   health->add_option("--service", health_service, "service name (default: whole server)");
 
   bool info_json = false;
