@@ -44,6 +44,10 @@ std::vector<Range> Ranges(const ServerConfig& c) {
       {"--keepalive-timeout-ms", double(c.keepalive_timeout_ms), 1, kIntMax},
       {"--max-connection-age-ms", double(c.max_connection_age_ms), 0, kIntMax},
       {"--shutdown-grace-seconds", c.shutdown_grace_seconds, 0, 1e6},
+      {"--tls-refresh-seconds", double(c.tls_refresh_seconds), 1, 86400},
+      {"--max-inflight-bytes", double(c.max_inflight_bytes), 1, kInt64Max},
+      {"--max-stream-inflight-bytes", double(c.max_stream_inflight_bytes), 1, kInt64Max},
+      {"--max-concurrent-streams", double(c.max_concurrent_streams), 1, kIntMax},
   };
 }
 
@@ -125,6 +129,28 @@ void AddFlags(CLI::App* app, ServerConfig* c) {
       ->check(CLI::IsMember({"text", "json"}));
   add("--auth-token-file", &c->auth_token_file, "GPUSAMPLER_AUTH_TOKEN_FILE",
       "require \"authorization: Bearer <token>\" on Sampler calls, token read from this file");
+  add("--tls-cert-file", &c->tls_cert_file, "GPUSAMPLER_TLS_CERT_FILE",
+      "serve TLS with this PEM certificate chain (with --tls-key-file; reloaded on change)");
+  add("--tls-key-file", &c->tls_key_file, "GPUSAMPLER_TLS_KEY_FILE",
+      "PEM private key of --tls-cert-file");
+  add("--tls-client-ca-file", &c->tls_client_ca_file, "GPUSAMPLER_TLS_CLIENT_CA_FILE",
+      "mutual TLS: clients must present a certificate signed by this PEM CA bundle");
+  add("--tls-refresh-seconds", &c->tls_refresh_seconds, "GPUSAMPLER_TLS_REFRESH_SECONDS",
+      "how often the TLS files are re-read (certificate rotation without a restart)");
+  app->add_flag("--reflection", c->reflection,
+                "serve gRPC server reflection (behind --auth-token-file when set)")
+      ->envname("GPUSAMPLER_REFLECTION");
+  app->add_flag("--accept-compression", c->accept_compression,
+                "accept compressed requests (their inflated size still bounded by "
+                "--max-message-bytes); refused by default")
+      ->envname("GPUSAMPLER_ACCEPT_COMPRESSION");
+  add("--max-inflight-bytes", &c->max_inflight_bytes, "GPUSAMPLER_MAX_INFLIGHT_BYTES",
+      "request and response bytes held at once (queued, running, being written)");
+  add("--max-stream-inflight-bytes", &c->max_stream_inflight_bytes,
+      "GPUSAMPLER_MAX_STREAM_INFLIGHT_BYTES",
+      "bytes one SampleStream may hold before it stops reading");
+  add("--max-concurrent-streams", &c->max_concurrent_streams,
+      "GPUSAMPLER_MAX_CONCURRENT_STREAMS", "concurrent calls per connection");
   add("--max-dataset-bytes", &c->max_dataset_bytes, "GPUSAMPLER_MAX_DATASET_BYTES",
       "bytes of resident datasets (stored, uploading, and replaced until the new one commits)");
   add("--dataset-dir", &c->dataset_dir, "GPUSAMPLER_DATASET_DIR",

@@ -44,10 +44,26 @@ struct ServerConfig {
   std::string log_level = "info";
   std::string log_format = "text";  // text | json
   std::string port_file;            // written once SERVING: "grpc_port metrics_port\n"
-  // When set, Sampler calls need "authorization: Bearer <token>" with the token this file
-  // holds (surrounding whitespace ignored); health and reflection stay open for probes.
+  // When set, Sampler calls need "authorization: Bearer <token>" with one of the tokens this
+  // file holds, one per line (the whole line, trimmed; blank lines skipped), so that a new
+  // token can be added before the old one is removed. Health stays open for probes.
   std::string auth_token_file;
-  std::string auth_token;  // filled from auth_token_file by Server::Start
+  std::vector<std::string> auth_tokens;  // filled from auth_token_file by Server::Start
+  // TLS: a PEM certificate chain and key (both or neither); with a client CA, mutual TLS
+  // (clients must present a certificate that CA signed). The files are re-read every
+  // tls_refresh_seconds, so rotated certificates are served without a restart.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  int64_t tls_refresh_seconds = 60;
+  bool reflection = false;          // gRPC server reflection (behind auth when auth is on)
+  bool accept_compression = false;  // compressed requests are refused unless set
+  // Request and response bytes held at once (queued, running, waiting to be written);
+  // a request over it gets RESOURCE_EXHAUSTED with a retry pushback.
+  int64_t max_inflight_bytes = int64_t{1} << 30;
+  // Bytes one SampleStream may hold before it stops reading (at least one request runs).
+  int64_t max_stream_inflight_bytes = int64_t{256} << 20;
+  int64_t max_concurrent_streams = 128;  // HTTP/2 streams (calls) per connection
 };
 
 // Registers every flag of `config` on `app` (defaults are the current values); numeric flags

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <vector>
 
 #include "health.grpc.pb.h"
 
@@ -34,6 +35,9 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
  private:
   friend class Watcher;
   void Remove(Watcher* watcher);
+  bool serving();
+  // The watchers, each with a reference the caller drops (Unref) outside mu_.
+  std::vector<Watcher*> RefWatchersLocked();
 
   std::mutex mu_;
   bool serving_ = false;

@@ -1,5 +1,7 @@
 #include "scheduler.hpp"
 
+#include <new>
+
 #include <spdlog/spdlog.h>
 
 #include <random>
@@ -256,6 +258,8 @@ void Scheduler::RunJobs(WorkerSlot* slot, const std::vector<Job*>& jobs, Clock::
       for (Job* job : jobs) job->done(Unavailable(status.message()));
       return;
     }
+  } catch (const std::bad_alloc&) {
+    status = Status(Code::kResourceExhausted, "server out of memory running the request");
   } catch (const std::exception& e) {
     status = Status(Code::kInternal, std::string("worker failed: ") + e.what());
   } catch (...) {

@@ -1,12 +1,16 @@
 #include "server.hpp"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <CivetServer.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/server_builder_option.h>
 #include <prometheus/exposer.h>
 #include <spdlog/spdlog.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -16,6 +20,7 @@
 #include "metrics.hpp"
 #include "scheduler.hpp"
 #include "datasets.hpp"
+#include "security.hpp"
 #include "service.hpp"
 #include "validate.hpp"
 
@@ -30,6 +35,39 @@ namespace {
 int64_t HostMemoryBytes() {
   return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
 }
+
+// Reflection on one server builder, or not. (Loading gRPC's reflection library registers
+// its plugin for every server of the process; this option removes or adds it.)
+class ReflectionOption final : public grpc::ServerBuilderOption {
+ public:
+  explicit ReflectionOption(bool on) : on_(on) {}
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    auto reflection = std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>();
+    const std::string name = reflection->name();
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [&](const auto& p) { return p->name() == name; }),
+                   plugins->end());
+    if (on_) plugins->push_back(std::move(reflection));
+  }
+
+ private:
+  const bool on_;
+};
+
+// civetweb matches a handler's URI as a prefix ("/metricsX" would be served); anything but
+// exactly /metrics is answered 404 here, before the handlers.
+int ExactMetricsPath(mg_connection* conn) {
+  const mg_request_info* info = mg_get_request_info(conn);
+  if (info && info->local_uri && std::strcmp(info->local_uri, "/metrics") == 0) return 0;
+  mg_send_http_error(conn, 404, "%s", "not found (the metrics are at /metrics)\n");
+  return 404;
+}
+const CivetCallbacks kExactMetricsPath = [] {
+  CivetCallbacks callbacks{};
+  callbacks.begin_request = ExactMetricsPath;
+  return callbacks;
+}();
 
 Status WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
   // Written under a temporary name and renamed, so a reader never sees half a line.
@@ -57,14 +95,19 @@ Status Server::Start() {
     return Status(Code::kInvalidArgument, error);
   }
   if (!config_.auth_token_file.empty()) {
-    std::ifstream in(config_.auth_token_file);
-    std::string token;
-    if (!(in >> token) || token.empty()) {
-      return Status(Code::kInvalidArgument,
-                    "--auth-token-file " + config_.auth_token_file + ": no token in the file");
+    if (Status s = LoadTokens(config_.auth_token_file, &config_.auth_tokens); !s.ok()) return s;
+    spdlog::info("authentication on: Sampler calls need a bearer token ({} accepted)",
+                 config_.auth_tokens.size());
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (Status s = MakeServerCredentials(config_, &credentials); !s.ok()) return s;
+  if (!config_.auth_tokens.empty() && config_.tls_cert_file.empty()) {
+    // Plaintext gRPC has no metadata hook: reflection could not be put behind the token.
+    if (config_.reflection) {
+      return InvalidArgument("--reflection with --auth-token-file needs TLS (--tls-cert-file), "
+                             "which puts reflection behind the token");
     }
-    config_.auth_token = token;
-    spdlog::info("authentication on: Sampler calls need a bearer token");
+    spdlog::warn("--auth-token-file without TLS: bearer tokens cross the network in cleartext");
   }
   DeviceSelection selection;
   std::string error;
@@ -107,7 +150,14 @@ Status Server::Start() {
         d->set_id(id);
         d->set_memory_bytes(static_cast<int64_t>(di.total_memory));
         for (int s = 0; s < std::max(1, config_.streams_per_device); ++s) {
-          workers.emplace_back(MakeCudaWorker(dev), static_cast<int>(i));
+          CudaWorkerOptions options;
+          options.device_timeout_ms = config_.device_timeout_ms;
+          // Inline labels and the response each fit one message: sized for int64 labels.
+          options.reserve_rows = config_.limits.max_rows;
+          options.reserve_elements = config_.limits.max_message_bytes / 8;
+          options.reserve_slots =
+              std::min(config_.max_batch_slots, config_.limits.max_message_bytes / 9);
+          workers.emplace_back(MakeCudaWorker(dev, options), static_cast<int>(i));
         }
         spdlog::info("backend {} ({}, {} MiB, {}): {} stream worker(s)", id, di.name,
                      di.total_memory >> 20, di.uuid, std::max(1, config_.streams_per_device));
@@ -143,7 +193,13 @@ Status Server::Start() {
 
   if (!config_.metrics_address.empty()) {
     try {
-      exposer_ = std::make_unique<prometheus::Exposer>(config_.metrics_address);
+      // More threads than scrapers, and idle connections timed out, so that a few idle
+      // clients cannot block every scrape; paths other than /metrics get 404 (ExactPath).
+      exposer_ = std::make_unique<prometheus::Exposer>(
+          std::vector<std::string>{"listening_ports", config_.metrics_address, "num_threads",
+                                   "8", "request_timeout_ms", "5000",
+                                   "enable_keep_alive", "no"},
+          &kExactMetricsPath);
     } catch (const std::exception& e) {
       return Status(Code::kUnavailable, "cannot listen on metrics address " +
                                             config_.metrics_address + ": " + e.what());
@@ -159,9 +215,11 @@ Status Server::Start() {
   // SERVING between BuildAndStart and the first SetServingStatus(false).
   grpc::EnableDefaultHealthCheckService(false);
   health_ = std::make_unique<HealthService>();
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config_.address, grpc::InsecureServerCredentials(), &grpc_port_);
+  // Reflection only when asked for, on this server alone (the global plugin would add it to
+  // every server of the process); behind the bearer token like the Sampler methods.
+  builder.SetOption(std::make_unique<ReflectionOption>(config_.reflection));
+  builder.AddListeningPort(config_.address, credentials, &grpc_port_);
   builder.RegisterService(service_.get());
   builder.RegisterService(health_.get());
   // Requests are counted and timed from their arrival, before parsing (call_metrics.hpp).
@@ -182,6 +240,13 @@ Status Server::Start() {
                              static_cast<int>(config_.keepalive_timeout_ms));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              static_cast<int>(std::min<int64_t>(config_.keepalive_time_ms, 10000)));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(config_.max_concurrent_streams));
+  if (!config_.accept_compression) {
+    // Identity only: a compressed request is refused before it is inflated (with TLS the
+    // metadata check refuses it first, with a message naming --accept-compression).
+    builder.AddChannelArgument(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET, 1);
+  }
   if (config_.max_connection_age_ms > 0) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
                                static_cast<int>(config_.max_connection_age_ms));
@@ -216,6 +281,7 @@ Status Server::Start() {
     spdlog::info("--dataset-dir {}: {} dataset(s), {} bytes", config_.dataset_dir,
                  datasets_->count(), datasets_->bytes());
   }
+  trimmer_ = std::thread([this] { TrimLoop(); });
   health_->SetServing(true);
   metrics_->serving().Set(1);
   spdlog::info("SERVING: grpc_port={} metrics_port={} backend={}", grpc_port_, metrics_port_,
@@ -224,6 +290,23 @@ Status Server::Start() {
     if (Status s = WritePortFile(config_.port_file, grpc_port_, metrics_port_); !s.ok()) return s;
   }
   return Status::Ok();
+}
+
+void Server::TrimLoop() {
+  // After a burst, glibc keeps freed request and response buffers in its arenas; give them
+  // back once the burst is over (the byte budget's peak was large and little is held now).
+  constexpr int64_t kBurstBytes = int64_t{64} << 20;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!trim_stop_) {
+    trim_cv_.wait_for(lock, std::chrono::seconds(1));
+    if (trim_stop_) break;
+    const int64_t peak = service_->budget().TakePeak();
+    if (peak >= kBurstBytes && service_->budget().used() < peak / 4) {
+      lock.unlock();
+      malloc_trim(0);
+      lock.lock();
+    }
+  }
 }
 
 void Server::WaitForShutdownRequest() {
@@ -293,6 +376,14 @@ void Server::Shutdown() {
                            std::chrono::duration_cast<std::chrono::system_clock::duration>(left));
   }
   if (grpc_server_) grpc_server_->Wait();
+  if (trimmer_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      trim_stop_ = true;
+    }
+    trim_cv_.notify_all();
+    trimmer_.join();
+  }
   if (metrics_) metrics_->StopUpdater();
   spdlog::info("shut down{}", fault ? " after a device fault" : "");
 }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "config.hpp"
 #include "gpusampler/kernels/sampler.hpp"
@@ -61,6 +62,7 @@ class Server {
 
  private:
   void OnFatal(const Status& status);
+  void TrimLoop();  // returns memory to the OS after a burst (malloc_trim)
 
   ServerConfig config_;
   BackendFactory backend_factory_;
@@ -80,6 +82,9 @@ class Server {
   bool shutdown_requested_ = false;
   bool failed_ = false;
   bool shut_down_ = false;
+  bool trim_stop_ = false;
+  std::condition_variable trim_cv_;
+  std::thread trimmer_;
 };
 
 // Values fixed at configure time (CMake).

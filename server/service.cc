@@ -3,7 +3,10 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <random>
 
+#include "security.hpp"
 #include "validate.hpp"
 
 namespace gpusampler::server {
@@ -27,31 +30,56 @@ Clock::time_point SteadyDeadline(const grpc::CallbackServerContext& ctx, Clock::
   return now + std::chrono::duration_cast<Clock::duration>(left);
 }
 
-// UNAUTHENTICATED unless authentication is off or the call carries the bearer token.
+// UNAUTHENTICATED unless authentication is off or the call carries exactly one bearer
+// header with a configured token. (With TLS the same check already ran in the metadata path,
+// before the body was read; plaintext gRPC has no such hook, so it runs here too.)
 Status Authenticate(const SamplerService& svc, const grpc::CallbackServerContext& ctx) {
-  const std::string& token = svc.config().auth_token;
-  if (token.empty()) return Status::Ok();
-  const auto& md = ctx.client_metadata();
-  const auto it = md.find("authorization");
-  if (it == md.end()) {
-    return Status(Code::kUnauthenticated, "missing authorization metadata (Bearer token)");
+  const std::vector<std::string>& tokens = svc.config().auth_tokens;
+  if (tokens.empty()) return Status::Ok();
+  std::vector<std::string> values;
+  const auto range = ctx.client_metadata().equal_range("authorization");
+  for (auto it = range.first; it != range.second; ++it) {
+    values.emplace_back(it->second.data(), std::min<size_t>(it->second.size(), 4096));
   }
-  const std::string want = "Bearer " + token;
-  const grpc::string_ref got = it->second;
-  // Compare every byte, so the time taken does not reveal the matching prefix.
-  unsigned diff = got.size() != want.size();
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff |= static_cast<unsigned>(want[i] ^ (i < got.size() ? got.data()[i] : 0));
+  return CheckBearer(tokens, values);
+}
+
+// Retry pushback of a full byte budget: like a full queue, 100 ms plus jitter.
+int64_t BudgetPushbackMs() {
+  thread_local std::minstd_rand gen(std::random_device{}());
+  return 100 + static_cast<int64_t>(gen() % 100);
+}
+
+// Charges `bytes` to the server's byte budget, or says why not.
+Status Charge(SamplerService* svc, int64_t bytes, const char* what) {
+  ByteBudget& budget = svc->budget();
+  if (budget.TryCharge(bytes)) return Status::Ok();
+  const std::string message = std::string(what) + " needs " + std::to_string(bytes) +
+                              " bytes; " + std::to_string(budget.used()) + " of " +
+                              std::to_string(budget.limit()) +
+                              " are held by other requests (--max-inflight-bytes)";
+  // Larger than the whole budget: no retry can succeed.
+  return Status(Code::kResourceExhausted, message,
+                bytes > budget.limit() ? kDoNotRetry : BudgetPushbackMs());
+}
+
+// Parses a request's bytes. INVALID_ARGUMENT (not gRPC's bare INTERNAL or UNIMPLEMENTED)
+// when they are not a SampleRequest, e.g. a truncated message or a non-UTF-8 request_id.
+Status ParseRequest(const grpc::ByteBuffer& bytes, Request* request, const std::string& what) {
+  grpc::ByteBuffer copy(bytes);  // shares the slices; Deserialize consumes its argument
+  if (!grpc::SerializationTraits<Request>::Deserialize(&copy, request).ok()) {
+    return InvalidArgument(what + " (" + std::to_string(bytes.Length()) +
+                           " bytes) does not parse as a gpusampler.v1.SampleRequest");
   }
-  if (diff) return Status(Code::kUnauthenticated, "wrong bearer token");
   return Status::Ok();
 }
 
-// Validates `request` into a Job answering into `response`; null with `*status` set when
-// the request is refused.
+// Validates `request` into a Job answering into `response`, and charges the response's
+// bytes (the estimate covers every byte it echoes) to the budget; null with `*status` set
+// when the request is refused. `*charged` grows by what was charged.
 std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerContext& ctx,
                                 const Request& request, Response* response,
-                                Clock::time_point accepted, Status* status) {
+                                Clock::time_point accepted, int64_t* charged, Status* status) {
   if (*status = Authenticate(*svc, ctx); !status->ok()) return nullptr;
   if (!svc->accepting()) {
     *status = Unavailable("server is draining; retry another replica");
@@ -60,6 +88,12 @@ std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerC
   auto job = std::make_shared<Job>();
   *status = ValidateRequest(request, svc->config().limits, job.get(), svc->datasets());
   if (!status->ok()) return nullptr;
+  int64_t response_bytes = 0;
+  ResponseBytes(*job, request.request_id().size(), &response_bytes);  // checked by Validate
+  // The response is held twice at its peak: built, then serialized for gRPC.
+  const int64_t cost = 2 * response_bytes;
+  if (*status = Charge(svc, cost, "the response"); !status->ok()) return nullptr;
+  *charged += cost;
   job->accepted = accepted;
   job->deadline = SteadyDeadline(ctx, accepted);
   job->response = response;
@@ -72,23 +106,59 @@ void SetTotal(Response* response, Clock::time_point accepted) {
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - accepted).count());
 }
 
+// The status an exception escaping into a gRPC or worker callback becomes.
+Status FromException(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kResourceExhausted, "server out of memory", BudgetPushbackMs());
+  } catch (const std::exception& ex) {
+    return Status(Code::kInternal, std::string("internal error: ") + ex.what());
+  } catch (...) {
+    return Status(Code::kInternal, "internal error (unknown exception)");
+  }
+}
+
 class UnaryCall final : public grpc::ServerUnaryReactor {
  public:
-  UnaryCall(SamplerService* svc, grpc::CallbackServerContext* ctx, const Request* request,
-            Response* response)
-      : svc_(svc), ctx_(ctx), response_(response), accepted_(Clock::now()) {
-    Metrics* m = svc_->metrics();
-    m->received_bytes().Increment(static_cast<double>(request->ByteSizeLong()));
-    Status status;
-    job_ = PrepareJob(svc_, *ctx, *request, response, accepted_, &status);
-    if (!job_) {
-      Done(status);
-      return;
+  UnaryCall(SamplerService* svc, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+            grpc::ByteBuffer* response)
+      : svc_(svc), ctx_(ctx), out_(response), accepted_(Clock::now()) {
+    try {
+      Start(*request);
+    } catch (...) {
+      Done(FromException(std::current_exception()));
     }
+  }
+
+  void OnCancel() override {
+    if (job_) job_->cancelled.store(true);
+  }
+  void OnDone() override {
+    svc_->budget().Release(charged_);
+    delete this;
+  }
+
+ private:
+  void Start(const grpc::ByteBuffer& bytes) {
+    Metrics* m = svc_->metrics();
+    const int64_t n = static_cast<int64_t>(bytes.Length());
+    m->received_bytes().Increment(static_cast<double>(n));
+    // The request is held twice: as received and parsed.
+    Status status = Charge(svc_, 2 * n, "the request");
+    if (!status.ok()) return Done(status);
+    charged_ += 2 * n;
+    if (status = ParseRequest(bytes, &request_, "the request"); !status.ok()) return Done(status);
+    job_ = PrepareJob(svc_, *ctx_, request_, &response_, accepted_, &charged_, &status);
+    if (!job_) return Done(status);
     m->inflight().Increment();
     job_->done = [this](const Status& s) {
       svc_->metrics()->inflight().Decrement();
-      Done(s);
+      try {
+        Done(s);
+      } catch (...) {
+        Done(FromException(std::current_exception()));
+      }
     };
     status = svc_->scheduler()->Submit(job_);
     if (!status.ok()) {
@@ -97,42 +167,64 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     }
   }
 
-  void OnCancel() override {
-    if (job_) job_->cancelled.store(true);
-  }
-  void OnDone() override { delete this; }
-
- private:
   // Finishes the call; `this` may be gone once Finish returns.
-  void Done(const Status& status) {
-    Metrics* m = svc_->metrics();
+  void Done(Status status) {
+    if (finished_) return;
     if (status.ok()) {
-      SetTotal(response_, accepted_);
-      m->sent_bytes().Increment(static_cast<double>(response_->ByteSizeLong()));
+      SetTotal(&response_, accepted_);
+      bool own = false;
+      if (!grpc::SerializationTraits<Response>::Serialize(response_, out_, &own).ok()) {
+        status = Status(Code::kInternal, "cannot serialize the response");
+      } else {
+        svc_->metrics()->sent_bytes().Increment(static_cast<double>(out_->Length()));
+      }
     }
+    response_.Clear();
+    finished_ = true;
     Finish(ToGrpcStatus(status, ctx_));
   }
 
   SamplerService* svc_;
   grpc::CallbackServerContext* ctx_;
-  Response* response_;
+  grpc::ByteBuffer* out_;
+  Request request_;
+  Response response_;
   const Clock::time_point accepted_;
   std::shared_ptr<Job> job_;
+  int64_t charged_ = 0;  // bytes of the budget this call holds
+  bool finished_ = false;
 };
 
-// One SampleStream call. Requests are validated and submitted as they arrive (up to
-// max_stream_inflight at a time); responses are written in request order. All gRPC
+// One SampleStream call. Requests are parsed, validated and submitted as they arrive (up to
+// max_stream_inflight at a time, and while the stream holds under max_stream_inflight_bytes);
+// responses are written in request order. The first failure, a message that does not
+// parse included, ends the stream with its status after the responses before it. All gRPC
 // operations are started by Pump, one thread at a time and outside mu_, because gRPC may
 // run a reaction inline inside StartWrite/StartRead/Finish.
-class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
+class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                         public DrainableCall {
  public:
-  StreamCall(SamplerService* svc, grpc::CallbackServerContext* ctx)
-      : svc_(svc), ctx_(ctx) {
+  StreamCall(SamplerService* svc, grpc::CallbackServerContext* ctx) : svc_(svc), ctx_(ctx) {
+    svc_->AddStream(this);
     Pump();
   }
 
+  // Drain: no more reads; the stream ends with UNAVAILABLE once its accepted requests are
+  // answered.
+  bool BeginDrain() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (refs_ == 0) return false;  // being deleted
+    ++refs_;
+    draining_ = true;
+    return true;
+  }
+  void FinishDrain() override {
+    Pump();
+    Unref();
+  }
+
   void OnReadDone(bool ok) override {
-    {
+    try {
       std::lock_guard<std::mutex> lock(mu_);
       read_in_flight_ = false;
       if (!ok) {
@@ -145,6 +237,8 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
         svc_->metrics()->RecordRequest(Method::kSampleStream, Code::kCancelled, 0);
       }
       reading_.reset();
+    } catch (...) {
+      Fail(FromException(std::current_exception()));
     }
     Pump();
   }
@@ -153,7 +247,11 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
     {
       std::lock_guard<std::mutex> lock(mu_);
       write_in_flight_ = false;
+      Slot* front = pending_.front().get();
+      // Counted once its bytes were handed to the transport, so a failed send is not OK.
+      Count(front, ok ? Code::kOk : Code::kCancelled);
       if (ok) {
+        Release(front);
         pending_.pop_front();
       } else {
         broken_ = true;  // the client is gone
@@ -173,6 +271,7 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
 
  private:
   struct Slot {
+    grpc::ByteBuffer bytes;  // as read; then the serialized response
     Request request;
     Response response;
     std::shared_ptr<Job> job;
@@ -180,23 +279,53 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
     Status status;
     Clock::time_point arrived{};  // when its read completed
     bool counted = false;         // in gpusampler_requests_total (each message once)
+    int64_t charged = 0;          // bytes of the budget it holds
   };
   enum class Op { kNone, kRead, kWrite, kFinish };
 
   // Counts one message of the stream (under mu_).
   void Count(Slot* slot, Code code) {
+    if (slot->counted) return;
     slot->counted = true;
     svc_->metrics()->RecordRequest(Method::kSampleStream, code, SecondsSince(slot->arrived));
   }
 
-  // Validates and submits one request read from the stream (under mu_).
+  // Returns a slot's bytes to the budget (under mu_).
+  void Release(Slot* slot) {
+    svc_->budget().Release(slot->charged);
+    held_ -= slot->charged;
+    slot->charged = 0;
+  }
+
+  // Ends the stream with `status` after what is already answered (under mu_).
+  void Fail(const Status& status) {
+    if (!failure_.ok()) return;
+    failure_ = status;
+  }
+
+  // Parses, validates and submits one request read from the stream (under mu_).
   void Accept(std::unique_ptr<Slot> slot) {
     Metrics* m = svc_->metrics();
-    m->received_bytes().Increment(static_cast<double>(slot->request.ByteSizeLong()));
     Slot* raw = slot.get();
     pending_.push_back(std::move(slot));
-    Status status;
-    auto job = PrepareJob(svc_, *ctx_, raw->request, &raw->response, raw->arrived, &status);
+    const int64_t n = static_cast<int64_t>(raw->bytes.Length());
+    m->received_bytes().Increment(static_cast<double>(n));
+    ++messages_;
+    const std::string what = "SampleStream message " + std::to_string(messages_);
+    Status status = Charge(svc_, 2 * n, what.c_str());
+    if (status.ok()) {
+      raw->charged += 2 * n;
+      held_ += 2 * n;
+      status = ParseRequest(raw->bytes, &raw->request, what);
+    }
+    raw->bytes.Clear();
+    std::shared_ptr<Job> job;
+    if (status.ok()) {
+      int64_t charged = 0;
+      job = PrepareJob(svc_, *ctx_, raw->request, &raw->response, raw->arrived, &charged, &status);
+      raw->charged += charged;
+      held_ += charged;
+    }
     if (job) {
       job->done = [this, raw](const Status& s) { JobDone(raw, s); };
       raw->job = job;
@@ -218,11 +347,26 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
 
   void JobDone(Slot* slot, const Status& status) {
     svc_->metrics()->inflight().Decrement();
-    {
+    try {
       std::lock_guard<std::mutex> lock(mu_);
       slot->done = true;
       slot->status = status;
-      if (status.ok()) SetTotal(&slot->response, slot->job->accepted);
+      if (status.ok()) {
+        SetTotal(&slot->response, slot->job->accepted);
+        bool own = false;
+        if (!grpc::SerializationTraits<Response>::Serialize(slot->response, &slot->bytes, &own)
+                 .ok()) {
+          slot->status = Status(Code::kInternal, "cannot serialize the response");
+        }
+      }
+      // The request's bytes and the built response are no longer needed.
+      slot->response = Response();
+      slot->request = Request();
+      slot->job.reset();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      slot->done = true;
+      slot->status = FromException(std::current_exception());
     }
     Pump();
     Unref();
@@ -233,20 +377,26 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
     if (finished_) return Op::kNone;
     if (broken_) {
       *status = Status(Code::kCancelled, "client stopped reading responses");
+    } else if (!failure_.ok() && !write_in_flight_) {
+      *status = failure_;
     } else if (!write_in_flight_ && !pending_.empty() && pending_.front()->done) {
       Slot* front = pending_.front().get();
       if (front->status.ok()) {
         write_in_flight_ = true;
-        Count(front, Code::kOk);
         *slot = front;
         return Op::kWrite;
       }
       *status = front->status;
+    } else if (draining_ && pending_.empty() && !write_in_flight_ && !reads_done_) {
+      *status = Unavailable("server is draining; retry another replica");
     } else if (reads_done_ && pending_.empty() && !write_in_flight_) {
       *status = Status::Ok();
     } else {
-      if (!read_in_flight_ && !reads_done_ && !stop_reading_ &&
-          static_cast<int64_t>(pending_.size()) < svc_->config().max_stream_inflight) {
+      const bool room =
+          pending_.empty() ||
+          (static_cast<int64_t>(pending_.size()) < svc_->config().max_stream_inflight &&
+           held_ < svc_->config().max_stream_inflight_bytes);
+      if (!read_in_flight_ && !reads_done_ && !stop_reading_ && !draining_ && room) {
         read_in_flight_ = true;
         reading_ = std::make_unique<Slot>();
         *slot = reading_.get();
@@ -259,7 +409,7 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
     // now: a failed one with its own code, the others (dropped) as CANCELLED.
     for (auto& p : pending_) {
       if (p->job && !p->done) p->job->cancelled.store(true);
-      if (!p->counted) Count(p.get(), p->done && !p->status.ok() ? p->status.code() : Code::kCancelled);
+      Count(p.get(), p->done && !p->status.ok() ? p->status.code() : Code::kCancelled);
     }
     return Op::kFinish;
   }
@@ -292,12 +442,11 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
       }
       switch (op) {
         case Op::kRead:
-          StartRead(&slot->request);
+          StartRead(&slot->bytes);
           break;
         case Op::kWrite:
-          svc_->metrics()->sent_bytes().Increment(
-              static_cast<double>(slot->response.ByteSizeLong()));
-          StartWrite(&slot->response);
+          svc_->metrics()->sent_bytes().Increment(static_cast<double>(slot->bytes.Length()));
+          StartWrite(&slot->bytes);
           break;
         case Op::kFinish:
           Finish(ToGrpcStatus(status, ctx_));
@@ -315,7 +464,14 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
       std::lock_guard<std::mutex> lock(mu_);
       last = --refs_ == 0;
     }
-    if (last) delete this;
+    if (last) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto& p : pending_) Release(p.get());
+      }
+      svc_->RemoveStream(this);
+      delete this;
+    }
   }
 
   SamplerService* svc_;
@@ -325,10 +481,14 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
   std::deque<std::unique_ptr<Slot>> pending_;  // request order
   std::unique_ptr<Slot> reading_;
   int refs_ = 1;  // gRPC's (released in OnDone) + one per submitted job + a running Pump
+  int64_t held_ = 0;      // budget bytes held by pending_
+  int64_t messages_ = 0;  // messages read so far
+  Status failure_;        // set by an exception in a reaction: ends the stream
   bool read_in_flight_ = false;
   bool write_in_flight_ = false;
   bool reads_done_ = false;
   bool stop_reading_ = false;
+  bool draining_ = false;
   bool broken_ = false;
   bool finished_ = false;
   bool pumping_ = false;
@@ -339,11 +499,34 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
 
 grpc::Status ToGrpcStatus(const Status& status, grpc::CallbackServerContext* context) {
   if (status.ok()) return grpc::Status::OK;
-  if (status.retry_pushback_ms() != kNoPushback) {
+  if (context && status.retry_pushback_ms() != kNoPushback) {
     context->AddTrailingMetadata("grpc-retry-pushback-ms",
                                  std::to_string(status.retry_pushback_ms()));
   }
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
+  // Bounded, so that no message outgrows gRPC's metadata limit (the client then would see
+  // a transport error instead); messages name shapes, never whole tensors.
+  constexpr size_t kMaxMessage = 1024;
+  std::string message = status.message();
+  if (message.size() > kMaxMessage) message = message.substr(0, kMaxMessage - 3) + "...";
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message);
+}
+
+bool ByteBudget::TryCharge(int64_t bytes) {
+  int64_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (bytes > limit_ - used) return false;
+  } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  int64_t peak = peak_.load(std::memory_order_relaxed);
+  while (used + bytes > peak &&
+         !peak_.compare_exchange_weak(peak, used + bytes, std::memory_order_relaxed)) {
+  }
+  return true;
+}
+
+void ByteBudget::Release(int64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+
+int64_t ByteBudget::TakePeak() {
+  return peak_.exchange(used_.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 SamplerService::SamplerService(const ServerConfig& config, Scheduler* scheduler, Metrics* metrics,
@@ -352,17 +535,42 @@ SamplerService::SamplerService(const ServerConfig& config, Scheduler* scheduler,
       scheduler_(scheduler),
       metrics_(metrics),
       info_(std::move(info)),
-      datasets_(datasets) {}
+      datasets_(datasets),
+      budget_(config.max_inflight_bytes) {}
 
 grpc::ServerUnaryReactor* SamplerService::Sample(grpc::CallbackServerContext* context,
-                                                 const v1::SampleRequest* request,
-                                                 v1::SampleResponse* response) {
+                                                 const grpc::ByteBuffer* request,
+                                                 grpc::ByteBuffer* response) {
   return new UnaryCall(this, context, request, response);
 }
 
-grpc::ServerBidiReactor<v1::SampleRequest, v1::SampleResponse>* SamplerService::SampleStream(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SamplerService::SampleStream(
     grpc::CallbackServerContext* context) {
   return new StreamCall(this, context);
+}
+
+void SamplerService::StopAccepting() {
+  accepting_.store(false);
+  std::vector<DrainableCall*> streams;
+  {
+    // BeginDrain takes a reference under streams_mu_, so none is deleted before FinishDrain
+    // (which may finish the call inline, and so must run outside streams_mu_).
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    for (DrainableCall* s : streams_) {
+      if (s->BeginDrain()) streams.push_back(s);
+    }
+  }
+  for (DrainableCall* s : streams) s->FinishDrain();
+}
+
+void SamplerService::AddStream(DrainableCall* stream) {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  streams_.insert(stream);
+}
+
+void SamplerService::RemoveStream(DrainableCall* stream) {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  streams_.erase(stream);
 }
 
 grpc::ServerUnaryReactor* SamplerService::GetServerInfo(grpc::CallbackServerContext* context,

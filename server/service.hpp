@@ -5,6 +5,8 @@
 
 #include <grpcpp/grpcpp.h>
 #include <atomic>
+#include <mutex>
+#include <set>
 
 #include "config.hpp"
 #include "datasets.hpp"
@@ -18,9 +20,45 @@ namespace gpusampler::server {
 // The one place a Status becomes a grpc::Status. A retry pushback goes into `context`'s
 // trailing metadata as `grpc-retry-pushback-ms` (gRFC A6: -1 = do not retry, N > 0 = retry
 // after N ms), which gRPC's client-side retry policy honours.
-grpc::Status ToGrpcStatus(const Status& status, grpc::CallbackServerContext* context);
+// `context` may be null (no call to carry the pushback). The message is cut to 1 KiB.
+grpc::Status ToGrpcStatus(const Status& status, grpc::CallbackServerContext* context = nullptr);
 
-class SamplerService final : public v1::Sampler::CallbackService {
+// Request and response bytes held at once (--max-inflight-bytes). Thread-safe.
+class ByteBudget {
+ public:
+  explicit ByteBudget(int64_t limit) : limit_(limit) {}
+  // Adds `bytes` unless that would pass the limit; false then.
+  bool TryCharge(int64_t bytes);
+  void Release(int64_t bytes);
+  int64_t used() const { return used_.load(std::memory_order_relaxed); }
+  int64_t limit() const { return limit_; }
+  // The most held since the last call (memory trimming after a burst).
+  int64_t TakePeak();
+
+ private:
+  const int64_t limit_;
+  std::atomic<int64_t> used_{0};
+  std::atomic<int64_t> peak_{0};
+};
+
+// A call the drain must end itself (an open SampleStream). BeginDrain is called under the
+// service's lock and keeps the call alive until FinishDrain, called outside it.
+class DrainableCall {
+ public:
+  virtual ~DrainableCall() = default;
+  virtual bool BeginDrain() = 0;  // false: the call is already ending
+  virtual void FinishDrain() = 0;
+};
+
+// Sample and SampleStream are raw (bytes in, bytes out): the service charges a request's
+// bytes to the budget before parsing it, and answers one that does not parse with
+// INVALID_ARGUMENT, counted like any other.
+using SamplerBase = v1::Sampler::WithRawCallbackMethod_Sample<
+    v1::Sampler::WithRawCallbackMethod_SampleStream<v1::Sampler::WithCallbackMethod_GetServerInfo<
+        v1::Sampler::WithCallbackMethod_CreateDataset<v1::Sampler::WithCallbackMethod_DeleteDataset<
+            v1::Sampler::WithCallbackMethod_ListDatasets<v1::Sampler::Service>>>>>>;
+
+class SamplerService final : public SamplerBase {
  public:
   // `scheduler` and `metrics` must outlive the service; `info` is answered by GetServerInfo.
   // `datasets` (may be null: no dataset RPCs) must outlive the service too.
@@ -28,9 +66,9 @@ class SamplerService final : public v1::Sampler::CallbackService {
                  v1::ServerInfo info, DatasetRegistry* datasets = nullptr);
 
   grpc::ServerUnaryReactor* Sample(grpc::CallbackServerContext* context,
-                                   const v1::SampleRequest* request,
-                                   v1::SampleResponse* response) override;
-  grpc::ServerBidiReactor<v1::SampleRequest, v1::SampleResponse>* SampleStream(
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SampleStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
                                           const v1::GetServerInfoRequest* request,
@@ -46,8 +84,9 @@ class SamplerService final : public v1::Sampler::CallbackService {
                                          const v1::ListDatasetsRequest* request,
                                          v1::ListDatasetsResponse* response) override;
 
-  // New requests get UNAVAILABLE from now on (drain).
-  void StopAccepting() { accepting_.store(false); }
+  // New requests get UNAVAILABLE from now on (drain); open streams stop reading and end
+  // with UNAVAILABLE once their accepted requests are answered.
+  void StopAccepting();
 
   // Used by the reactors.
   const ServerConfig& config() const { return config_; }
@@ -57,6 +96,9 @@ class SamplerService final : public v1::Sampler::CallbackService {
   // UNAUTHENTICATED unless auth is off or the call carries the bearer token.
   Status Authorize(const grpc::CallbackServerContext& context) const;
   bool accepting() const { return accepting_.load(); }
+  ByteBudget& budget() { return budget_; }
+  void AddStream(DrainableCall* stream);
+  void RemoveStream(DrainableCall* stream);
 
  private:
   const ServerConfig config_;
@@ -65,6 +107,9 @@ class SamplerService final : public v1::Sampler::CallbackService {
   const v1::ServerInfo info_;
   DatasetRegistry* datasets_;
   std::atomic<bool> accepting_{true};
+  ByteBudget budget_;
+  std::mutex streams_mu_;
+  std::set<DrainableCall*> streams_;
 };
 
 }  // namespace gpusampler::server

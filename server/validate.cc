@@ -22,12 +22,14 @@ std::string Upper(const char* s) {
   return out;
 }
 
+// At most kMaxRank dims are printed, so that an error about a huge shape stays small.
 std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
   std::string s = "[";
-  for (int i = 0; i < shape.size(); ++i) {
+  for (int i = 0; i < shape.size() && i < kMaxRank; ++i) {
     if (i) s += ", ";
     s += std::to_string(shape[i]);
   }
+  if (shape.size() > kMaxRank) s += ", ... (" + std::to_string(shape.size()) + " dims)";
   return s + "]";
 }
 
@@ -56,6 +58,10 @@ Status CheckTensor(const v1::Tensor& t, const std::string& name, const Limits& l
   if (item == 0) {
     return InvalidArgument(name + ".dtype " + std::to_string(dtype_value) +
                            " is not a known DType");
+  }
+  if (t.shape_size() > kMaxRank) {
+    return InvalidArgument(name + ".shape has " + std::to_string(t.shape_size()) +
+                           " dims, over the " + std::to_string(kMaxRank) + " allowed");
   }
   int64_t n = 1;
   for (int i = 0; i < t.shape_size(); ++i) {
@@ -231,6 +237,8 @@ bool ResponseBytes(const Job& job, size_t request_id_bytes, int64_t* bytes) {
   int64_t per_slot = 0, slots = 0, payload = 0, total = 0;
   if (__builtin_add_overflow(8 + item, job.feature_row_bytes, &per_slot) ||
       __builtin_mul_overflow(b, k, &slots) || __builtin_mul_overflow(slots, per_slot, &payload) ||
+      // The framing allowance covers every echoed shape: at most kMaxRank dims of up to
+      // 10 bytes each per tensor.
       __builtin_add_overflow(payload, 8 * b + kResponseOverheadBytes, &total) ||
       __builtin_add_overflow(total, static_cast<int64_t>(request_id_bytes), &total)) {
     return false;
@@ -341,7 +349,9 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
       return LimitExceeded("row_splits has " + std::to_string(n - 1) + " rows, over max_rows = " +
                            std::to_string(limits.max_rows) + " (--max-rows)");
     }
-    const auto* v = reinterpret_cast<const int64_t*>(splits.data().data());
+    // Copied out: the bytes of a protobuf string need not be 8-byte aligned.
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    std::memcpy(v.data(), splits.data().data(), static_cast<size_t>(n) * sizeof(int64_t));
     if (v[0] != 0) {
       return InvalidArgument("row_splits[0] = " + std::to_string(v[0]) + ", must be 0");
     }
@@ -357,7 +367,7 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
                              "] = " + std::to_string(v[n - 1]) + ", must equal the " +
                              std::to_string(total) + " labels elements");
     }
-    job->row_offsets.assign(v, v + n);
+    job->row_offsets = std::move(v);
   } else if (rank == 1 || rank == 2) {
     const int64_t b = rank == 1 ? 1 : labels.shape(0);
     const int64_t len = labels.shape(rank - 1);

@@ -24,6 +24,9 @@ Status ValidateRequest(const v1::SampleRequest& request, const Limits& limits, J
 // do-not-retry pushback. Beyond that, gRPC refuses the message itself.
 int TransportMessageLimit(int64_t max_message_bytes);
 
+// The most dims a tensor may have (labels need 1 or 2; features a few more).
+inline constexpr int kMaxRank = 8;
+
 // Framing allowance of a response beyond its tensor payloads and request_id (tags, lengths,
 // shapes, dtypes, seed, device, timing).
 inline constexpr int64_t kResponseOverheadBytes = 1024;

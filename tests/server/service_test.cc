@@ -469,7 +469,9 @@ TEST(HealthTest, ServingAfterStartNotServingWhileDraining) {
 // grpc++_reflection already registers the reflection messages in the descriptor pool, so
 // the test speaks the protocol through a generic stub with hand-encoded bytes.
 TEST(ReflectionTest, ListsTheSamplerAndHealthServices) {
-  auto t = StartServer(TestConfig());
+  ServerConfig config = TestConfig();
+  config.reflection = true;  // off by default (--reflection)
+  auto t = StartServer(config);
   grpc::GenericStub stub(t.channel);
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;

@@ -1,0 +1,341 @@
+// TLS, mutual TLS and certificate rotation with certificates made by openssl at test time;
+// bearer tokens (several, whole trimmed lines, one header only) checked before the body is
+// read; compressed requests refused; reflection off by default and behind the token.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "security.hpp"
+#include "test_util.hpp"
+
+namespace gpusampler::server::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFile(const fs::path& p, const std::string& text) {
+  std::ofstream(p) << text;
+}
+
+// A temporary directory of certificates: CAs and leaves signed by them (openssl CLI).
+class Pki {
+ public:
+  Pki() {
+    char tmpl[] = "/tmp/gpusampler-pki-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  ~Pki() { fs::remove_all(dir_); }
+  fs::path path(const std::string& name) const { return dir_ / name; }
+
+  void MakeCa(const std::string& name) {
+    Run("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=" + name + " -keyout " +
+        Q(name + ".key") + " -out " + Q(name + ".pem"));
+  }
+  // A leaf `name` signed by `ca`, valid for localhost and 127.0.0.1.
+  void MakeLeaf(const std::string& name, const std::string& ca) {
+    WriteFile(path(name + ".ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n");
+    Run("openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout " + Q(name + ".key") +
+        " -out " + Q(name + ".csr"));
+    Run("openssl x509 -req -days 2 -in " + Q(name + ".csr") + " -CA " + Q(ca + ".pem") +
+        " -CAkey " + Q(ca + ".key") + " -CAcreateserial -extfile " + Q(name + ".ext") +
+        " -out " + Q(name + ".pem"));
+  }
+  std::string pem(const std::string& name) const { return ReadFile(path(name + ".pem")); }
+  std::string key(const std::string& name) const { return ReadFile(path(name + ".key")); }
+
+ private:
+  std::string Q(const std::string& name) const { return "'" + path(name).string() + "'"; }
+  static void Run(const std::string& cmd) {
+    ASSERT_EQ(std::system((cmd + " >/dev/null 2>&1").c_str()), 0) << cmd;
+  }
+  fs::path dir_;
+};
+
+v1::SampleRequest Small() {
+  RequestSpec r;
+  r.rows = {RandomRow(200, 3)};
+  r.num_samples = 8;
+  return MakeRequest(r);
+}
+
+// One Sample call on a fresh channel; the status.
+grpc::Status Call(const std::string& target, std::shared_ptr<grpc::ChannelCredentials> creds,
+                  const std::vector<std::string>& authorization = {},
+                  v1::SampleRequest request = Small(),
+                  grpc_compression_algorithm compression = GRPC_COMPRESS_NONE) {
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(-1);
+  auto channel = grpc::CreateCustomChannel(target, creds, args);
+  auto stub = v1::Sampler::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  for (const auto& a : authorization) ctx.AddMetadata("authorization", a);
+  if (compression != GRPC_COMPRESS_NONE) ctx.set_compression_algorithm(compression);
+  v1::SampleResponse response;
+  grpc::Status s = stub->Sample(&ctx, request, &response);
+  if (s.ok() && response.indices().shape_size() == 0) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "empty response");
+  }
+  return s;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> Tls(const Pki& pki, const std::string& ca,
+                                              const std::string& client = "") {
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = pki.pem(ca);
+  if (!client.empty()) {
+    o.pem_cert_chain = pki.pem(client);
+    o.pem_private_key = pki.key(client);
+  }
+  return grpc::SslCredentials(o);
+}
+
+std::string Target(const TestServer& t) {
+  return "localhost:" + std::to_string(t.server->grpc_port());
+}
+
+TEST(TlsTest, ServesTlsAndRefusesPlaintext) {
+  Pki pki;
+  pki.MakeCa("ca");
+  pki.MakeLeaf("server", "ca");
+  ServerConfig c = TestConfig();
+  c.tls_cert_file = pki.path("server.pem");
+  c.tls_key_file = pki.path("server.key");
+  auto t = StartServer(c);
+  EXPECT_TRUE(Call(Target(t), Tls(pki, "ca")).ok());
+  const grpc::Status plain = Call(Target(t), grpc::InsecureChannelCredentials());
+  EXPECT_EQ(plain.error_code(), grpc::StatusCode::UNAVAILABLE) << plain.error_message();
+  // A client that trusts another CA does not accept the server.
+  pki.MakeCa("other");
+  EXPECT_EQ(Call(Target(t), Tls(pki, "other")).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST(TlsTest, MutualTlsAcceptsSignedClientsOnly) {
+  Pki pki;
+  pki.MakeCa("ca");
+  pki.MakeLeaf("server", "ca");
+  pki.MakeCa("clients");
+  pki.MakeLeaf("good", "clients");
+  pki.MakeCa("rogue");
+  pki.MakeLeaf("bad", "rogue");
+  ServerConfig c = TestConfig();
+  c.tls_cert_file = pki.path("server.pem");
+  c.tls_key_file = pki.path("server.key");
+  c.tls_client_ca_file = pki.path("clients.pem");
+  auto t = StartServer(c);
+  EXPECT_TRUE(Call(Target(t), Tls(pki, "ca", "good")).ok());
+  EXPECT_EQ(Call(Target(t), Tls(pki, "ca")).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(Call(Target(t), Tls(pki, "ca", "bad")).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST(TlsTest, RotatedCertificateIsServedWithoutRestart) {
+  Pki pki;
+  pki.MakeCa("old-ca");
+  pki.MakeLeaf("old", "old-ca");
+  pki.MakeCa("new-ca");
+  pki.MakeLeaf("new", "new-ca");
+  fs::copy_file(pki.path("old.pem"), pki.path("server.pem"));
+  fs::copy_file(pki.path("old.key"), pki.path("server.key"));
+  ServerConfig c = TestConfig();
+  c.tls_cert_file = pki.path("server.pem");
+  c.tls_key_file = pki.path("server.key");
+  c.tls_refresh_seconds = 1;
+  auto t = StartServer(c);
+  ASSERT_TRUE(Call(Target(t), Tls(pki, "old-ca")).ok());
+  ASSERT_FALSE(Call(Target(t), Tls(pki, "new-ca")).ok());
+  // As cert-manager does: new files renamed into place.
+  fs::copy_file(pki.path("new.key"), pki.path("server.key.tmp"));
+  fs::copy_file(pki.path("new.pem"), pki.path("server.pem.tmp"));
+  fs::rename(pki.path("server.key.tmp"), pki.path("server.key"));
+  fs::rename(pki.path("server.pem.tmp"), pki.path("server.pem"));
+  EXPECT_TRUE(WaitFor([&] { return Call(Target(t), Tls(pki, "new-ca")).ok(); },
+                      std::chrono::seconds(30)));
+  EXPECT_FALSE(Call(Target(t), Tls(pki, "old-ca")).ok());
+}
+
+TEST(TlsTest, BadSettingsFailTheStart) {
+  Pki pki;
+  ServerConfig c = TestConfig();
+  c.tls_cert_file = pki.path("missing.pem");
+  c.tls_key_file = pki.path("missing.key");
+  Server s1(c);
+  const Status st = s1.Start();
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("--tls-cert-file"), std::string::npos) << st.message();
+  ServerConfig only_key = TestConfig();
+  only_key.tls_key_file = pki.path("x.key");
+  Server s2(only_key);
+  EXPECT_EQ(s2.Start().code(), Code::kInvalidArgument);
+}
+
+TEST(TokenTest, EveryLineIsOneWholeTrimmedToken) {
+  Pki pki;
+  WriteFile(pki.path("tokens"), "  alpha-1  \n\n\tbeta two\r\n");
+  std::vector<std::string> tokens;
+  ASSERT_TRUE(LoadTokens(pki.path("tokens"), &tokens).ok());
+  EXPECT_EQ(tokens, (std::vector<std::string>{"alpha-1", "beta two"}));
+  EXPECT_TRUE(CheckBearer(tokens, {"Bearer alpha-1"}).ok());
+  EXPECT_TRUE(CheckBearer(tokens, {"Bearer beta two"}).ok());
+  EXPECT_EQ(CheckBearer(tokens, {"Bearer beta"}).code(), Code::kUnauthenticated);
+  EXPECT_EQ(CheckBearer(tokens, {}).code(), Code::kUnauthenticated);
+  const Status dup = CheckBearer(tokens, {"Bearer alpha-1", "Bearer alpha-1"});
+  EXPECT_EQ(dup.code(), Code::kUnauthenticated);
+  EXPECT_NE(dup.message().find("2 authorization headers"), std::string::npos) << dup.message();
+  WriteFile(pki.path("empty"), " \n\n");
+  EXPECT_EQ(LoadTokens(pki.path("empty"), &tokens).code(), Code::kInvalidArgument);
+}
+
+// Auth on plaintext (checked by the service) and on TLS (checked in the metadata path).
+class BearerAuthTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(BearerAuthTest, TokensDuplicatesHealthAndBodyNeverRead) {
+  const bool tls = GetParam();
+  Pki pki;
+  pki.MakeCa("ca");
+  pki.MakeLeaf("server", "ca");
+  WriteFile(pki.path("tokens"), "old-token\nnew-token\n");
+  ServerConfig c = TestConfig();
+  c.auth_token_file = pki.path("tokens");
+  if (tls) {
+    c.tls_cert_file = pki.path("server.pem");
+    c.tls_key_file = pki.path("server.key");
+  }
+  auto t = StartServer(c);
+  const std::string target = tls ? Target(t) : "127.0.0.1:" + std::to_string(t.server->grpc_port());
+  auto creds = tls ? Tls(pki, "ca") : grpc::InsecureChannelCredentials();
+  EXPECT_TRUE(Call(target, creds, {"Bearer old-token"}).ok());
+  EXPECT_TRUE(Call(target, creds, {"Bearer new-token"}).ok());
+  EXPECT_EQ(Call(target, creds, {"Bearer other"}).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Call(target, creds).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  const grpc::Status dup = Call(target, creds, {"Bearer new-token", "Bearer new-token"});
+  EXPECT_EQ(dup.error_code(), grpc::StatusCode::UNAUTHENTICATED) << dup.error_message();
+  // Health stays open for probes.
+  auto channel = grpc::CreateChannel(target, creds);
+  EXPECT_EQ(HealthStatus(channel), "SERVING");
+  if (tls) {
+    // Refused before the body is read: a body far over the transport limit would otherwise
+    // be refused for its size.
+    RequestSpec big;
+    big.rows = {RandomRow(int64_t{12} << 20, 1)};  // 96 MiB of INT64 labels
+    const grpc::Status s = Call(target, creds, {}, MakeRequest(big));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PlainAndTls, BearerAuthTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Tls" : "Plaintext"; });
+
+TEST(CompressionTest, RefusedUnlessAccepted) {
+  Pki pki;
+  pki.MakeCa("ca");
+  pki.MakeLeaf("server", "ca");
+  for (const bool tls : {false, true}) {
+    for (const bool accept : {false, true}) {
+      ServerConfig c = TestConfig();
+      c.accept_compression = accept;
+      if (tls) {
+        c.tls_cert_file = pki.path("server.pem");
+        c.tls_key_file = pki.path("server.key");
+      }
+      auto t = StartServer(c);
+      const std::string target =
+          tls ? Target(t) : "127.0.0.1:" + std::to_string(t.server->grpc_port());
+      auto creds = tls ? Tls(pki, "ca") : grpc::InsecureChannelCredentials();
+      const grpc::Status s = Call(target, creds, {}, Small(), GRPC_COMPRESS_GZIP);
+      SCOPED_TRACE(std::string(tls ? "tls" : "plaintext") + (accept ? " accept" : " refuse"));
+      if (accept) {
+        EXPECT_TRUE(s.ok()) << s.error_message();
+      } else {
+        EXPECT_FALSE(s.ok());
+        if (tls) {
+          EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+          EXPECT_NE(s.error_message().find("--accept-compression"), std::string::npos)
+              << s.error_message();
+        }
+      }
+      EXPECT_TRUE(Call(target, creds).ok());  // uncompressed requests are served either way
+    }
+  }
+}
+
+// One ServerReflectionInfo exchange (list_services) through the generic stub.
+grpc::Status ListServices(const std::string& target,
+                          std::shared_ptr<grpc::ChannelCredentials> creds,
+                          const std::string& authorization = "") {
+  auto channel = grpc::CreateChannel(target, creds);
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  if (!authorization.empty()) ctx.AddMetadata("authorization", authorization);
+  const char list_services[] = {0x3a, 0x00};  // ServerReflectionRequest{list_services: ""}
+  grpc::Slice slice(list_services, sizeof(list_services));
+  grpc::ByteBuffer request(&slice, 1), response;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                 grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   status = s;
+                   done = true;
+                   cv.notify_all();
+                 });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  return status;
+}
+
+TEST(ReflectionTest, OffByDefaultBehindTheTokenWhenOn) {
+  auto plain = StartServer(TestConfig());
+  const std::string plain_target = "127.0.0.1:" + std::to_string(plain.server->grpc_port());
+  EXPECT_EQ(ListServices(plain_target, grpc::InsecureChannelCredentials()).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  ServerConfig on = TestConfig();
+  on.reflection = true;
+  auto t = StartServer(on);
+  EXPECT_TRUE(
+      ListServices("127.0.0.1:" + std::to_string(t.server->grpc_port()),
+                   grpc::InsecureChannelCredentials())
+          .ok());
+
+  Pki pki;
+  pki.MakeCa("ca");
+  pki.MakeLeaf("server", "ca");
+  WriteFile(pki.path("tokens"), "tok\n");
+  ServerConfig secured = TestConfig();
+  secured.reflection = true;
+  secured.auth_token_file = pki.path("tokens");
+  {
+    // Plaintext has no metadata hook for reflection: refused at start.
+    Server s(secured);
+    const Status st = s.Start();
+    EXPECT_EQ(st.code(), Code::kInvalidArgument);
+    EXPECT_NE(st.message().find("--reflection"), std::string::npos) << st.message();
+  }
+  secured.tls_cert_file = pki.path("server.pem");
+  secured.tls_key_file = pki.path("server.key");
+  auto st = StartServer(secured);
+  EXPECT_EQ(ListServices(Target(st), Tls(pki, "ca")).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(ListServices(Target(st), Tls(pki, "ca"), "Bearer tok").ok());
+}
+
+}  // namespace
+}  // namespace gpusampler::server::testing
