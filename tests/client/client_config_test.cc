@@ -66,7 +66,10 @@ TEST(ClientOptionsCheck, OutOfRangeOptionsAreRefusedNamingTheField) {
        "keepalive_time"},
       {[](ClientOptions* o) { o->keepalive_timeout = std::chrono::milliseconds(0); },
        "keepalive_timeout"},
-      {[](ClientOptions* o) { o->targets = {"127.0.0.1:1", ""}; }, "empty target"},
+      {[](ClientOptions* o) {
+         o->targets = {"127.0.0.1:1", ""};
+       },
+       "empty target"},
   };
   for (const auto& [mutate, field] : cases) {
     ClientOptions o;

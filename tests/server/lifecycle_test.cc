@@ -377,8 +377,8 @@ TEST(MetricsTest, ScrapeAfterTrafficHasEverySpecMetricAndPassesPromtool) {
   const std::string prefix = std::string("gpusampler_build_info{backend=\"") +
                              (TestOnCpu() ? "cpu" : "cuda") + "\",cuda=\"" + CudaVersion() +
                              "\",cuda_driver=\"";
-  const std::string suffix = std::string("\",revision=\"") + Revision() + "\",version=\"" +
-                             Version() + "\"} 1";
+  const std::string suffix =
+      std::string("\",revision=\"") + Revision() + "\",version=\"" + Version() + "\"} 1";
   const size_t at = scrape.find(prefix);
   ASSERT_NE(at, std::string::npos) << prefix;
   const size_t end = scrape.find('"', at + prefix.size());
@@ -434,9 +434,8 @@ TEST(RetryTest, ClientRetriesAFullQueueAfterThePushbackAndSucceeds) {
   std::thread caller([&] { status = retrying.Sample(Small(8, 2), &response); });
   // The queue is full: the first attempt is shed with a positive pushback. Drain the queue
   // then; a later attempt of the same call gets in.
-  const bool was_shed = WaitFor([&] {
-    return MetricValue(HttpGet(t.server->metrics_port(), "/metrics"), shed) >= 1;
-  });
+  const bool was_shed = WaitFor(
+      [&] { return MetricValue(HttpGet(t.server->metrics_port(), "/metrics"), shed) >= 1; });
   sched.SetPausedForTesting(false);
   caller.join();
   ASSERT_TRUE(was_shed);

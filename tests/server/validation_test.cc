@@ -227,7 +227,8 @@ std::vector<Case> Cases() {
          l->add_shape(3001);
          l->mutable_data()->resize(3001 * 8);
        },
-       kExhausted, "labels row 0 has 3001 elements, over max_row_elements = 3000 (--max-row-elements)"},
+       kExhausted,
+       "labels row 0 has 3001 elements, over max_row_elements = 3000 (--max-row-elements)"},
       {"response over limit",
        [](auto* r) {
          r->mutable_spec()->set_num_samples(500);

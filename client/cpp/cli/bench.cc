@@ -264,9 +264,8 @@ BenchResult RunBench(Client& client, const BenchOptions& options) {
   std::mutex monitor_mu;
   std::condition_variable monitor_cv;
   bool done = false, aborted = false;
-  std::thread monitor([&] {
-    Monitor(o, tally, schedule, start, monitor_mu, monitor_cv, done, &aborted);
-  });
+  std::thread monitor(
+      [&] { Monitor(o, tally, schedule, start, monitor_mu, monitor_cv, done, &aborted); });
   std::vector<std::thread> workers;
   for (int w = 0; w < std::max(1, o.concurrency); ++w) {
     workers.emplace_back([&] {
@@ -318,8 +317,8 @@ void PrintBenchText(const BenchOptions& o, const BenchResult& r, std::ostream& o
   out << "throughput   " << r.throughput_rps << " req/s, " << r.rows_per_s << " rows/s\n";
   const bool have = r.ok > 0;
   out << "latency ms   p50 " << FormatMs(r.p50_ms, have) << "  p90 " << FormatMs(r.p90_ms, have)
-      << "  p99 " << FormatMs(r.p99_ms, have) << "  max " << FormatMs(r.max_ms, have)
-      << "  mean " << FormatMs(r.mean_ms, have) << "\n";
+      << "  p99 " << FormatMs(r.p99_ms, have) << "  max " << FormatMs(r.max_ms, have) << "  mean "
+      << FormatMs(r.mean_ms, have) << "\n";
   out << "errors       ";
   if (r.errors.empty()) out << "none";
   for (const auto& [code, count] : r.errors) out << code << "=" << count << " ";
@@ -354,11 +353,11 @@ void PrintBenchJson(const BenchOptions& o, const BenchResult& r, std::ostream& o
     text << std::fixed << std::setprecision(6) << v;
     return text.str();
   };
-  out << "}, \"aborted\": " << (r.aborted ? "true" : "false") << ", \"duration_s\": " << r.duration_s
-      << ", \"throughput_rps\": " << r.throughput_rps << ", \"rows_per_s\": " << r.rows_per_s
-      << ", \"p50_ms\": " << ms(r.p50_ms) << ", \"p90_ms\": " << ms(r.p90_ms)
-      << ", \"p99_ms\": " << ms(r.p99_ms) << ", \"max_ms\": " << ms(r.max_ms)
-      << ", \"mean_ms\": " << ms(r.mean_ms)
+  out << "}, \"aborted\": " << (r.aborted ? "true" : "false")
+      << ", \"duration_s\": " << r.duration_s << ", \"throughput_rps\": " << r.throughput_rps
+      << ", \"rows_per_s\": " << r.rows_per_s << ", \"p50_ms\": " << ms(r.p50_ms)
+      << ", \"p90_ms\": " << ms(r.p90_ms) << ", \"p99_ms\": " << ms(r.p99_ms)
+      << ", \"max_ms\": " << ms(r.max_ms) << ", \"mean_ms\": " << ms(r.mean_ms)
       << ", \"concurrency\": " << o.concurrency << ", \"stream\": " << (o.stream ? "true" : "false")
       << ", \"window\": " << o.window << ", \"rate\": " << o.rate << ", \"rows\": " << o.rows
       << ", \"n\": " << o.n << ", \"k\": " << o.k << ", \"dim\": " << o.dim

@@ -33,7 +33,7 @@ struct BenchOptions {
 struct BenchResult {
   int64_t requests = 0;  // answered, successfully or not
   int64_t ok = 0;
-  std::map<std::string, int64_t> errors;               // status code name -> count
+  std::map<std::string, int64_t> errors;              // status code name -> count
   std::map<std::string, std::string> error_messages;  // status code name -> first message
   bool aborted = false;  // stopped early: every request failed for abort_after_s
   double duration_s = 0;
