@@ -23,6 +23,7 @@ constexpr double kInt64Max = 9.2e18;  // below INT64_MAX, exact enough for a bou
 std::vector<Range> Ranges(const ServerConfig& c) {
   return {
       {"--streams-per-device", double(c.streams_per_device), 1, 1024},
+      {"--device-timeout-ms", double(c.device_timeout_ms), 1, 86400e3},
       {"--cpu-threads", double(c.cpu_threads), 0, 4096},
       {"--cpu-workers", double(c.cpu_workers), 1, 1024},
       {"--max-batch-rows", double(c.max_batch_rows), 1, kIntMax},
@@ -87,6 +88,8 @@ void AddFlags(CLI::App* app, ServerConfig* c) {
   add("--device", &c->device, "GPUSAMPLER_DEVICE", "auto | cpu | cuda | cuda:0,1");
   add("--streams-per-device", &c->streams_per_device, "GPUSAMPLER_STREAMS_PER_DEVICE",
       "CUDA workers (streams) per device");
+  add("--device-timeout-ms", &c->device_timeout_ms, "GPUSAMPLER_DEVICE_TIMEOUT_MS",
+      "a CUDA launch not complete after this long is a device fault (NOT_SERVING)");
   add("--cpu-threads", &c->cpu_threads, "GPUSAMPLER_CPU_THREADS",
       "threads per CPU worker (0 = hardware threads / cpu workers)");
   add("--cpu-workers", &c->cpu_workers, "GPUSAMPLER_CPU_WORKERS", "CPU workers");

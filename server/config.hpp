@@ -26,6 +26,7 @@ struct ServerConfig {
   std::string metrics_address = "0.0.0.0:9464";  // empty: no metrics endpoint
   std::string device = "auto";                   // auto | cpu | cuda | cuda:0,1
   int streams_per_device = 2;                    // CUDA workers per device
+  int64_t device_timeout_ms = 60000;  // a launch still running after this is a device fault
   int cpu_threads = 0;           // threads per CPU worker; 0 = hardware threads / cpu_workers
   int cpu_workers = 1;           // CPU workers (each a backend with its own pool)
   int64_t max_batch_rows = 256;  // rows fused into one launch; 1 disables fusion

@@ -1,11 +1,11 @@
 #include "worker.hpp"
 
 #include <algorithm>
-#include <condition_variable>
+#include <chrono>
 #include <cstring>
 #include <functional>
-#include <mutex>
 
+#include "gpusampler/kernels/completion.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/gather.hpp"
 #include "gpusampler/v1/sampler.pb.h"
@@ -56,6 +56,7 @@ Plan MakePlan(const std::vector<Job*>& jobs) {
   builder.FillSizes(&plan.sizes);
   plan.rows = builder.rows();
   plan.sizes.rows = nullptr;
+  plan.sizes.host_rows = nullptr;  // pointed into `builder`; callers set it to plan.rows
   plan.label_start.resize(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
     const Job& job = *jobs[j];
@@ -229,6 +230,11 @@ class GrowingBuffer {
   GrowingBuffer(const GrowingBuffer&) = delete;
   GrowingBuffer& operator=(const GrowingBuffer&) = delete;
 
+  size_t capacity() const { return capacity_; }
+  uint8_t* data() const { return static_cast<uint8_t*>(ptr_); }
+
+  // The deliberate growth: at warm-up, or between launches when a launch outgrows the
+  // warm-up sizes (CudaWorker::Reserve). Nothing may be in flight on the buffer.
   template <typename T = uint8_t>
   T* Reserve(size_t bytes) {
     if (bytes > capacity_) {
@@ -251,19 +257,43 @@ class GrowingBuffer {
 
 class CudaWorker final : public Worker {
  public:
-  explicit CudaWorker(int device)
+  CudaWorker(int device, const CudaWorkerOptions& options)
       : backend_(kernels::MakeCudaBackend(device)),
         device_(backend_->name()),
         device_index_(device),
-        h_in_(&kernels::PinnedAlloc, &kernels::PinnedFree),
-        h_out_(&kernels::PinnedAlloc, &kernels::PinnedFree),
+        timeout_(std::max<int64_t>(1, options.device_timeout_ms)),
+        h_in_([device](size_t n) { return kernels::PinnedAllocOn(device, n); },
+              &kernels::PinnedFree),
+        h_out_([device](size_t n) { return kernels::PinnedAllocOn(device, n); },
+               &kernels::PinnedFree),
         d_in_([device](size_t n) { return kernels::DeviceAlloc(device, n); }, &kernels::DeviceFree),
         d_out_([device](size_t n) { return kernels::DeviceAlloc(device, n); },
-               &kernels::DeviceFree) {}
+               &kernels::DeviceFree) {
+    // Sized once from the configured limits, so that requests within them never allocate
+    // (cudaMalloc / cudaHostAlloc synchronize the device and take milliseconds).
+    const int64_t rows = std::max<int64_t>(1, options.reserve_rows);
+    const int64_t elements = std::max<int64_t>(0, options.reserve_elements);
+    const int64_t slots = std::max<int64_t>(0, options.reserve_slots);
+    Reserve(Align(static_cast<size_t>(rows) * sizeof(RowDesc)) + Align(elements * 8) +
+                Align(static_cast<size_t>(rows) * sizeof(kernels::CopySpan)) +
+                Align(static_cast<size_t>(rows) * 8),
+            Align(slots * 8) + Align(slots * 8) + 2 * Align(static_cast<size_t>(rows) * 4), rows,
+            elements, slots);
+    WarmUp();
+  }
 
   const std::string& device() const override { return device_; }
 
   void Run(const std::vector<Job*>& jobs) override {
+    if (faulted_) {
+      // A launch timed out: work may still be queued on the stream, reading and writing the
+      // staging buffers, so they are never reused (the server stops serving this device).
+      throw kernels::Error(kernels::Error::Code::kDeviceFault,
+                           device_ + ": an earlier launch timed out; the device is not used");
+    }
+    // Every CUDA call of this thread then targets this device: none creates a context on
+    // another GPU (the default current device is 0).
+    kernels::BindThreadToDevice(device_index_);
     const Plan plan = MakePlan(jobs);
     const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
     // Jobs naming a resident dataset read its copy in this device's memory: their labels
@@ -307,10 +337,13 @@ class CudaWorker final : public Worker {
     const size_t in_bytes = rows_bytes + label_bytes + span_bytes + start_bytes;
     const size_t out_bytes = idx_bytes + olab_bytes + 2 * cnt_bytes + gather_bytes;
 
-    uint8_t* h_in = h_in_.Reserve(in_bytes);
-    uint8_t* h_out = h_out_.Reserve(out_bytes);
-    uint8_t* d_in = d_in_.Reserve(in_bytes);
-    uint8_t* d_out = d_out_.Reserve(out_bytes);
+    // Within the warm-up sizes this allocates nothing; beyond them it is one deliberate
+    // growth before anything of this launch is enqueued (the previous launch has finished).
+    Reserve(in_bytes, out_bytes, num_rows, plan.sizes.total_elements, plan.sizes.total_slots);
+    uint8_t* h_in = h_in_.data();
+    uint8_t* h_out = h_out_.data();
+    uint8_t* d_in = d_in_.data();
+    uint8_t* d_out = d_out_.data();
     if (num_rows > 0) {
       std::memcpy(h_in, plan.rows.data(), static_cast<size_t>(num_rows) * sizeof(RowDesc));
     }
@@ -327,6 +360,7 @@ class CudaWorker final : public Worker {
     void* stream = backend_->stream();
     kernels::Batch batch = plan.sizes;
     batch.rows = reinterpret_cast<const RowDesc*>(d_in);
+    batch.host_rows = plan.rows.data();  // validated by the backend (kernels::ValidateRows)
     batch.labels = d_in + rows_bytes;
     batch.out_indices = reinterpret_cast<int64_t*>(d_out);
     batch.out_labels = d_out + idx_bytes;
@@ -337,10 +371,9 @@ class CudaWorker final : public Worker {
     const auto* d_row_start =
         reinterpret_cast<const int64_t*>(d_in + rows_bytes + label_bytes + span_bytes);
     uint8_t* d_gathered = d_out + idx_bytes + olab_bytes + 2 * cnt_bytes;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      callback_done_ = false;
-    }
+    // One per launch, its state shared with the callback: a callback arriving after a
+    // timeout touches only that state, never this worker (kernels/completion.hpp).
+    const kernels::Completion completion;
     try {
       if (num_rows > 0) {
         kernels::CopyAsync(d_in, h_in, in_bytes, stream);
@@ -362,12 +395,7 @@ class CudaWorker final : public Worker {
         }
         kernels::CopyAsync(h_out, d_out, out_bytes, stream);
       }
-      kernels::EnqueueHostCallback(stream, [this](const std::string& error) {
-        std::lock_guard<std::mutex> lock(mu_);
-        callback_done_ = true;
-        callback_error_ = error;
-        cv_.notify_all();
-      });
+      kernels::EnqueueHostCallback(stream, completion.Callback());
     } catch (...) {
       // Work already enqueued may still read the staging buffers; the next launch must not
       // overwrite them under it. This is the worker's own thread, never a gRPC thread.
@@ -378,10 +406,14 @@ class CudaWorker final : public Worker {
       throw;
     }
     std::string error;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return callback_done_; });
-      error = callback_error_;
+    if (!completion.WaitFor(timeout_, &error)) {
+      // A hung kernel or a lost device: the stream never drains, and waiting forever would
+      // hold the drain and the health check with it. A device fault makes the scheduler
+      // report NOT_SERVING and fail the queued work.
+      faulted_ = true;
+      throw kernels::Error(kernels::Error::Code::kDeviceFault,
+                           device_ + ": launch not complete after " +
+                               std::to_string(timeout_.count()) + " ms (--device-timeout-ms)");
     }
     if (!error.empty()) throw kernels::Error(kernels::Error::Code::kDeviceFault, error);
     std::vector<const uint8_t*> gathered(jobs.size(), nullptr);
@@ -398,15 +430,48 @@ class CudaWorker final : public Worker {
 
  private:
   static size_t Align(size_t n) { return (n + 255) / 256 * 256; }
+  static size_t Align(int64_t n) { return Align(static_cast<size_t>(std::max<int64_t>(0, n))); }
+
+  // Staging and device buffers and the backend's arena hold a launch of these sizes.
+  void Reserve(size_t in_bytes, size_t out_bytes, int64_t rows, int64_t elements,
+               int64_t slots) {
+    if (in_bytes > h_in_.capacity() || in_bytes > d_in_.capacity()) {
+      h_in_.Reserve(in_bytes);
+      d_in_.Reserve(in_bytes);
+    }
+    if (out_bytes > h_out_.capacity() || out_bytes > d_out_.capacity()) {
+      h_out_.Reserve(out_bytes);
+      d_out_.Reserve(out_bytes);
+    }
+    if (rows > 0) backend_->Reserve(rows, elements, slots);
+  }
+
+  // One launch large enough for CUB's multi-tile radix sort (beyond ~2,300 keys one tile
+  // suffices and other kernels run), so that every kernel of the pipeline is loaded (CUDA
+  // loads modules lazily) and the arena is in use before the first request. Synchronous:
+  // construction is never on a request path.
+  void WarmUp() {
+    std::vector<int64_t> labels(3 * 4096 + 300);
+    for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 3) - 1;
+    Job job;
+    job.spec.num_samples = 512;
+    job.seed = 1;
+    job.labels = reinterpret_cast<const uint8_t*>(labels.data());
+    job.row_offsets = {0, 3 * 4096, static_cast<int64_t>(labels.size())};
+    v1::SampleResponse response;
+    job.response = &response;
+    Run({&job});
+    if (response.num_positive().data().size() != 8) {
+      throw kernels::Error(kernels::Error::Code::kInternal, device_ + ": warm-up gave no output");
+    }
+  }
 
   std::unique_ptr<kernels::Backend> backend_;
   std::string device_;
   const int device_index_;
+  const std::chrono::milliseconds timeout_;
+  bool faulted_ = false;
   GrowingBuffer h_in_, h_out_, d_in_, d_out_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool callback_done_ = false;
-  std::string callback_error_;
 };
 
 }  // namespace
@@ -416,6 +481,8 @@ std::unique_ptr<Worker> MakeHostWorker(std::unique_ptr<kernels::Backend> backend
   return std::make_unique<HostWorker>(std::move(backend), std::move(device));
 }
 
-std::unique_ptr<Worker> MakeCudaWorker(int device) { return std::make_unique<CudaWorker>(device); }
+std::unique_ptr<Worker> MakeCudaWorker(int device, const CudaWorkerOptions& options) {
+  return std::make_unique<CudaWorker>(device, options);
+}
 
 }  // namespace gpusampler::server

@@ -30,8 +30,21 @@ class Worker {
 std::unique_ptr<Worker> MakeHostWorker(std::unique_ptr<kernels::Backend> backend,
                                        std::string device);
 
-// A worker with its own CUDA backend (stream) on `device`, pinned staging and device
-// buffers grown geometrically. Throws kernels::Error when the device is unusable.
-std::unique_ptr<Worker> MakeCudaWorker(int device);
+struct CudaWorkerOptions {
+  // How long a launch may take before the worker gives up on the device: Run throws
+  // kDeviceFault (the server stops serving) and the worker refuses later launches.
+  int64_t device_timeout_ms = 60000;
+  // The launch sizes that staging, device buffers and scratch are sized for at start-up;
+  // launches within them allocate nothing. A larger launch grows them once (deliberately,
+  // between launches) and trims the device's memory pool.
+  int64_t reserve_rows = 4096;
+  int64_t reserve_elements = int64_t{1} << 20;  // label elements (staged as up to 8 bytes)
+  int64_t reserve_slots = int64_t{1} << 18;     // output slots
+};
+
+// A worker with its own CUDA backend (stream) on `device`, its pinned staging and device
+// buffers sized from `options`, warmed up by one launch before it returns (every kernel
+// loaded). Throws kernels::Error when the device is unusable.
+std::unique_ptr<Worker> MakeCudaWorker(int device, const CudaWorkerOptions& options = {});
 
 }  // namespace gpusampler::server

@@ -49,6 +49,7 @@ void BatchBuilder::FillSizes(Batch* batch) const {
   batch->total_slots = total_slots_;
   batch->max_length = max_length_;
   batch->max_samples = max_samples_;
+  batch->host_rows = rows_.data();
 }
 
 }  // namespace gpusampler::kernels

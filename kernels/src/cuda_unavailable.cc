@@ -17,7 +17,9 @@ DeviceInfo GetDeviceInfo(int) { Unavailable(); }
 void* DeviceAlloc(int, size_t) { Unavailable(); }
 void DeviceFree(void*) noexcept {}
 void* PinnedAlloc(size_t) { Unavailable(); }
+void* PinnedAllocOn(int, size_t) { Unavailable(); }
 void PinnedFree(void*) noexcept {}
+void BindThreadToDevice(int) { Unavailable(); }
 void CopyAsync(void*, const void*, size_t, void*) { Unavailable(); }
 void CopyToDevice(int, void*, const void*, size_t) { Unavailable(); }
 void MemsetAsync(void*, int, size_t, void*) { Unavailable(); }

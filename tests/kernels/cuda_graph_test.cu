@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gpusampler/kernels/device.hpp"
@@ -196,6 +197,73 @@ TEST(CudaGraphTest, CapturedSampleMatchesPlainSampleAndCpu) {
   }
   ASSERT_CUDA_OK(cudaGraphExecDestroy(exec));
   ASSERT_CUDA_OK(cudaGraphDestroy(graph));
+}
+
+// A graph captured from Sample() bakes in the arena's addresses: growing the arena while
+// the graph exists would make its replays use freed memory, so the growth is refused until
+// ReleaseGraphs() (arena_policy.hpp; the rule itself is tested without a device in
+// arena_policy_test.cc).
+TEST(CudaGraphTest, ArenaNeverMovesUnderACapturedGraph) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const HostBatch host;
+  std::unique_ptr<Backend> backend = MakeCudaBackend(0);
+  auto stream = static_cast<cudaStream_t>(backend->stream());
+  DeviceBatch batch(host, stream);
+  backend->Reserve(batch.batch().num_rows, batch.batch().total_elements,
+                   batch.batch().total_slots);
+  cudaGraph_t graph = nullptr;
+  ASSERT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  backend->Sample(batch.batch());
+  ASSERT_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+
+  // Ten times the elements: the arena would have to move.
+  const int64_t rows = batch.batch().num_rows;
+  const int64_t elements = batch.batch().total_elements * 10;
+  const int64_t slots = batch.batch().total_slots * 10;
+  try {
+    backend->Reserve(rows, elements, slots);
+    ADD_FAILURE() << "growth allowed while a captured graph refers to the arena";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Error::Code::kInvalidArgument) << e.what();
+  }
+  ASSERT_CUDA_OK(cudaGraphLaunch(exec, stream));  // still valid: the arena did not move
+  EXPECT_TRUE(batch.Download(host) == RunCpu(host));
+  ASSERT_CUDA_OK(cudaGraphExecDestroy(exec));
+  ASSERT_CUDA_OK(cudaGraphDestroy(graph));
+  backend->ReleaseGraphs();
+  backend->Reserve(rows, elements, slots);  // now allowed
+  backend->Sample(batch.batch());
+  EXPECT_TRUE(batch.Download(host) == RunCpu(host));
+}
+
+// One row validation for both backends (kernels::ValidateRows): an invalid row is refused
+// with the CPU backend's error, before anything is enqueued, instead of being clamped.
+TEST(CudaGraphTest, InvalidRowIsRefusedLikeOnTheCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  HostBatch host;
+  std::unique_ptr<Backend> backend = MakeCudaBackend(0);
+  DeviceBatch batch(host, backend->stream());
+  std::vector<RowDesc> rows = host.builder.rows();
+  rows[1].negative_label = rows[1].positive_label;
+  Batch bad = batch.batch();
+  bad.host_rows = rows.data();
+  std::string cuda_error;
+  try {
+    backend->Sample(bad);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Error::Code::kInvalidArgument);
+    cuda_error = e.what();
+  }
+  std::string cpu_error;
+  try {
+    ValidateRows(rows.data(), static_cast<int64_t>(rows.size()));
+  } catch (const Error& e) {
+    cpu_error = e.what();
+  }
+  EXPECT_FALSE(cpu_error.empty());
+  EXPECT_EQ(cuda_error, cpu_error);
 }
 
 TEST(CudaGraphTest, EmptyBatchAndUnavailableDevice) {

@@ -1,6 +1,7 @@
 // The CUDA backend: one device, one non-blocking stream, one scratch arena grown
 // geometrically. Sample() only enqueues work (kernels in sample_kernels.cu, sorts and scans
-// from CUB) and is capturable into a CUDA graph once the arena is large enough.
+// from CUB) and is capturable into a CUDA graph once the arena is large enough. Once a
+// capture has used the arena it never moves until ReleaseGraphs() (arena_policy.hpp).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cub/device/device_scan.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
 
+#include "arena_policy.hpp"
 #include "cuda/device_guard.cuh"
 #include "cuda/error.cuh"
 #include "cuda/sample_kernels.cuh"
@@ -43,13 +45,8 @@ int64_t Grow(int64_t have, int64_t want) {
   return want <= have ? have : std::max(want, have + have / 2);
 }
 
-// Element counts the arena is sized for.
-struct Capacity {
-  int64_t rows = 0;      // B + 1
-  int64_t elements = 0;  // total_elements
-  int64_t slots = 0;     // total_slots
-  int64_t temp_bytes = 0;
-};
+using detail::ArenaPolicy;
+using detail::Capacity;
 
 // Where each scratch array lies in the arena; `base` nullptr gives offsets from 0.
 struct ArenaLayout {
@@ -83,7 +80,7 @@ ArenaLayout LayOut(void* base, const Capacity& capacity) {
   return layout;
 }
 
-void CheckBatch(const Batch& batch) {
+void CheckBatch(const Batch& batch, bool pointers) {
   auto invalid = [](const std::string& what) {
     throw Error(Error::Code::kInvalidArgument, "cuda backend: " + what);
   };
@@ -101,6 +98,7 @@ void CheckBatch(const Batch& batch) {
     invalid("total_slots " + std::to_string(batch.total_slots) + " exceeds " +
             std::to_string(INT_MAX));
   }
+  if (!pointers) return;
   if (batch.num_rows > 0 && (batch.rows == nullptr || batch.out_num_positive == nullptr ||
                              batch.out_num_negative == nullptr)) {
     invalid("null rows or per-row output pointer");
@@ -120,12 +118,15 @@ class CudaBackend final : public Backend {
   MemorySpace memory_space() const override { return MemorySpace::kDevice; }
   void Sample(const Batch& batch) override;
   void* stream() const override { return stream_; }
+  void Reserve(int64_t num_rows, int64_t total_elements, int64_t total_slots) override;
+  void ReleaseGraphs() override { policy_.ReleaseGraphs(); }
 
  private:
   // CUB temporary storage for the launch's sizes (a host-only query).
-  int64_t TempBytes(const Batch& batch, int selection_end_bit) const;
-  // Makes the arena hold at least `need`. Stream-ordered: never synchronizes when the
-  // device has stream-ordered allocation. Must not run while the stream is captured.
+  int64_t TempBytes(int64_t num_rows, int64_t total_elements, int64_t total_slots) const;
+  Capacity Need(int64_t num_rows, int64_t total_elements, int64_t total_slots) const;
+  // Makes the arena hold at least `need`, or throws when ArenaPolicy refuses the growth.
+  // Stream-ordered: never synchronizes when the device has stream-ordered allocation.
   void Reserve(const Capacity& need);
   void ReleaseArena() noexcept;
 
@@ -135,6 +136,7 @@ class CudaBackend final : public Backend {
   detail::LaunchConfig config_;
   void* d_arena_ = nullptr;
   Capacity capacity_;
+  ArenaPolicy policy_;
 };
 
 CudaBackend::CudaBackend(int device) : device_(device) {
@@ -173,40 +175,63 @@ void CudaBackend::ReleaseArena() noexcept {
   capacity_ = Capacity{};
 }
 
-int64_t CudaBackend::TempBytes(const Batch& batch, int selection_end_bit) const {
+int64_t CudaBackend::TempBytes(int64_t num_rows, int64_t total_elements,
+                               int64_t total_slots) const {
+  const int selection_end_bit = kRowShift + RowBits(num_rows);
   size_t scan_bytes = 0;
-  GPUSAMPLER_CUDA_TRY(
-      cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int64_t*>(nullptr),
-                                    static_cast<int64_t*>(nullptr), batch.num_rows + 1, stream_));
+  GPUSAMPLER_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes,
+                                                    static_cast<int64_t*>(nullptr),
+                                                    static_cast<int64_t*>(nullptr), num_rows + 1,
+                                                    stream_));
   size_t selection_bytes = 0;
-  if (batch.total_elements > 0) {
+  if (total_elements > 0) {
     cub::DoubleBuffer<uint64_t> keys(nullptr, nullptr);
     cub::DoubleBuffer<int32_t> vals(nullptr, nullptr);
     GPUSAMPLER_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
-        nullptr, selection_bytes, keys, vals, batch.total_elements, 0, selection_end_bit, stream_));
+        nullptr, selection_bytes, keys, vals, total_elements, 0, selection_end_bit, stream_));
   }
   size_t order_bytes = 0;
-  if (batch.total_slots > 0) {
+  if (total_slots > 0) {
     cub::DoubleBuffer<uint64_t> keys(nullptr, nullptr);
     GPUSAMPLER_CUDA_TRY(cub::DeviceSegmentedRadixSort::SortKeys(
-        nullptr, order_bytes, keys, static_cast<int>(batch.total_slots),
-        static_cast<int>(batch.num_rows), static_cast<const int64_t*>(nullptr),
-        static_cast<const int64_t*>(nullptr), 0, 64, stream_));
+        nullptr, order_bytes, keys, static_cast<int>(total_slots), static_cast<int>(num_rows),
+        static_cast<const int64_t*>(nullptr), static_cast<const int64_t*>(nullptr), 0, 64,
+        stream_));
   }
   return static_cast<int64_t>(std::max({scan_bytes, selection_bytes, order_bytes}));
 }
 
+Capacity CudaBackend::Need(int64_t num_rows, int64_t total_elements, int64_t total_slots) const {
+  Capacity need;
+  need.rows = num_rows + 1;
+  need.elements = total_elements;
+  need.slots = total_slots;
+  need.temp_bytes = TempBytes(num_rows, total_elements, total_slots);
+  return need;
+}
+
+void CudaBackend::Reserve(int64_t num_rows, int64_t total_elements, int64_t total_slots) {
+  Batch sizes;
+  sizes.num_rows = num_rows;
+  sizes.total_elements = total_elements;
+  sizes.total_slots = total_slots;
+  CheckBatch(sizes, /*pointers=*/false);
+  if (num_rows == 0) return;
+  detail::ScopedDevice guard(device_);
+  Reserve(Need(num_rows, total_elements, total_slots));
+}
+
 void CudaBackend::Reserve(const Capacity& need) {
-  if (need.rows <= capacity_.rows && need.elements <= capacity_.elements &&
-      need.slots <= capacity_.slots && need.temp_bytes <= capacity_.temp_bytes) {
-    return;
-  }
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   GPUSAMPLER_CUDA_TRY(cudaStreamIsCapturing(stream_, &capture));
-  if (capture != cudaStreamCaptureStatusNone) {
-    throw Error(Error::Code::kInvalidArgument,
-                "cuda backend: scratch space must grow, which is not allowed during stream "
-                "capture; run Sample once uncaptured with sizes at least as large first");
+  std::string why;
+  switch (policy_.Check(capacity_, need, capture != cudaStreamCaptureStatusNone, &why)) {
+    case ArenaPolicy::Decision::kFits:
+      return;
+    case ArenaPolicy::Decision::kRefused:
+      throw Error(Error::Code::kInvalidArgument, "cuda backend: " + why);
+    case ArenaPolicy::Decision::kGrow:
+      break;
   }
   Capacity next;
   next.rows = Grow(capacity_.rows, need.rows);
@@ -225,20 +250,25 @@ void CudaBackend::Reserve(const Capacity& need) {
   }
   d_arena_ = arena;
   capacity_ = next;
+  if (stream_ordered_alloc_) {
+    // A deliberate growth: hand the pool's unused memory (the old arena once its free has
+    // run) back to the device rather than keeping both sizes reserved for good.
+    cudaMemPool_t pool = nullptr;
+    GPUSAMPLER_CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, device_));
+    GPUSAMPLER_CUDA_TRY(cudaMemPoolTrimTo(pool, 0));
+  }
 }
 
 void CudaBackend::Sample(const Batch& batch) {
-  CheckBatch(batch);
+  CheckBatch(batch, /*pointers=*/true);
+  if (batch.host_rows != nullptr) ValidateRows(batch.host_rows, batch.num_rows);
   if (batch.num_rows == 0) return;
   detail::ScopedDevice guard(device_);
 
   const int selection_end_bit = kRowShift + RowBits(batch.num_rows);
-  Capacity need;
-  need.rows = batch.num_rows + 1;
-  need.elements = batch.total_elements;
-  need.slots = batch.total_slots;
-  need.temp_bytes = TempBytes(batch, selection_end_bit);
-  Reserve(need);
+  // Grows only when the caller did not Reserve() enough (tests, benchmarks); the server's
+  // worker always has.
+  Reserve(Need(batch.num_rows, batch.total_elements, batch.total_slots));
 
   const ArenaLayout arena = LayOut(d_arena_, capacity_);
   detail::SampleScratch scratch;

@@ -118,6 +118,13 @@ void* PinnedAlloc(size_t bytes) {
   return ptr;
 }
 
+void* PinnedAllocOn(int device, size_t bytes) {
+  detail::ScopedDevice guard(device);
+  return PinnedAlloc(bytes);
+}
+
+void BindThreadToDevice(int device) { GPUSAMPLER_CUDA_TRY(cudaSetDevice(device)); }
+
 void PinnedFree(void* ptr) noexcept {
   if (ptr != nullptr) GPUSAMPLER_CUDA_TRY_NO_THROW(cudaFreeHost(ptr));
 }
@@ -145,12 +152,14 @@ void MemsetAsync(void* dst, int value, size_t bytes, void* stream) {
 // fault, which would leave the caller waiting forever (and leak `fn`).
 void EnqueueHostCallback(void* stream, std::function<void(const std::string& error)> fn) {
   auto heap_fn = std::make_unique<HostCallback>(std::move(fn));
+  detail::ScopedDevice guard(detail::StreamDevice(AsStream(stream)));
   GPUSAMPLER_CUDA_TRY(
       cudaStreamAddCallback(AsStream(stream), RunHostCallback, heap_fn.get(), /*flags=*/0));
   heap_fn.release();  // owned by RunHostCallback from now on
 }
 
 void StreamSynchronize(void* stream) {
+  detail::ScopedDevice guard(detail::StreamDevice(AsStream(stream)));
   GPUSAMPLER_CUDA_TRY(cudaStreamSynchronize(AsStream(stream)));
 }
 

@@ -48,8 +48,15 @@ inline std::string CudaErrorMessage(cudaError_t status, const char* call, const 
          " failed: " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")";
 }
 
+// A failed runtime call also records its error as the thread's last error. A non-sticky one
+// (out of memory, an invalid argument) must be cleared before throwing: otherwise the next
+// GPUSAMPLER_CUDA_CHECK_LAST on this thread (the first launch of the request that the server
+// reruns alone after out-of-memory) reports the stale error and fails a request that fits.
+// A sticky error cannot be cleared and is left as it is. `clear` is cudaGetLastError; tests
+// pass a recorder.
 [[noreturn]] inline void ThrowCudaError(cudaError_t status, const char* call, const char* file,
-                                        int line) {
+                                        int line, cudaError_t (*clear)() = &cudaGetLastError) {
+  if (!IsStickyCudaError(status) && clear != nullptr) (void)clear();
   throw Error(CudaErrorCode(status), CudaErrorMessage(status, call, file, line));
 }
 

@@ -26,7 +26,13 @@ void* DeviceAlloc(int device, size_t bytes);
 void DeviceFree(void* ptr) noexcept;
 // Page-locked host memory (for async copies). Throws Error(kOutOfMemory) on failure.
 void* PinnedAlloc(size_t bytes);
+// The same, with `device` current during the call: on a thread that has not used CUDA yet,
+// PinnedAlloc(bytes) would create the context of device 0 (the current device by default).
+void* PinnedAllocOn(int device, size_t bytes);
 void PinnedFree(void* ptr) noexcept;
+// Makes `device` the calling thread's current device (cudaSetDevice), so that later calls on
+// this thread create no context on another GPU. For worker threads bound to one device.
+void BindThreadToDevice(int device);
 
 // Blocking host-to-device copy onto `device`. Synchronizes: for uploads outside the sampling
 // path (resident datasets).

@@ -89,6 +89,9 @@ struct Batch {
   int64_t total_slots = 0;     // sum of num_samples
   int64_t max_length = 0;      // largest length
   int64_t max_samples = 0;     // largest num_samples
+  // A host copy of `rows`, when `rows` is device memory and the caller has one (FillSizes
+  // sets it): the CUDA backend validates it with ValidateRows. Null: not validated there.
+  const RowDesc* host_rows = nullptr;
 };
 
 // Builds row descriptors and buffer sizes for a batch made of requests. A helper for
@@ -161,7 +164,27 @@ class Backend {
 
   // The backend's stream as an opaque cudaStream_t (nullptr for CPU).
   virtual void* stream() const { return nullptr; }
+
+  // Grows the backend's scratch space (CUDA: the device arena) to hold a launch of these
+  // host-known sizes, so that Sample() then allocates nothing: the explicit, deliberate
+  // growth, done at warm-up or between launches, never during stream capture. Stream-ordered
+  // on the backend's stream; does not synchronize. Throws Error(kInvalidArgument) while a
+  // captured graph refers to the scratch space (see ReleaseGraphs), kOutOfMemory when the
+  // device is full. CPU: no-op.
+  virtual void Reserve(int64_t /*num_rows*/, int64_t /*total_elements*/,
+                       int64_t /*total_slots*/) {}
+  // Tells the backend that every CUDA graph captured from its Sample() has been destroyed.
+  // Until then its scratch space never moves (growth is refused), so a graph can never
+  // replay into freed memory. CPU: no-op.
+  virtual void ReleaseGraphs() {}
 };
+
+// The row checks of SPEC section 1 that every backend applies before sampling, so that an
+// invalid row fails the same way (Error(kInvalidArgument), same message) on every backend
+// instead of being clamped silently on one of them. `index` names the row in the message.
+// `rows` must be host memory: the CUDA backend checks Batch::host_rows.
+void ValidateRow(const RowDesc& row, int64_t index);
+void ValidateRows(const RowDesc* rows, int64_t num_rows);
 
 struct CpuBackendOptions {
   int threads = 0;                                // worker threads; 0 = hardware concurrency
