@@ -225,6 +225,7 @@ Status Server::Start() {
   // Requests are counted and timed from their arrival, before parsing (call_metrics.hpp).
   auto call_metrics = std::make_unique<CallMetricsFactory>(metrics_.get());
   auto calls_seen = call_metrics->CallsSeen();
+  calls_seen_ = calls_seen;
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
   creators.push_back(std::move(call_metrics));
   builder.experimental().SetInterceptorCreators(std::move(creators));
@@ -362,6 +363,21 @@ void Server::Shutdown() {
   if (scheduler_) {
     if (!scheduler_->WaitIdle(deadline)) {
       spdlog::warn("grace period over with work left; remaining requests get UNAVAILABLE");
+    }
+  }
+  // A call whose body is still arriving is invisible until it has arrived, and gRPC's
+  // Shutdown would cancel it (CANCELLED, which clients do not retry). Wait, within the grace,
+  // until no call has reached the service for a moment, so that those get UNAVAILABLE.
+  if (calls_seen_ && grpc_server_) {
+    constexpr auto kQuiet = std::chrono::milliseconds(300);
+    int64_t seen = calls_seen_();
+    auto quiet_since = Clock::now();
+    while (Clock::now() < deadline && Clock::now() - quiet_since < kQuiet) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (const int64_t now_seen = calls_seen_(); now_seen != seen) {
+        seen = now_seen;
+        quiet_since = Clock::now();
+      }
     }
   }
   // Stopping the scheduler answers whatever is still queued (UNAVAILABLE), so every call

@@ -74,6 +74,7 @@ class Server {
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::function<int64_t()> calls_seen_;  // calls handed to the service so far (drain)
   int grpc_port_ = 0;
   int metrics_port_ = 0;
 
