@@ -24,9 +24,17 @@ bash deploy/install-deps.sh --container-test
 
 work="${GPUSAMPLER_CONTAINER_WORK:-/var/tmp/gpusampler-container}"
 mkdir -p "$work"
+# This run's own files (several runs may share the machine and the base image).
+run=$(mktemp -d "$work/run.XXXXXX")
+name="gpusampler-test-$$"
+cleanup() {
+  podman rm -f -t 0 "$name" >/dev/null 2>&1 || true
+  rm -rf "$run"
+}
+trap cleanup EXIT
 # This machine's specifics: crun fails on the hybrid cgroup setup (runc works), and
 # podman's default rlimits exceed what root may set here.
-cat >"$work/containers.conf" <<'EOF'
+cat >"$run/containers.conf" <<'EOF'
 [containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
 
@@ -35,7 +43,7 @@ runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
 EOF
-export CONTAINERS_CONF="$work/containers.conf"
+export CONTAINERS_CONF="$run/containers.conf"
 
 # --- base: Debian 12 from the configured apt source -------------------------------------
 base=localhost/gpusampler-debian:12
@@ -54,10 +62,10 @@ apt_mirror() {
 if [ -n "${GPUSAMPLER_REBUILD_BASE:-}" ] || ! podman image exists "$base"; then
   mirror=$(apt_mirror)
   say "debootstrap Debian 12 (minbase) from $mirror"
-  rootfs="$work/rootfs"
+  rootfs="$run/rootfs"
   rm -rf "$rootfs"
-  nice -n 19 debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 ||
-    { tail -20 "$work/debootstrap.log"; fail "debootstrap"; }
+  nice -n 19 debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$run/debootstrap.log" 2>&1 ||
+    { tail -20 "$run/debootstrap.log"; fail "debootstrap"; }
   # The image's apt uses the same sources as this machine (Debian's own only).
   if [ -r /etc/apt/sources.list.d/debian.sources ]; then
     cp /etc/apt/sources.list.d/debian.sources "$rootfs/etc/apt/sources.list.d/"
@@ -86,29 +94,29 @@ say "building $image (revision $revision)"
 b0=$(date +%s)
 nice -n 19 podman build --format docker --pull=never --layers \
   --build-arg DEBIAN_IMAGE="$base" --build-arg GPUSAMPLER_REVISION="$revision" \
-  -t "$image" . >"$work/build.log" 2>&1 || { tail -40 "$work/build.log"; fail "podman build"; }
+  --iidfile "$run/image-id" -t "$image" . >"$run/build.log" 2>&1 ||
+  { tail -40 "$run/build.log"; fail "podman build"; }
+# From here on the image is named by its id: a concurrent run may move the tag.
+image=$(cat "$run/image-id")
 build_s=$(($(date +%s) - b0))
 size=$(podman image inspect --format '{{.Size}}' "$image")
-say "image built in ${build_s} s; image size $((size / 1000000)) MB ($size bytes)"
+say "image $image built in ${build_s} s; image size $((size / 1000000)) MB ($size bytes)"
 [ "$(podman image inspect --format '{{.Config.User}}' "$image")" = "10001:10001" ] ||
   fail "image USER is not 10001:10001"
 podman image inspect --format '{{json .Config.Healthcheck}}' "$image" | grep -q gpusampler-healthcheck ||
   fail "image has no HEALTHCHECK (built in OCI format?)"
 
 # --- run --------------------------------------------------------------------------------
-name="gpusampler-test-$$"
-cases="$work/cases"
-rm -rf "$cases"
+cases="$run/cases"
 /usr/bin/python3 deploy/container/golden.py prepare "$cases"
-cleanup() { podman rm -f -t 0 "$name" >/dev/null 2>&1 || true; }
-trap cleanup EXIT
 # A non-default gRPC port given on the command line: the HEALTHCHECK must follow it.
 grpc_port=50123
 # --health-interval disable: no systemd timer here; the test runs the image's HEALTHCHECK
 # itself with `podman healthcheck run`.
 podman run -d --name "$name" --health-interval disable --read-only --tmpfs /tmp --cap-drop=ALL \
   --security-opt no-new-privileges -p 127.0.0.1::9464 -v "$cases:/cases:ro" \
-  "$image" --device cpu --address "0.0.0.0:$grpc_port" --shutdown-grace-seconds 5 >/dev/null
+  "$image" --device cpu --address "0.0.0.0:$grpc_port" --shutdown-grace-seconds 5 \
+  >/dev/null 2>"$run/run.log" || { cat "$run/run.log"; fail "podman run"; }
 metrics_port=$(podman port "$name" 9464/tcp | head -1 | sed 's/.*://')
 say "container $name started (gRPC :$grpc_port inside, metrics on 127.0.0.1:$metrics_port)"
 
@@ -127,7 +135,7 @@ ids=$(podman exec "$name" sh -c 'echo "$(id -u):$(id -g)"')
 server_uid=$(podman top "$name" user huser | awk 'NR > 1 && /10001/ {print $1; exit}')
 say "user: uid:gid $ids (server process user $server_uid)"
 
-rm -rf "$work/out" && mkdir -p "$work/out"
+mkdir -p "$run/out"
 podman exec "$name" sh -c '
   set -e
   while read -r case k f p n fill seed; do
@@ -135,10 +143,10 @@ podman exec "$name" sh -c '
       -k "$k" --positive-fraction "$f" --positive-label "$p" --negative-label "$n" \
       --fill "$fill" --seed "$seed" --out-dir "/tmp/out/$case" >/dev/null
   done < /cases/cases.txt
-  tar -C /tmp/out -c .' | tar -C "$work/out" -x
+  tar -C /tmp/out -c .' | tar -C "$run/out" -x
 podman exec "$name" gpusampler-cli --target "127.0.0.1:$grpc_port" sample \
   --labels /cases/batch_of_4_rows/labels.npy -k 6 --seed 0 --out-dir /tmp/show
-/usr/bin/python3 deploy/container/golden.py check "$work/out" || fail "samples differ from tests/data"
+/usr/bin/python3 deploy/container/golden.py check "$run/out" || fail "samples differ from tests/data"
 
 scrape=$(/usr/bin/python3 -c "import urllib.request, sys
 print(urllib.request.urlopen('http://127.0.0.1:$metrics_port/metrics', timeout=5).read().decode())")
@@ -155,6 +163,6 @@ podman logs "$name" 2>&1 | tail -3
 [ "$code" = "0" ] || fail "exit code $code after SIGTERM"
 say "exit code after SIGTERM: $code"
 
-echo "test-container: PASS: image $image, $((size / 1000000)) MB, built in ${build_s} s;" \
+echo "test-container: PASS: image $image ($(podman image inspect --format '{{.RepoTags}}' "$image")), $((size / 1000000)) MB, built in ${build_s} s;" \
   "healthy; golden samples oracle-exact; uid 10001:10001; exit 0 on SIGTERM;" \
   "total $(($(date +%s) - t0)) s"
