@@ -98,6 +98,7 @@ void Sha256::Block(const uint8_t* p) {
 }
 
 void Sha256::Update(const uint8_t* data, size_t n) {
+  if (n == 0) return;  // `data` may be null then (an empty chunk); memcpy must not see it
   total_ += n;
   if (buf_len_ > 0) {
     const size_t take = std::min(n, 64 - buf_len_);
