@@ -5,9 +5,9 @@
 #include <cstring>
 #include <functional>
 
-#include "gpusampler/kernels/completion.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/gather.hpp"
+#include "gpusampler/kernels/launcher.hpp"
 #include "gpusampler/v1/sampler.pb.h"
 
 namespace gpusampler::server {
@@ -221,79 +221,35 @@ class HostWorker final : public Worker {
   std::vector<int32_t> pos_, neg_;
 };
 
-// A buffer that grows geometrically (x2) and never shrinks.
-class GrowingBuffer {
- public:
-  GrowingBuffer(std::function<void*(size_t)> alloc, void (*release)(void*) noexcept)
-      : alloc_(std::move(alloc)), release_(release) {}
-  ~GrowingBuffer() { release_(ptr_); }
-  GrowingBuffer(const GrowingBuffer&) = delete;
-  GrowingBuffer& operator=(const GrowingBuffer&) = delete;
-
-  size_t capacity() const { return capacity_; }
-  uint8_t* data() const { return static_cast<uint8_t*>(ptr_); }
-
-  // The deliberate growth: at warm-up, or between launches when a launch outgrows the
-  // warm-up sizes (CudaWorker::Reserve). Nothing may be in flight on the buffer.
-  template <typename T = uint8_t>
-  T* Reserve(size_t bytes) {
-    if (bytes > capacity_) {
-      const size_t want = std::max(bytes, std::max<size_t>(capacity_ * 2, 4096));
-      release_(ptr_);
-      ptr_ = nullptr;
-      capacity_ = 0;
-      ptr_ = alloc_(want);
-      capacity_ = want;
-    }
-    return static_cast<T*>(ptr_);
-  }
-
- private:
-  std::function<void*(size_t)> alloc_;
-  void (*release_)(void*) noexcept;
-  void* ptr_ = nullptr;
-  size_t capacity_ = 0;
-};
-
 class CudaWorker final : public Worker {
  public:
   CudaWorker(int device, const CudaWorkerOptions& options)
-      : backend_(kernels::MakeCudaBackend(device)),
-        device_(backend_->name()),
-        device_index_(device),
-        timeout_(std::max<int64_t>(1, options.device_timeout_ms)),
-        h_in_([device](size_t n) { return kernels::PinnedAllocOn(device, n); },
-              &kernels::PinnedFree),
-        h_out_([device](size_t n) { return kernels::PinnedAllocOn(device, n); },
-               &kernels::PinnedFree),
-        d_in_([device](size_t n) { return kernels::DeviceAlloc(device, n); }, &kernels::DeviceFree),
-        d_out_([device](size_t n) { return kernels::DeviceAlloc(device, n); },
-               &kernels::DeviceFree) {
+      : launcher_(device, std::chrono::milliseconds(options.device_timeout_ms)),
+        device_(launcher_.name()),
+        device_index_(device) {
     // Sized once from the configured limits, so that requests within them never allocate
     // (cudaMalloc / cudaHostAlloc synchronize the device and take milliseconds).
     const int64_t rows = std::max<int64_t>(1, options.reserve_rows);
-    const int64_t elements = std::max<int64_t>(0, options.reserve_elements);
-    const int64_t slots = std::max<int64_t>(0, options.reserve_slots);
-    Reserve(Align(static_cast<size_t>(rows) * sizeof(RowDesc)) + Align(elements * 8) +
-                Align(static_cast<size_t>(rows) * sizeof(kernels::CopySpan)) +
-                Align(static_cast<size_t>(rows) * 8),
-            Align(slots * 8) + Align(slots * 8) + 2 * Align(static_cast<size_t>(rows) * 4), rows,
-            elements, slots);
+    kernels::LaunchSizes sizes;
+    sizes.rows = rows;
+    sizes.elements = std::max<int64_t>(0, options.reserve_elements);
+    sizes.slots = std::max<int64_t>(0, options.reserve_slots);
+    sizes.in_bytes = Align(static_cast<size_t>(rows) * sizeof(RowDesc)) + Align(sizes.elements * 8) +
+                     Align(static_cast<size_t>(rows) * sizeof(kernels::CopySpan)) +
+                     Align(static_cast<size_t>(rows) * 8);
+    sizes.out_bytes = Align(sizes.slots * 8) + Align(sizes.slots * 8) +
+                      2 * Align(static_cast<size_t>(rows) * 4);
+    launcher_.Reserve(sizes);
     WarmUp();
   }
 
   const std::string& device() const override { return device_; }
 
   void Run(const std::vector<Job*>& jobs) override {
-    if (faulted_) {
-      // A launch timed out: work may still be queued on the stream, reading and writing the
-      // staging buffers, so they are never reused (the server stops serving this device).
+    if (launcher_.faulted()) {
       throw kernels::Error(kernels::Error::Code::kDeviceFault,
                            device_ + ": an earlier launch timed out; the device is not used");
     }
-    // Every CUDA call of this thread then targets this device: none creates a context on
-    // another GPU (the default current device is 0).
-    kernels::BindThreadToDevice(device_index_);
     const Plan plan = MakePlan(jobs);
     const int64_t num_rows = static_cast<int64_t>(plan.rows.size());
     // Jobs naming a resident dataset read its copy in this device's memory: their labels
@@ -339,11 +295,17 @@ class CudaWorker final : public Worker {
 
     // Within the warm-up sizes this allocates nothing; beyond them it is one deliberate
     // growth before anything of this launch is enqueued (the previous launch has finished).
-    Reserve(in_bytes, out_bytes, num_rows, plan.sizes.total_elements, plan.sizes.total_slots);
-    uint8_t* h_in = h_in_.data();
-    uint8_t* h_out = h_out_.data();
-    uint8_t* d_in = d_in_.data();
-    uint8_t* d_out = d_out_.data();
+    kernels::LaunchSizes sizes;
+    sizes.rows = num_rows;
+    sizes.elements = plan.sizes.total_elements;
+    sizes.slots = plan.sizes.total_slots;
+    sizes.in_bytes = in_bytes;
+    sizes.out_bytes = out_bytes;
+    launcher_.Reserve(sizes);
+    uint8_t* h_in = launcher_.h_in();
+    uint8_t* h_out = launcher_.h_out();
+    uint8_t* d_in = launcher_.d_in();
+    uint8_t* d_out = launcher_.d_out();
     if (num_rows > 0) {
       std::memcpy(h_in, plan.rows.data(), static_cast<size_t>(num_rows) * sizeof(RowDesc));
     }
@@ -357,7 +319,7 @@ class CudaWorker final : public Worker {
                   row_start.size() * sizeof(int64_t));
     }
 
-    void* stream = backend_->stream();
+    void* stream = launcher_.stream();
     kernels::Batch batch = plan.sizes;
     batch.rows = reinterpret_cast<const RowDesc*>(d_in);
     batch.host_rows = plan.rows.data();  // validated by the backend (kernels::ValidateRows)
@@ -371,51 +333,27 @@ class CudaWorker final : public Worker {
     const auto* d_row_start =
         reinterpret_cast<const int64_t*>(d_in + rows_bytes + label_bytes + span_bytes);
     uint8_t* d_gathered = d_out + idx_bytes + olab_bytes + 2 * cnt_bytes;
-    // One per launch, its state shared with the callback: a callback arriving after a
-    // timeout touches only that state, never this worker (kernels/completion.hpp).
-    const kernels::Completion completion;
-    try {
-      if (num_rows > 0) {
-        kernels::CopyAsync(d_in, h_in, in_bytes, stream);
-        for (size_t j = 0; j < jobs.size(); ++j) {
-          if (!on_device[j] || span_first[j + 1] == span_first[j]) continue;
-          kernels::CopySpansAsync(d_spans + span_first[j], span_first[j + 1] - span_first[j],
-                                  jobs[j]->dataset->DeviceLabels(device_index_), d_in + rows_bytes,
-                                  stream);
-        }
-        backend_->Sample(batch);
-        for (size_t j = 0; j < jobs.size(); ++j) {
-          const Job& job = *jobs[j];
-          if (!on_device[j] || job.feature_row_bytes == 0 || job.num_rows() == 0) continue;
-          const RowDesc& first = plan.rows[static_cast<size_t>(plan.first[j])];
-          kernels::GatherFeatureRowsAsync(
-              batch.out_indices + first.out_slot, d_row_start + start_first[j], job.num_rows(),
-              job.spec.num_samples, job.feature_row_bytes,
-              job.dataset->DeviceFeatures(device_index_), d_gathered + gather_at[j], stream);
-        }
-        kernels::CopyAsync(h_out, d_out, out_bytes, stream);
+    launcher_.Launch([&] {
+      if (num_rows == 0) return;
+      kernels::CopyAsync(d_in, h_in, in_bytes, stream);
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        if (!on_device[j] || span_first[j + 1] == span_first[j]) continue;
+        kernels::CopySpansAsync(d_spans + span_first[j], span_first[j + 1] - span_first[j],
+                                jobs[j]->dataset->DeviceLabels(device_index_), d_in + rows_bytes,
+                                stream);
       }
-      kernels::EnqueueHostCallback(stream, completion.Callback());
-    } catch (...) {
-      // Work already enqueued may still read the staging buffers; the next launch must not
-      // overwrite them under it. This is the worker's own thread, never a gRPC thread.
-      try {
-        kernels::StreamSynchronize(stream);
-      } catch (const kernels::Error&) {
+      launcher_.backend().Sample(batch);
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        const Job& job = *jobs[j];
+        if (!on_device[j] || job.feature_row_bytes == 0 || job.num_rows() == 0) continue;
+        const RowDesc& first = plan.rows[static_cast<size_t>(plan.first[j])];
+        kernels::GatherFeatureRowsAsync(
+            batch.out_indices + first.out_slot, d_row_start + start_first[j], job.num_rows(),
+            job.spec.num_samples, job.feature_row_bytes, job.dataset->DeviceFeatures(device_index_),
+            d_gathered + gather_at[j], stream);
       }
-      throw;
-    }
-    std::string error;
-    if (!completion.WaitFor(timeout_, &error)) {
-      // A hung kernel or a lost device: the stream never drains, and waiting forever would
-      // hold the drain and the health check with it. A device fault makes the scheduler
-      // report NOT_SERVING and fail the queued work.
-      faulted_ = true;
-      throw kernels::Error(kernels::Error::Code::kDeviceFault,
-                           device_ + ": launch not complete after " +
-                               std::to_string(timeout_.count()) + " ms (--device-timeout-ms)");
-    }
-    if (!error.empty()) throw kernels::Error(kernels::Error::Code::kDeviceFault, error);
+      kernels::CopyAsync(h_out, d_out, out_bytes, stream);
+    });
     std::vector<const uint8_t*> gathered(jobs.size(), nullptr);
     const uint8_t* h_gathered = h_out + idx_bytes + olab_bytes + 2 * cnt_bytes;
     for (size_t j = 0; j < jobs.size(); ++j) {
@@ -431,20 +369,6 @@ class CudaWorker final : public Worker {
  private:
   static size_t Align(size_t n) { return (n + 255) / 256 * 256; }
   static size_t Align(int64_t n) { return Align(static_cast<size_t>(std::max<int64_t>(0, n))); }
-
-  // Staging and device buffers and the backend's arena hold a launch of these sizes.
-  void Reserve(size_t in_bytes, size_t out_bytes, int64_t rows, int64_t elements,
-               int64_t slots) {
-    if (in_bytes > h_in_.capacity() || in_bytes > d_in_.capacity()) {
-      h_in_.Reserve(in_bytes);
-      d_in_.Reserve(in_bytes);
-    }
-    if (out_bytes > h_out_.capacity() || out_bytes > d_out_.capacity()) {
-      h_out_.Reserve(out_bytes);
-      d_out_.Reserve(out_bytes);
-    }
-    if (rows > 0) backend_->Reserve(rows, elements, slots);
-  }
 
   // One launch large enough for CUB's multi-tile radix sort (beyond ~2,300 keys one tile
   // suffices and other kernels run), so that every kernel of the pipeline is loaded (CUDA
@@ -466,12 +390,10 @@ class CudaWorker final : public Worker {
     }
   }
 
-  std::unique_ptr<kernels::Backend> backend_;
+  // The stream, the arena, pinned staging and device buffers, and the completion wait.
+  kernels::CudaLauncher launcher_;
   std::string device_;
   const int device_index_;
-  const std::chrono::milliseconds timeout_;
-  bool faulted_ = false;
-  GrowingBuffer h_in_, h_out_, d_in_, d_out_;
 };
 
 }  // namespace

@@ -1,0 +1,107 @@
+// CudaLauncher (launcher.hpp) over device.hpp: no CUDA headers here, so one source serves
+// builds with and without the CUDA backend.
+#include "gpusampler/kernels/launcher.hpp"
+
+#include <algorithm>
+
+#include "gpusampler/kernels/completion.hpp"
+#include "gpusampler/kernels/device.hpp"
+
+namespace gpusampler::kernels {
+namespace {
+
+size_t GrowBytes(size_t have, size_t want) {
+  return want <= have ? have : std::max(want, std::max<size_t>(have * 2, 4096));
+}
+
+}  // namespace
+
+CudaLauncher::CudaLauncher(int device, std::chrono::milliseconds timeout)
+    : backend_(MakeCudaBackend(device)),
+      device_(device),
+      name_(backend_->name()),
+      timeout_(std::max(timeout, std::chrono::milliseconds(1))) {}
+
+CudaLauncher::~CudaLauncher() { Release(); }
+
+void CudaLauncher::Release() noexcept {
+  PinnedFree(h_in_);
+  PinnedFree(h_out_);
+  DeviceFree(d_in_);
+  DeviceFree(d_out_);
+  h_in_ = h_out_ = d_in_ = d_out_ = nullptr;
+  capacity_ = LaunchSizes{};
+}
+
+bool CudaLauncher::Holds(const LaunchSizes& sizes) const {
+  return sizes.in_bytes <= capacity_.in_bytes && sizes.out_bytes <= capacity_.out_bytes &&
+         sizes.rows <= capacity_.rows && sizes.elements <= capacity_.elements &&
+         sizes.slots <= capacity_.slots;
+}
+
+void CudaLauncher::Reserve(const LaunchSizes& sizes) {
+  if (Holds(sizes)) return;
+  BindThreadToDevice(device_);
+  if (sizes.in_bytes > capacity_.in_bytes) {
+    const size_t bytes = GrowBytes(capacity_.in_bytes, sizes.in_bytes);
+    // Free first so that the old and new blocks are never both held.
+    PinnedFree(h_in_);
+    DeviceFree(d_in_);
+    h_in_ = d_in_ = nullptr;
+    capacity_.in_bytes = 0;
+    h_in_ = static_cast<uint8_t*>(PinnedAllocOn(device_, bytes));
+    d_in_ = static_cast<uint8_t*>(DeviceAlloc(device_, bytes));
+    capacity_.in_bytes = bytes;
+  }
+  if (sizes.out_bytes > capacity_.out_bytes) {
+    const size_t bytes = GrowBytes(capacity_.out_bytes, sizes.out_bytes);
+    PinnedFree(h_out_);
+    DeviceFree(d_out_);
+    h_out_ = d_out_ = nullptr;
+    capacity_.out_bytes = 0;
+    h_out_ = static_cast<uint8_t*>(PinnedAllocOn(device_, bytes));
+    d_out_ = static_cast<uint8_t*>(DeviceAlloc(device_, bytes));
+    capacity_.out_bytes = bytes;
+  }
+  if (sizes.rows > 0) backend_->Reserve(sizes.rows, sizes.elements, sizes.slots);
+  capacity_.rows = std::max(capacity_.rows, sizes.rows);
+  capacity_.elements = std::max(capacity_.elements, sizes.elements);
+  capacity_.slots = std::max(capacity_.slots, sizes.slots);
+}
+
+void CudaLauncher::Launch(const std::function<void()>& enqueue) {
+  if (faulted_) {
+    throw Error(Error::Code::kDeviceFault,
+                name_ + ": an earlier launch timed out; the device is not used");
+  }
+  // Every CUDA call of this thread then targets this device: none creates a context on
+  // another GPU (the default current device is 0).
+  BindThreadToDevice(device_);
+  // One per launch, its state shared with the callback: a callback arriving after a
+  // timeout touches only that state (completion.hpp).
+  const Completion completion;
+  try {
+    enqueue();
+    EnqueueHostCallback(stream(), completion.Callback());
+  } catch (...) {
+    // Work already enqueued may still read the staging buffers; the next launch must not
+    // overwrite them under it.
+    try {
+      StreamSynchronize(stream());
+    } catch (const Error&) {
+    }
+    throw;
+  }
+  std::string error;
+  if (!completion.WaitFor(timeout_, &error)) {
+    // A hung kernel or a lost device: waiting forever would hold the drain and the health
+    // check with it. The caller's device fault makes the server stop serving this device.
+    faulted_ = true;
+    throw Error(Error::Code::kDeviceFault, name_ + ": launch not complete after " +
+                                               std::to_string(timeout_.count()) +
+                                               " ms (--device-timeout-ms)");
+  }
+  if (!error.empty()) throw Error(Error::Code::kDeviceFault, error);
+}
+
+}  // namespace gpusampler::kernels
