@@ -238,12 +238,7 @@ Status DatasetBuilder::Add(const v1::DatasetChunk& chunk) {
   }
   const auto* lbytes = reinterpret_cast<const uint8_t*>(labels.data().data());
   if (dtype == DType::kBool) {
-    for (int64_t i = 0; i < n; ++i) {
-      if (lbytes[i] > 1) {
-        return InvalidArgument("labels.data[" + std::to_string(i) +
-                               "] = " + std::to_string(lbytes[i]) + " is not a BOOL (0 or 1)");
-      }
-    }
+    if (Status st = CheckBoolLabels(lbytes, n); !st.ok()) return st;
   }
 
   // Features: [n, ...], the same dtype and row shape in every chunk.
@@ -300,17 +295,7 @@ Status DatasetBuilder::Add(const v1::DatasetChunk& chunk) {
     }
     splits.resize(static_cast<size_t>(count));
     std::memcpy(splits.data(), rs.data().data(), static_cast<size_t>(count) * 8);
-    if (splits[0] != 0) {
-      return InvalidArgument("row_splits[0] = " + std::to_string(splits[0]) + ", must be 0");
-    }
-    for (int64_t i = 1; i < count; ++i) {
-      if (splits[i] < splits[i - 1]) {
-        return InvalidArgument("row_splits[" + std::to_string(i) +
-                               "] = " + std::to_string(splits[i]) + " < row_splits[" +
-                               std::to_string(i - 1) + "] = " + std::to_string(splits[i - 1]) +
-                               " (must be non-decreasing)");
-      }
-    }
+    if (Status st = CheckRowSplitsOrder(splits); !st.ok()) return st;
   }
 
   // Reserve, then keep.

@@ -106,8 +106,8 @@ Status FinishRequest(const v1::SampleRequest& req, const Limits& limits, Job* jo
   }
   if (out > limits.max_message_bytes) {
     return LimitExceeded("response would have " + std::to_string(out) + " bytes " + size_terms +
-                         ", over max_message_bytes = " +
-                         std::to_string(limits.max_message_bytes) + " (--max-message-bytes)");
+                         ", over max_message_bytes = " + std::to_string(limits.max_message_bytes) +
+                         " (--max-message-bytes)");
   }
   job->seed = req.has_seed() ? req.seed() : DrawSeed();
   return Status::Ok();
@@ -118,10 +118,12 @@ Status FinishRequest(const v1::SampleRequest& req, const Limits& limits, Job* jo
 Status ResolveDataset(const v1::SampleRequest& req, const Limits& limits,
                       const DatasetRegistry* datasets, Job* job) {
   if (req.dataset().empty()) {
-    if (req.has_rows()) return InvalidArgument("rows is set but dataset is not (rows names dataset rows)");
+    if (req.has_rows())
+      return InvalidArgument("rows is set but dataset is not (rows names dataset rows)");
     if (req.return_features()) {
-      return InvalidArgument("return_features is set but dataset is not (inline requests "
-                             "get features back when they send them)");
+      return InvalidArgument(
+          "return_features is set but dataset is not (inline requests "
+          "get features back when they send them)");
     }
     return Status::Ok();
   }
@@ -264,9 +266,8 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
     return InvalidArgument("spec.num_samples = " + std::to_string(k) + ", must be >= 1");
   }
   if (k > limits.max_num_samples) {
-    return LimitExceeded("spec.num_samples = " + std::to_string(k) +
-                         " exceeds max_num_samples = " + std::to_string(limits.max_num_samples) +
-                         " (--max-num-samples)");
+    return LimitExceeded("spec.num_samples = " + std::to_string(k) + " exceeds max_num_samples = " +
+                         std::to_string(limits.max_num_samples) + " (--max-num-samples)");
   }
   const double f = spec.has_positive_fraction() ? spec.positive_fraction() : 0.5;
   if (!(f >= 0.0 && f <= 1.0)) {  // also rejects NaN
@@ -321,9 +322,8 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
     }
   }
   if (total > limits.max_elements) {
-    return LimitExceeded("labels has " + std::to_string(total) +
-                         " elements, over max_elements = " + std::to_string(limits.max_elements) +
-                         " (--max-elements)");
+    return LimitExceeded("labels has " + std::to_string(total) + " elements, over max_elements = " +
+                         std::to_string(limits.max_elements) + " (--max-elements)");
   }
   const bool ragged = req.has_row_splits();
   const int rank = labels.shape_size();
@@ -352,16 +352,7 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
     // Copied out: the bytes of a protobuf string need not be 8-byte aligned.
     std::vector<int64_t> v(static_cast<size_t>(n));
     std::memcpy(v.data(), splits.data().data(), static_cast<size_t>(n) * sizeof(int64_t));
-    if (v[0] != 0) {
-      return InvalidArgument("row_splits[0] = " + std::to_string(v[0]) + ", must be 0");
-    }
-    for (int64_t i = 1; i < n; ++i) {
-      if (v[i] < v[i - 1]) {
-        return InvalidArgument("row_splits[" + std::to_string(i) + "] = " + std::to_string(v[i]) +
-                               " < row_splits[" + std::to_string(i - 1) +
-                               "] = " + std::to_string(v[i - 1]) + " (must be non-decreasing)");
-      }
-    }
+    if (Status st = CheckRowSplitsOrder(v); !st.ok()) return st;
     if (v[n - 1] != total) {
       return InvalidArgument("row_splits[" + std::to_string(n - 1) +
                              "] = " + std::to_string(v[n - 1]) + ", must equal the " +
@@ -392,12 +383,7 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
   }
   const auto* lbytes = reinterpret_cast<const uint8_t*>(labels.data().data());
   if (ldtype == DType::kBool) {
-    for (int64_t i = 0; i < total; ++i) {
-      if (lbytes[i] > 1) {
-        return InvalidArgument("labels.data[" + std::to_string(i) +
-                               "] = " + std::to_string(lbytes[i]) + " is not a BOOL (0 or 1)");
-      }
-    }
+    if (Status st = CheckBoolLabels(lbytes, total); !st.ok()) return st;
   }
   job->label_dtype = ldtype;
   job->labels = lbytes;
@@ -438,6 +424,30 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
 Status CheckTensorData(const v1::Tensor& tensor, const std::string& name, const Limits& limits,
                        int64_t* elements) {
   return CheckTensor(tensor, name, limits, elements);
+}
+
+Status CheckRowSplitsOrder(const std::vector<int64_t>& v) {
+  if (v[0] != 0) {
+    return InvalidArgument("row_splits[0] = " + std::to_string(v[0]) + ", must be 0");
+  }
+  for (size_t i = 1; i < v.size(); ++i) {
+    if (v[i] < v[i - 1]) {
+      return InvalidArgument("row_splits[" + std::to_string(i) + "] = " + std::to_string(v[i]) +
+                             " < row_splits[" + std::to_string(i - 1) +
+                             "] = " + std::to_string(v[i - 1]) + " (must be non-decreasing)");
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckBoolLabels(const uint8_t* bytes, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (bytes[i] > 1) {
+      return InvalidArgument("labels.data[" + std::to_string(i) +
+                             "] = " + std::to_string(bytes[i]) + " is not a BOOL (0 or 1)");
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace gpusampler::server

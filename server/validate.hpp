@@ -41,4 +41,10 @@ bool ResponseBytes(const Job& job, size_t request_id_bytes, int64_t* bytes);
 Status CheckTensorData(const v1::Tensor& tensor, const std::string& name, const Limits& limits,
                        int64_t* elements);
 
+// row_splits (not empty) starts at 0 and never decreases; else INVALID_ARGUMENT naming the
+// first offending entry.
+Status CheckRowSplitsOrder(const std::vector<int64_t>& row_splits);
+// Every byte of BOOL labels is 0 or 1; else INVALID_ARGUMENT naming the first other one.
+Status CheckBoolLabels(const uint8_t* bytes, int64_t n);
+
 }  // namespace gpusampler::server

@@ -450,34 +450,17 @@ class Client:
             of range (``seed=-1``) or an unknown ``fill``.
         """
         timeout = _check_timeout("timeout", timeout)
+        spec = dict(num_samples=num_samples, positive_fraction=positive_fraction,
+                    positive_label=positive_label, negative_label=negative_label, fill=fill,
+                    seed=seed)
         if dataset is not None:
-            request, kinds = self._build_dataset(
-                dataset,
-                rows,
-                return_features,
-                (labels, features, row_splits),
-                num_samples=num_samples,
-                positive_fraction=positive_fraction,
-                positive_label=positive_label,
-                negative_label=negative_label,
-                fill=fill,
-                seed=seed,
-            )
+            request, kinds = self._build_dataset(dataset, rows, return_features,
+                                                 (labels, features, row_splits), **spec)
         else:
             if rows is not None or return_features:
                 raise TypeError("rows and return_features need dataset=...; an inline request "
                                 "gets features back when it sends them")
-            request, kinds = self._build(
-                labels,
-                features,
-                num_samples=num_samples,
-                positive_fraction=positive_fraction,
-                positive_label=positive_label,
-                negative_label=negative_label,
-                fill=fill,
-                seed=seed,
-                row_splits=row_splits,
-            )
+            request, kinds = self._build(labels, features, row_splits=row_splits, **spec)
         self._check_size(request)
         stub = self._stubs[next(self._next) % len(self._stubs)]
         start = time.perf_counter()
