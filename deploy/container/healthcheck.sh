@@ -18,4 +18,6 @@ fi
 case "$host" in
   "" | 0.0.0.0 | "[::]" | "*" | "[::0]") host=127.0.0.1 ;;
 esac
-exec gpusampler-cli --target "$host:$port" --timeout 3 --max-attempts 1 health
+# The CLI exits 2/3/4 like grpc-health-probe; Docker reserves 2, and any failure is
+# "unhealthy" (1) to it.
+gpusampler-cli --target "$host:$port" --timeout 3 --max-attempts 1 health || exit 1
