@@ -234,11 +234,12 @@ class CudaWorker final : public Worker {
     sizes.rows = rows;
     sizes.elements = std::max<int64_t>(0, options.reserve_elements);
     sizes.slots = std::max<int64_t>(0, options.reserve_slots);
-    sizes.in_bytes = Align(static_cast<size_t>(rows) * sizeof(RowDesc)) + Align(sizes.elements * 8) +
+    sizes.in_bytes = Align(static_cast<size_t>(rows) * sizeof(RowDesc)) +
+                     Align(sizes.elements * 8) +
                      Align(static_cast<size_t>(rows) * sizeof(kernels::CopySpan)) +
                      Align(static_cast<size_t>(rows) * 8);
-    sizes.out_bytes = Align(sizes.slots * 8) + Align(sizes.slots * 8) +
-                      2 * Align(static_cast<size_t>(rows) * 4);
+    sizes.out_bytes =
+        Align(sizes.slots * 8) + Align(sizes.slots * 8) + 2 * Align(static_cast<size_t>(rows) * 4);
     launcher_.Reserve(sizes);
     WarmUp();
   }

@@ -54,9 +54,11 @@ TEST(CompletionTest, LateCallbackAfterTheWaiterIsGoneIsHarmless) {
     EXPECT_EQ(done->use_count(), 2);
     std::string error;
     EXPECT_FALSE(done->WaitFor(milliseconds(1), &error));
-  }  // the waiter (and in the server, the worker's launch) is gone
-  late("");  // keeps the state alive itself: no use-after-free
-  late("cudaErrorLaunchFailure");  // a second call is ignored
+  }
+  // The waiter (and in the server, the worker's launch) is gone; the callback keeps the
+  // state alive itself: no use-after-free. A second call is ignored.
+  late("");
+  late("cudaErrorLaunchFailure");
 }
 
 TEST(CompletionTest, EachLaunchHasItsOwnState) {
@@ -64,9 +66,10 @@ TEST(CompletionTest, EachLaunchHasItsOwnState) {
   auto first_callback = first.Callback();
   std::string error;
   EXPECT_FALSE(first.WaitFor(milliseconds(1), &error));
-  Completion second;  // the next launch
+  Completion second;   // the next launch
   first_callback("");  // the abandoned launch completes late
-  EXPECT_FALSE(second.WaitFor(milliseconds(1), &error)) << "a late callback completed another launch";
+  EXPECT_FALSE(second.WaitFor(milliseconds(1), &error))
+      << "a late callback completed another launch";
   second.Callback()("");
   EXPECT_TRUE(second.WaitFor(milliseconds(0), &error));
 }

@@ -209,8 +209,7 @@ TEST(CudaGraphTest, ArenaNeverMovesUnderACapturedGraph) {
   std::unique_ptr<Backend> backend = MakeCudaBackend(0);
   auto stream = static_cast<cudaStream_t>(backend->stream());
   DeviceBatch batch(host, stream);
-  backend->Reserve(batch.batch().num_rows, batch.batch().total_elements,
-                   batch.batch().total_slots);
+  backend->Reserve(batch.batch().num_rows, batch.batch().total_elements, batch.batch().total_slots);
   cudaGraph_t graph = nullptr;
   ASSERT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   backend->Sample(batch.batch());

@@ -179,10 +179,9 @@ int64_t CudaBackend::TempBytes(int64_t num_rows, int64_t total_elements,
                                int64_t total_slots) const {
   const int selection_end_bit = kRowShift + RowBits(num_rows);
   size_t scan_bytes = 0;
-  GPUSAMPLER_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes,
-                                                    static_cast<int64_t*>(nullptr),
-                                                    static_cast<int64_t*>(nullptr), num_rows + 1,
-                                                    stream_));
+  GPUSAMPLER_CUDA_TRY(
+      cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int64_t*>(nullptr),
+                                    static_cast<int64_t*>(nullptr), num_rows + 1, stream_));
   size_t selection_bytes = 0;
   if (total_elements > 0) {
     cub::DoubleBuffer<uint64_t> keys(nullptr, nullptr);

@@ -22,11 +22,11 @@
 namespace gpusampler::kernels {
 
 struct LaunchSizes {
-  int64_t rows = 0;       // rows of one launch (the arena's row arrays)
-  int64_t elements = 0;   // label elements
-  int64_t slots = 0;      // output slots
-  size_t in_bytes = 0;    // staged inputs (rows, labels, tables)
-  size_t out_bytes = 0;   // staged outputs
+  int64_t rows = 0;      // rows of one launch (the arena's row arrays)
+  int64_t elements = 0;  // label elements
+  int64_t slots = 0;     // output slots
+  size_t in_bytes = 0;   // staged inputs (rows, labels, tables)
+  size_t out_bytes = 0;  // staged outputs
 };
 
 class CudaLauncher {
