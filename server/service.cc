@@ -1,6 +1,11 @@
 #include "service.hpp"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
 #include <deque>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -63,9 +68,58 @@ Status Charge(SamplerService* svc, int64_t bytes, const char* what) {
                 bytes > budget.limit() ? kDoNotRetry : BudgetPushbackMs());
 }
 
+// Refuses a request whose tensor shapes have more than kMaxRank dims, from the wire bytes,
+// before parsing: a shape of 8M one-byte dims would take 64 MiB once parsed. Anything
+// malformed is left to the parser.
+Status CheckRankBeforeParse(const grpc::ByteBuffer& bytes) {
+  using google::protobuf::internal::WireFormatLite;
+  grpc::ByteBuffer copy(bytes);  // shares the slices
+  grpc::ProtoBufferReader reader(&copy);
+  google::protobuf::io::CodedInputStream in(&reader);
+  in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+  static constexpr const char* kNames[] = {"", "", "", "labels", "features", "row_splits",
+                                           "", "", "rows"};
+  // A varint is at most 10 bytes: kMaxRank dims fit in this many packed bytes.
+  constexpr uint32_t kMaxPackedBytes = 10 * kMaxRank;
+  while (const uint32_t tag = in.ReadTag()) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    const bool tensor = field == 3 || field == 4 || field == 5 || field == 8;
+    if (!tensor || WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      if (!WireFormatLite::SkipField(&in, tag)) return Status::Ok();
+      continue;
+    }
+    uint32_t length = 0;
+    if (!in.ReadVarint32(&length)) return Status::Ok();
+    const auto limit = in.PushLimit(static_cast<int>(length));
+    int dims = 0;
+    while (const uint32_t inner = in.ReadTag()) {
+      if (WireFormatLite::GetTagFieldNumber(inner) == 2) {
+        if (WireFormatLite::GetTagWireType(inner) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+          uint32_t packed = 0;
+          if (!in.ReadVarint32(&packed)) return Status::Ok();
+          if (packed > kMaxPackedBytes) dims = kMaxRank + 1;
+          if (!in.Skip(static_cast<int>(packed))) return Status::Ok();
+        } else {
+          ++dims;
+          if (!WireFormatLite::SkipField(&in, inner)) return Status::Ok();
+        }
+        if (dims > kMaxRank) {
+          return InvalidArgument(std::string(kNames[field]) + ".shape has more than " +
+                                 std::to_string(kMaxRank) + " dims");
+        }
+      } else if (!WireFormatLite::SkipField(&in, inner)) {
+        return Status::Ok();
+      }
+    }
+    in.PopLimit(limit);
+  }
+  return Status::Ok();
+}
+
 // Parses a request's bytes. INVALID_ARGUMENT (not gRPC's bare INTERNAL or UNIMPLEMENTED)
 // when they are not a SampleRequest, e.g. a truncated message or a non-UTF-8 request_id.
 Status ParseRequest(const grpc::ByteBuffer& bytes, Request* request, const std::string& what) {
+  if (Status s = CheckRankBeforeParse(bytes); !s.ok()) return s;
   grpc::ByteBuffer copy(bytes);  // shares the slices; Deserialize consumes its argument
   if (!grpc::SerializationTraits<Request>::Deserialize(&copy, request).ok()) {
     return InvalidArgument(what + " (" + std::to_string(bytes.Length()) +
