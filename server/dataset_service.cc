@@ -1,4 +1,5 @@
-// CreateDataset, DeleteDataset and ListDatasets (SPEC section 5). An upload is validated
+// CreateDataset, DeleteDataset and ListDatasets (SPEC section 5); the call metrics count them
+// from arrival (call_metrics.cc). An upload is validated
 // chunk by chunk as it is read and reserved against --max-dataset-bytes; it becomes visible
 // only when the client half-closes a stream whose every chunk was accepted.
 #include <memory>
@@ -11,16 +12,12 @@
 namespace gpusampler::server {
 namespace {
 
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 // One CreateDataset call. Reads run one at a time (gRPC allows one outstanding read), so
 // the builder needs no lock; Finish is called once, from a reaction.
 class CreateCall final : public grpc::ServerReadReactor<v1::DatasetChunk> {
  public:
   CreateCall(SamplerService* svc, grpc::CallbackServerContext* ctx, v1::DatasetInfo* response)
-      : svc_(svc), ctx_(ctx), response_(response), started_(Clock::now()) {
+      : svc_(svc), ctx_(ctx), response_(response) {
     Status status = svc_->Authorize(*ctx_);
     if (status.ok() && !svc_->accepting()) {
       status = Unavailable("server is draining; retry another replica");
@@ -70,14 +67,12 @@ class CreateCall final : public grpc::ServerReadReactor<v1::DatasetChunk> {
   void Done(const Status& status) {
     builder_.reset();  // releases an uncommitted reservation before the client hears back
     svc_->metrics()->SetDatasets(svc_->datasets());
-    svc_->metrics()->RecordRequest(Method::kCreateDataset, status.code(), SecondsSince(started_));
     Finish(ToGrpcStatus(status, ctx_));
   }
 
   SamplerService* svc_;
   grpc::CallbackServerContext* ctx_;
   v1::DatasetInfo* response_;
-  const Clock::time_point started_;
   std::unique_ptr<DatasetBuilder> builder_;
   v1::DatasetChunk chunk_;
 };
@@ -92,7 +87,6 @@ grpc::ServerReadReactor<v1::DatasetChunk>* SamplerService::CreateDataset(
 grpc::ServerUnaryReactor* SamplerService::DeleteDataset(grpc::CallbackServerContext* context,
                                                         const v1::DeleteDatasetRequest* request,
                                                         v1::DeleteDatasetResponse*) {
-  const auto start = Clock::now();
   Status status = Authorize(*context);
   if (status.ok()) {
     if (!ValidDatasetName(request->name())) {
@@ -103,7 +97,6 @@ grpc::ServerUnaryReactor* SamplerService::DeleteDataset(grpc::CallbackServerCont
     }
   }
   metrics_->SetDatasets(datasets_);
-  metrics_->RecordRequest(Method::kDeleteDataset, status.code(), SecondsSince(start));
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status, context));
   return reactor;
@@ -112,12 +105,10 @@ grpc::ServerUnaryReactor* SamplerService::DeleteDataset(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* SamplerService::ListDatasets(grpc::CallbackServerContext* context,
                                                        const v1::ListDatasetsRequest*,
                                                        v1::ListDatasetsResponse* response) {
-  const auto start = Clock::now();
   const Status status = Authorize(*context);
   if (status.ok() && datasets_ != nullptr) {
     for (const auto& ds : datasets_->List()) *response->add_datasets() = ds->Info();
   }
-  metrics_->RecordRequest(Method::kListDatasets, status.code(), SecondsSince(start));
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status, context));
   return reactor;

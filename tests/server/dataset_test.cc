@@ -369,6 +369,14 @@ TEST(DatasetTest, FailedOrCancelledUploadsLeaveNothing) {
   EXPECT_EQ(Names(t.stub.get()), std::vector<std::string>{"atomic"});
   const std::string metrics = HttpGet(t.server->metrics_port(), "/metrics");
   EXPECT_NE(metrics.find("gpusampler_datasets 1"), std::string::npos) << metrics;
+  // Each upload counted once, with its own status.
+  EXPECT_NE(metrics.find(
+                "gpusampler_requests_total{code=\"INVALID_ARGUMENT\",method=\"CreateDataset\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("gpusampler_requests_total{code=\"OK\",method=\"CreateDataset\"} 1"),
+            std::string::npos)
+      << metrics;
   EXPECT_NE(
       metrics.find("gpusampler_dataset_bytes{device=\"cpu\"} " + std::to_string(info.bytes())),
       std::string::npos)
