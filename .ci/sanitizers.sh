@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sanitizer and fuzz CI (CPU only): the `asan` preset (clang -O1, ASan + UBSan) runs the
 # kernels and server suites and fuzzes request parsing, validation and a CPU sample for
-# FUZZ_SECONDS (default 60) from the golden seeds; the `tsan` preset runs the server and
-# client suites. Only the targets those suites need are built. Prints the minutes taken.
+# FUZZ_SECONDS (default 60) from the golden seeds; with TSAN=1 the `tsan` preset runs the
+# server and client suites. Only the targets those suites need are built. Prints the time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS="${JOBS:-2}"
@@ -29,9 +29,15 @@ build-asan/bin/gpusampler_request_fuzzer -max_total_time="$FUZZ_SECONDS" -max_le
   -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build-asan/ \
   "$corpus" build-asan/fuzz-seeds 2>&1 | tail -n 25
 
-cmake --preset tsan
-cmake --build build-tsan -j "$JOBS" --target gpusampler_server_test \
-  gpusampler_client_unit_test gpusampler_client_server_test
-ctest --test-dir build-tsan -L 'server|client' --output-on-failure -j "$JOBS"
+# TSan (TSAN=1): not yet part of CI. Debian's gRPC and abseil are uninstrumented, so data
+# they hand between threads (metadata strings, absl's deadlock-detector arrays) is reported
+# as races in nearly every server test; tests/sanitizers/tsan.supp holds the suppressions
+# found so far, more are needed before this step can gate CI.
+if [ "${TSAN:-0}" = 1 ]; then
+  cmake --preset tsan
+  cmake --build build-tsan -j "$JOBS" --target gpusampler_server_test \
+    gpusampler_client_unit_test gpusampler_client_server_test
+  ctest --test-dir build-tsan -L 'server|client' --output-on-failure -j "$JOBS"
+fi
 
 echo "sanitizers.sh: $(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s"
