@@ -152,8 +152,8 @@ void AddFlags(CLI::App* app, ServerConfig* c) {
   add("--max-stream-inflight-bytes", &c->max_stream_inflight_bytes,
       "GPUSAMPLER_MAX_STREAM_INFLIGHT_BYTES",
       "bytes one SampleStream may hold before it stops reading");
-  add("--max-concurrent-streams", &c->max_concurrent_streams,
-      "GPUSAMPLER_MAX_CONCURRENT_STREAMS", "concurrent calls per connection");
+  add("--max-concurrent-streams", &c->max_concurrent_streams, "GPUSAMPLER_MAX_CONCURRENT_STREAMS",
+      "concurrent calls per connection");
   add("--max-dataset-bytes", &c->max_dataset_bytes, "GPUSAMPLER_MAX_DATASET_BYTES",
       "bytes of resident datasets (stored, uploading, and replaced until the new one commits)");
   add("--dataset-dir", &c->dataset_dir, "GPUSAMPLER_DATASET_DIR",

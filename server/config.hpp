@@ -27,9 +27,9 @@ struct ServerConfig {
   std::string device = "auto";                   // auto | cpu | cuda | cuda:0,1
   int streams_per_device = 2;                    // CUDA workers per device
   int64_t device_timeout_ms = 60000;  // a launch still running after this is a device fault
-  int cpu_threads = 0;           // threads per CPU worker; 0 = hardware threads / cpu_workers
-  int cpu_workers = 1;           // CPU workers (each a backend with its own pool)
-  int64_t max_batch_rows = 256;  // rows fused into one launch; 1 disables fusion
+  int cpu_threads = 0;                // threads per CPU worker; 0 = hardware threads / cpu_workers
+  int cpu_workers = 1;                // CPU workers (each a backend with its own pool)
+  int64_t max_batch_rows = 256;       // rows fused into one launch; 1 disables fusion
   int64_t max_batch_slots = int64_t{1} << 26;  // output slots (sum of B * K) of one launch
   int64_t max_batch_delay_us = 200;  // how long a batch may wait to fill while devices are busy
   int64_t queue_capacity = 1024;     // queued requests before RESOURCE_EXHAUSTED
@@ -37,7 +37,7 @@ struct ServerConfig {
   int64_t max_stream_inflight = 32;  // requests of one SampleStream in flight
   Limits limits;
   int64_t max_dataset_bytes = int64_t{1} << 30;  // resident datasets, all together
-  std::string dataset_dir;                        // preloaded .npy datasets
+  std::string dataset_dir;                       // preloaded .npy datasets
   int64_t keepalive_time_ms = 60000;
   int64_t keepalive_timeout_ms = 20000;
   int64_t max_connection_age_ms = 0;  // 0 = unlimited

@@ -107,21 +107,24 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
                           .Add({}, StreamBuckets());
   queue_capacity_ = &BuildGauge()
                          .Name("gpusampler_queue_capacity")
-                         .Help("Requests the scheduler queue holds before RESOURCE_EXHAUSTED "
-                               "(--queue-capacity).")
+                         .Help(
+                             "Requests the scheduler queue holds before RESOURCE_EXHAUSTED "
+                             "(--queue-capacity).")
                          .Register(*registry_)
                          .Add({});
   serving_ = &BuildGauge()
                   .Name("gpusampler_serving")
-                  .Help("1 while grpc.health.v1 reports SERVING; 0 while warming up, draining "
-                        "or after a device fault.")
+                  .Help(
+                      "1 while grpc.health.v1 reports SERVING; 0 while warming up, draining "
+                      "or after a device fault.")
                   .Register(*registry_)
                   .Add({});
   transport_rejected_ =
       &BuildCounter()
            .Name("gpusampler_transport_rejected_calls_total")
-           .Help("Calls gRPC refused before the service saw them (a message over the "
-                 "transport limit, a client gone before its request arrived); from channelz.")
+           .Help(
+               "Calls gRPC refused before the service saw them (a message over the "
+               "transport limit, a client gone before its request arrived); from channelz.")
            .Register(*registry_)
            .Add({});
   queue_depth_ = &BuildGauge()
@@ -143,8 +146,9 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
   // memory for CUDA workers (docs/datasets.md).
   auto& dataset_bytes = BuildGauge()
                             .Name("gpusampler_dataset_bytes")
-                            .Help("Bytes of resident datasets, stored and being uploaded, by "
-                                  "device that keeps a copy.")
+                            .Help(
+                                "Bytes of resident datasets, stored and being uploaded, by "
+                                "device that keeps a copy.")
                             .Register(*registry_);
   for (const auto& [name, uuid] : devices) {
     dataset_bytes_.push_back(&dataset_bytes.Add({{"device", name}}));
@@ -191,8 +195,9 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
   auto& busy_seconds =
       BuildCounter()
           .Name("gpusampler_device_busy_seconds_total")
-          .Help("Seconds during which at least one launch ran, by device (own timing, CPU "
-                "workers too; rate() is the busy ratio).")
+          .Help(
+              "Seconds during which at least one launch ran, by device (own timing, CPU "
+              "workers too; rate() is the busy ratio).")
           .Register(*registry_);
   bool any_gpu = false;
   for (const auto& [name, uuid] : devices) {
@@ -224,8 +229,9 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
   }
   short_rows_ = &BuildCounter()
                      .Name("gpusampler_short_rows_total")
-                     .Help("Sampled rows with fewer than num_samples selected elements "
-                           "(m_pos + m_neg < K); the rest of the row is padding.")
+                     .Help(
+                         "Sampled rows with fewer than num_samples selected elements "
+                         "(m_pos + m_neg < K); the rest of the row is padding.")
                      .Register(*registry_)
                      .Add({});
   positive_fraction_ = &BuildHistogram()
@@ -238,9 +244,10 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
   build_ = build;
   build_info_family_ = &BuildGauge()
                             .Name("gpusampler_build_info")
-                            .Help("Build of this server; always 1. cuda: the CUDA toolkit it "
-                                  "was compiled with; cuda_driver: the CUDA version of the "
-                                  "driver in use (none when serving on the CPU).")
+                            .Help(
+                                "Build of this server; always 1. cuda: the CUDA toolkit it "
+                                "was compiled with; cuda_driver: the CUDA version of the "
+                                "driver in use (none when serving on the CPU).")
                             .Register(*registry_);
   process_ = MakeProcessCollector();
 }

@@ -78,10 +78,9 @@ class ProcessCollector final : public prometheus::Collectable {
         out.push_back(Family("process_cpu_seconds_total",
                              "Total user and system CPU time spent in seconds.",
                              prometheus::MetricType::Counter, cpu));
-        out.push_back(Family("process_start_time_seconds",
-                             "Start time of the process since unix epoch in seconds.",
-                             prometheus::MetricType::Gauge,
-                             boot_time_ + std::stod(f[19]) / ticks_));
+        out.push_back(Family(
+            "process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+            prometheus::MetricType::Gauge, boot_time_ + std::stod(f[19]) / ticks_));
       }
     }
     std::ifstream statm("/proc/self/statm");

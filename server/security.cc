@@ -69,7 +69,8 @@ Status LoadTokens(const std::string& path, std::vector<std::string>* tokens) {
     std::string token = Trim(line);
     if (!token.empty()) tokens->push_back(std::move(token));
   }
-  if (tokens->empty()) return InvalidArgument("--auth-token-file " + path + ": no token in the file");
+  if (tokens->empty())
+    return InvalidArgument("--auth-token-file " + path + ": no token in the file");
   return Status::Ok();
 }
 
@@ -128,10 +129,10 @@ Status MakeServerCredentials(const ServerConfig& config,
   if (config.tls_cert_file.empty() || config.tls_key_file.empty()) {
     return InvalidArgument("--tls-cert-file and --tls-key-file go together (one is missing)");
   }
-  for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--tls-cert-file",
-                                                                       config.tls_cert_file},
-                                   {"--tls-key-file", config.tls_key_file},
-                                   {"--tls-client-ca-file", config.tls_client_ca_file}}) {
+  for (const auto& [flag, path] :
+       {std::pair<std::string, std::string>{"--tls-cert-file", config.tls_cert_file},
+        {"--tls-key-file", config.tls_key_file},
+        {"--tls-client-ca-file", config.tls_client_ca_file}}) {
     if (path.empty()) continue;
     if (Status s = CheckPemFile(flag, path); !s.ok()) return s;
   }

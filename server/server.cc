@@ -1,12 +1,12 @@
 #include "server.hpp"
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <CivetServer.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/server_builder_option.h>
+#include <malloc.h>
 #include <prometheus/exposer.h>
 #include <spdlog/spdlog.h>
-#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,12 +14,12 @@
 #include <fstream>
 #include <thread>
 
-#include "gpusampler/kernels/device.hpp"
 #include "call_metrics.hpp"
+#include "datasets.hpp"
+#include "gpusampler/kernels/device.hpp"
 #include "health.hpp"
 #include "metrics.hpp"
 #include "scheduler.hpp"
-#include "datasets.hpp"
 #include "security.hpp"
 #include "service.hpp"
 #include "validate.hpp"
@@ -104,8 +104,9 @@ Status Server::Start() {
   if (!config_.auth_tokens.empty() && config_.tls_cert_file.empty()) {
     // Plaintext gRPC has no metadata hook: reflection could not be put behind the token.
     if (config_.reflection) {
-      return InvalidArgument("--reflection with --auth-token-file needs TLS (--tls-cert-file), "
-                             "which puts reflection behind the token");
+      return InvalidArgument(
+          "--reflection with --auth-token-file needs TLS (--tls-cert-file), "
+          "which puts reflection behind the token");
     }
     spdlog::warn("--auth-token-file without TLS: bearer tokens cross the network in cleartext");
   }
@@ -177,8 +178,8 @@ Status Server::Start() {
   limits->set_max_num_samples(config_.limits.max_num_samples);
   limits->set_max_batch_rows(config_.max_batch_rows);
 
-  metrics_ = std::make_unique<Metrics>(devices,
-                                       BuildInfo{Version(), Revision(), CudaVersion(), backend_});
+  metrics_ =
+      std::make_unique<Metrics>(devices, BuildInfo{Version(), Revision(), CudaVersion(), backend_});
   metrics_->queue_capacity().Set(static_cast<double>(config_.queue_capacity));
   scheduler_ = std::make_unique<Scheduler>(
       Scheduler::Options{config_.queue_capacity, std::max<int64_t>(1, config_.max_batch_rows),
@@ -196,9 +197,8 @@ Status Server::Start() {
       // More threads than scrapers, and idle connections timed out, so that a few idle
       // clients cannot block every scrape; paths other than /metrics get 404 (ExactPath).
       exposer_ = std::make_unique<prometheus::Exposer>(
-          std::vector<std::string>{"listening_ports", config_.metrics_address, "num_threads",
-                                   "8", "request_timeout_ms", "5000",
-                                   "enable_keep_alive", "no"},
+          std::vector<std::string>{"listening_ports", config_.metrics_address, "num_threads", "8",
+                                   "request_timeout_ms", "5000", "enable_keep_alive", "no"},
           &kExactMetricsPath);
     } catch (const std::exception& e) {
       return Status(Code::kUnavailable, "cannot listen on metrics address " +
@@ -262,10 +262,8 @@ Status Server::Start() {
     if (std::find(servers_before.begin(), servers_before.end(), id) != servers_before.end()) {
       continue;
     }
-    metrics_->SetTransportRejections(
-        [rejections = std::make_shared<TransportRejections>(id, calls_seen)] {
-          return rejections->Sample();
-        });
+    metrics_->SetTransportRejections([rejections = std::make_shared<TransportRejections>(
+                                          id, calls_seen)] { return rejections->Sample(); });
     break;
   }
   spdlog::info("gRPC listening on port {} ({}), metrics on port {} ({}); warming up", grpc_port_,

@@ -59,8 +59,8 @@ int64_t BudgetPushbackMs() {
 Status Charge(SamplerService* svc, int64_t bytes, const char* what) {
   ByteBudget& budget = svc->budget();
   if (budget.TryCharge(bytes)) return Status::Ok();
-  const std::string message = std::string(what) + " needs " + std::to_string(bytes) +
-                              " bytes; " + std::to_string(budget.used()) + " of " +
+  const std::string message = std::string(what) + " needs " + std::to_string(bytes) + " bytes; " +
+                              std::to_string(budget.used()) + " of " +
                               std::to_string(budget.limit()) +
                               " are held by other requests (--max-inflight-bytes)";
   // Larger than the whole budget: no retry can succeed.
@@ -77,14 +77,15 @@ Status CheckRankBeforeParse(const grpc::ByteBuffer& bytes) {
   grpc::ProtoBufferReader reader(&copy);
   google::protobuf::io::CodedInputStream in(&reader);
   in.SetTotalBytesLimit(std::numeric_limits<int>::max());
-  static constexpr const char* kNames[] = {"", "", "", "labels", "features", "row_splits",
-                                           "", "", "rows"};
+  static constexpr const char* kNames[] = {"",           "", "", "labels", "features",
+                                           "row_splits", "", "", "rows"};
   // A varint is at most 10 bytes: kMaxRank dims fit in this many packed bytes.
   constexpr uint32_t kMaxPackedBytes = 10 * kMaxRank;
   while (const uint32_t tag = in.ReadTag()) {
     const int field = WireFormatLite::GetTagFieldNumber(tag);
     const bool tensor = field == 3 || field == 4 || field == 5 || field == 8;
-    if (!tensor || WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+    if (!tensor ||
+        WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       if (!WireFormatLite::SkipField(&in, tag)) return Status::Ok();
       continue;
     }
@@ -446,10 +447,9 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     } else if (reads_done_ && pending_.empty() && !write_in_flight_) {
       *status = Status::Ok();
     } else {
-      const bool room =
-          pending_.empty() ||
-          (static_cast<int64_t>(pending_.size()) < svc_->config().max_stream_inflight &&
-           held_ < svc_->config().max_stream_inflight_bytes);
+      const bool room = pending_.empty() || (static_cast<int64_t>(pending_.size()) <
+                                                 svc_->config().max_stream_inflight &&
+                                             held_ < svc_->config().max_stream_inflight_bytes);
       if (!read_in_flight_ && !reads_done_ && !stop_reading_ && !draining_ && room) {
         read_in_flight_ = true;
         reading_ = std::make_unique<Slot>();
@@ -534,7 +534,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   std::mutex mu_;
   std::deque<std::unique_ptr<Slot>> pending_;  // request order
   std::unique_ptr<Slot> reading_;
-  int refs_ = 1;  // gRPC's (released in OnDone) + one per submitted job + a running Pump
+  int refs_ = 1;          // gRPC's (released in OnDone) + one per submitted job + a running Pump
   int64_t held_ = 0;      // budget bytes held by pending_
   int64_t messages_ = 0;  // messages read so far
   Status failure_;        // set by an exception in a reaction: ends the stream

@@ -458,8 +458,9 @@ TEST(ClientServer, DatasetUploadInChunksSampleAndDelete) {
   labels.add_shape(6000);
   const v1::Tensor splits = MakeTensor(std::vector<int64_t>{0, 2000, 4000, 6000}, {4});
   v1::DatasetInfo info;
-  ASSERT_TRUE(client.CreateDataset("cpp-ds", labels, nullptr, &splits, /*replace=*/true, &info,
-                                   {}, /*chunk_bytes=*/4096)
+  ASSERT_TRUE(client
+                  .CreateDataset("cpp-ds", labels, nullptr, &splits, /*replace=*/true, &info, {},
+                                 /*chunk_bytes=*/4096)
                   .ok());
   EXPECT_EQ(info.num_rows(), 3);
   EXPECT_EQ(info.num_elements(), 6000);

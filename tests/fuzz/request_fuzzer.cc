@@ -53,8 +53,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int64_t estimate = 0;
   if (!server::ResponseBytes(job, request.request_id().size(), &estimate) ||
       static_cast<int64_t>(response.ByteSizeLong()) > estimate) {
-    std::fprintf(stderr, "response of %zu bytes over its estimate %lld\n",
-                 response.ByteSizeLong(), static_cast<long long>(estimate));
+    std::fprintf(stderr, "response of %zu bytes over its estimate %lld\n", response.ByteSizeLong(),
+                 static_cast<long long>(estimate));
     std::abort();
   }
   return 0;

@@ -213,6 +213,8 @@ void Monitor(const BenchOptions& o, Tally& tally, Schedule& schedule, SteadyCloc
   }
 }
 
+}  // namespace
+
 std::string JsonQuote(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
@@ -229,8 +231,6 @@ std::string JsonQuote(const std::string& s) {
   }
   return out + "\"";
 }
-
-}  // namespace
 
 std::string StatusCodeName(grpc::StatusCode code) {
   static const char* const kNames[] = {"OK",

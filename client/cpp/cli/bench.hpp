@@ -48,6 +48,8 @@ struct BenchResult {
 BenchResult RunBench(Client& client, const BenchOptions& options);
 void PrintBenchText(const BenchOptions& options, const BenchResult& result, std::ostream& out);
 void PrintBenchJson(const BenchOptions& options, const BenchResult& result, std::ostream& out);
+// `s` as a JSON string literal (quotes, backslashes and control characters escaped).
+std::string JsonQuote(const std::string& s);
 // "OK", "CANCELLED", ..., "UNAUTHENTICATED".
 std::string StatusCodeName(grpc::StatusCode code);
 

@@ -268,8 +268,8 @@ int RunDatasetList(Client& client, bool json) {
         shape += (i ? ", " : "") + std::to_string(d.feature_shape(i));
       }
       std::string devices;
-      for (const auto& dev : d.devices()) devices += (devices.empty() ? "\"" : ", \"") + dev + "\"";
-      std::cout << "{\"name\": \"" << d.name() << "\", \"num_rows\": " << d.num_rows()
+      for (const auto& dev : d.devices()) devices += (devices.empty() ? "" : ", ") + JsonQuote(dev);
+      std::cout << "{\"name\": " << JsonQuote(d.name()) << ", \"num_rows\": " << d.num_rows()
                 << ", \"num_elements\": " << d.num_elements() << ", \"label_dtype\": \""
                 << v1::DType_Name(d.label_dtype()) << "\", \"feature_dtype\": \""
                 << v1::DType_Name(d.feature_dtype()) << "\", \"feature_shape\": [" << shape
@@ -311,40 +311,16 @@ int RunHealth(Client& client, const std::string& service) {
   return serving == "SERVING" ? 0 : kHealthNotServing;
 }
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
-
 // ServerInfo as JSON with numbers as numbers (proto3's JSON mapping writes int64 as strings).
 std::string InfoJson(const v1::ServerInfo& info) {
   std::ostringstream j;
-  j << "{\"version\": " << JsonString(info.version())
-    << ", \"revision\": " << JsonString(info.revision())
-    << ", \"backend\": " << JsonString(info.backend()) << ", \"devices\": [";
+  j << "{\"version\": " << JsonQuote(info.version())
+    << ", \"revision\": " << JsonQuote(info.revision())
+    << ", \"backend\": " << JsonQuote(info.backend()) << ", \"devices\": [";
   for (int i = 0; i < info.devices_size(); ++i) {
     const v1::DeviceInfo& d = info.devices(i);
-    j << (i ? ", " : "") << "{\"id\": " << JsonString(d.id())
-      << ", \"name\": " << JsonString(d.name()) << ", \"memory_bytes\": " << d.memory_bytes()
-      << "}";
+    j << (i ? ", " : "") << "{\"id\": " << JsonQuote(d.id())
+      << ", \"name\": " << JsonQuote(d.name()) << ", \"memory_bytes\": " << d.memory_bytes() << "}";
   }
   const v1::Limits& l = info.limits();
   j << "], \"limits\": {\"max_message_bytes\": " << l.max_message_bytes()
