@@ -143,6 +143,23 @@ class Error : public std::runtime_error {
 
 enum class MemorySpace { kHost, kDevice };
 
+// What one Sample() call moved, as counted by the cuda-sim device (the CUDA pipeline run on
+// the host): stream operations (kernel launches and memsets), global-memory bytes that the
+// kernels read and wrote, and Philox calls. A model of the GPU's work, not a timing.
+struct LaunchStats {
+  int64_t launches = 0;
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  int64_t label_elements = 0;  // Batch::total_elements
+  int64_t philox_calls = 0;
+  // (bytes_read + bytes_written) / label_elements; 0 for an empty launch.
+  double bytes_per_element() const {
+    return label_elements > 0 ? static_cast<double>(bytes_read + bytes_written) /
+                                    static_cast<double>(label_elements)
+                              : 0.0;
+  }
+};
+
 // A sampling backend bound to one execution resource (a CPU thread pool, or one CUDA
 // device and stream). Not thread-safe: one caller at a time (a server worker owns one).
 class Backend {
@@ -176,6 +193,9 @@ class Backend {
   // Until then its scratch space never moves (growth is refused), so a graph can never
   // replay into freed memory. CPU: no-op.
   virtual void ReleaseGraphs() {}
+  // The counts of the last Sample() call, for backends that keep them (cuda-sim); false
+  // for the others.
+  virtual bool last_launch_stats(LaunchStats* /*stats*/) const { return false; }
 };
 
 // The row checks of SPEC section 1 that every backend applies before sampling, so that an
@@ -198,6 +218,12 @@ struct CpuBackendOptions {
 // across threads; a row larger than a threshold is also split across threads.
 std::unique_ptr<Backend> MakeCpuBackend(int threads);
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);
+
+// The "cuda-sim" device: the CUDA backend's pipeline (the same kernel bodies, buffers and
+// launch sequence) run on the host, block by block, one thread phase at a time between
+// barriers. Host memory, like the CPU backend; slow but exact, in every build, so the GPU
+// pipeline's logic is tested without a GPU. Keeps LaunchStats for each Sample().
+std::unique_ptr<Backend> MakeCudaSimBackend();
 
 // Whether this build includes the CUDA backend.
 bool CudaCompiled();
