@@ -8,6 +8,7 @@
 
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/philox.hpp"
+#include "sim/sim_backend.hpp"
 
 namespace gpusampler::kernels::testing {
 
@@ -18,7 +19,7 @@ uint8_t FeatureByte(uint32_t r, int64_t i, int64_t b) {
 }
 
 std::vector<std::string> AllBackends() {
-  return {"cpu:1", "cpu:3", "cpusplit:3", "cpumiss:2", "cuda"};
+  return {"cpu:1", "cpu:3", "cpusplit:3", "cpumiss:2", "cudasim", "cudasimlarge", "cuda"};
 }
 
 bool BackendAvailable(const std::string& backend) {
@@ -63,6 +64,16 @@ int64_t DecodeLabel(DType dtype, const uint8_t* src) {
 // so most selections take the exact rerun path.
 std::unique_ptr<Backend> MakeBackend(const std::string& name) {
   if (name == "cuda") return MakeCudaBackend(0);
+  // The CUDA pipeline on the host. "cudasimlarge" sends every row through the large-row
+  // stages and lets a block sort only 64 keys, so small tests take the paths that only huge
+  // rows take on the device (boundary histogram rounds, the large-bucket ranking).
+  if (name == "cudasim") return MakeCudaSimBackend();
+  if (name == "cudasimlarge") {
+    CudaSimOptions options;
+    options.block_capacity = 64;
+    options.small_row_max = 0;
+    return MakeCudaSimBackend(options);
+  }
   const auto colon = name.find(':');
   if (colon == std::string::npos) throw std::invalid_argument("unknown backend " + name);
   CpuBackendOptions options;
@@ -195,6 +206,14 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
 }
 
 Result RunOne(const std::string& backend, const Case& c) { return RunFused(backend, {c})[0]; }
+
+LaunchStats LastStats(const std::string& backend) {
+  LaunchStats stats;
+  if (!CachedBackend(backend)->last_launch_stats(&stats)) {
+    throw std::invalid_argument(backend + " keeps no launch stats");
+  }
+  return stats;
+}
 
 Result Reference(const Case& c) {
   Result res;

@@ -38,6 +38,8 @@ bool BackendAvailable(const std::string& backend);
 // Runs every case fused into one launch; results in case order.
 std::vector<Result> RunFused(const std::string& backend, const std::vector<Case>& cases);
 Result RunOne(const std::string& backend, const Case& c);
+// The LaunchStats of the backend's last RunFused/RunOne (cuda-sim backends only).
+LaunchStats LastStats(const std::string& backend);
 
 // Brute force from SPEC section 1: full sorts of (u, i) per class and of (v, i), scalar
 // Philox, quotas re-derived here from the spec text.

@@ -1,0 +1,1039 @@
+// The GPU sampling pipeline (SPEC section 1), written once for two executors: the CUDA
+// device (cuda/pipeline.cu: each body runs as a __global__ kernel, one CUDA block per block
+// index) and the host-run "cuda-sim" device (sim/sim_block.hpp: the blocks run one after the
+// other, the threads of a block one phase at a time between barriers). The same bodies, the
+// same buffers, the same launch sequence; only the Block (barriers, shared memory, block sort,
+// atomics, counted global loads and stores) and the Exec (launch, upload) differ.
+//
+// Rules for a body, so that both executors agree:
+//   - Work happens inside b.Threads(f): f(t) for every thread t, then a barrier. Code outside
+//     a phase runs on every thread on the device and once on the host, so it only reads
+//     shared or uniform values and computes locals; it has no side effects.
+//   - A thread's state that lives across phases is in b.Mine(items, t) (registers on the
+//     device, a per-thread slice on the host). Block-wide sorts take such arrays.
+//   - Every global memory access goes through b.Load / b.Store / b.GlobalAdd, which the
+//     simulator counts; shared memory (b.Shared<T>()) and b.SharedAdd are not counted.
+//
+// Stages of a launch (B rows; "small" rows have at most kSmallRowMax elements):
+//   Fused       one block per row: count classes, quotas, block sort by (class, u, i), v of
+//               the selected, block sort by (v, i), write indices, labels, features, padding.
+//               A batch of small rows is this one launch.
+//   Prepare     large-row tables (tile prefix sums, candidate and selection bases) and
+//               zeroed per-row counters.
+//   Pass1       one block per tile of 64Ki elements: labels read once, u of the two classes,
+//               per-class histograms of u's top kSelectBits bits (shared, then global).
+//   Threshold   one block per large row: P, Q, quotas, and per class the histogram bucket
+//               holding the m-th smallest (u, i); padding slots.
+//   Pass2       tiles again: keys below the boundary bucket are selected (their v is computed
+//               and appended); the boundary bucket's keys become candidates; histogram of
+//               the selected v's top bits.
+//   Boundary    one block per (large row, class): the boundary candidates, narrowed by
+//               8-bit histogram rounds while there are more than a block holds, then sorted
+//               by (u, i) in shared memory; the first `need` are selected.
+//   Scatter     selected keys into buckets of v's top bits (row-major, bucket-major).
+//   BucketSort  one block per (large row, bucket): sort by (v, i), write the outputs.
+// Nothing is read back to the host; every grid size is host-known from the row descriptors.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "gpusampler/kernels/macros.hpp"
+#include "gpusampler/kernels/philox.hpp"
+#include "gpusampler/kernels/quota.hpp"
+#include "gpusampler/kernels/sampler.hpp"
+
+#if defined(__CUDA_ARCH__)
+#define GPUSAMPLER_UNROLL _Pragma("unroll")
+#else
+#define GPUSAMPLER_UNROLL
+#endif
+
+namespace gpusampler::kernels::pipeline {
+
+inline constexpr int kThreads = 256;
+inline constexpr int kItems = 16;                           // keys per thread in a block sort
+inline constexpr int kBlockKeys = kThreads * kItems;        // 4096
+inline constexpr int64_t kSmallRowMax = kBlockKeys;         // rows the fused kernel takes
+inline constexpr int64_t kTileElements = int64_t{1} << 16;  // Pass1/Pass2 tile
+inline constexpr int kRoundElements = kThreads * 4;         // one Philox call per thread
+inline constexpr int kSelectBits = 11;                      // u histogram: 2048 buckets
+inline constexpr int kSelectBins = 1 << kSelectBits;
+inline constexpr int kMaxOrderBits = 11;                    // v buckets: at most 2048
+inline constexpr int kMaxOrderBins = 1 << kMaxOrderBits;
+inline constexpr int64_t kSlotTile = kBlockKeys;            // Scatter tile
+inline constexpr uint32_t kPositive = 0;
+inline constexpr uint32_t kNegative = 1;
+inline constexpr uint32_t kIgnored = 2;
+
+GPUSAMPLER_HD uint64_t LowMask(int bits) {
+  return bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+}
+
+// Bits that hold every index below n (at least 1).
+GPUSAMPLER_HD int IndexBits(int64_t n) {
+  int bits = 1;
+  while (bits < 62 && (int64_t{1} << bits) < n) ++bits;
+  return bits;
+}
+
+// The bucket of order key v among 2^bits buckets (its top bits).
+GPUSAMPLER_HD int BucketOf(uint32_t v, int bits) {
+  return bits == 0 ? 0 : static_cast<int>(v >> (32 - bits));
+}
+
+// Bits of v that pick a bucket for rows of at most `max_samples` slots: about a thousand keys
+// per bucket on average, far below a block's kBlockKeys.
+inline int OrderBucketBits(int64_t max_samples) {
+  int bits = 0;
+  while (bits < kMaxOrderBits && (int64_t{1024} << bits) < max_samples) ++bits;
+  return bits;
+}
+
+// Per large row, written by Prepare (bases) and Threshold/Pass2/Boundary (the rest).
+struct LargeRowState {
+  int32_t row = 0;           // index into Batch rows
+  int32_t first_tile = 0;    // Pass1/Pass2 tiles [first_tile, next row's first_tile)
+  int32_t first_slot_tile = 0;
+  int32_t pad = 0;
+  int64_t cand_base = 0;     // element offset of the row's candidates
+  int64_t sel_base = 0;      // slot offset of the row's selected keys
+  int64_t m[2] = {0, 0};     // quotas
+  int64_t sel_below[2] = {0, 0};  // u buckets below this are selected outright
+  int64_t cand_bin[2] = {-1, -1};  // the boundary bucket, -1 for none
+  int64_t cand_count[2] = {0, 0};
+  int64_t cand_off[2] = {0, 0};    // class c's candidates at cand_base + cand_off[c]
+  int64_t need[2] = {0, 0};        // how many boundary candidates are selected
+  unsigned long long cand_cursor[2] = {0, 0};
+  unsigned long long sel_cursor = 0;
+};
+
+// Everything a body reads or writes; plain pointers, passed to kernels by value.
+struct Params {
+  const RowDesc* rows = nullptr;
+  int32_t num_rows = 0;
+  const uint8_t* labels = nullptr;
+  const uint8_t* features = nullptr;
+  int64_t* out_indices = nullptr;
+  uint8_t* out_labels = nullptr;
+  uint8_t* out_features = nullptr;
+  int32_t* out_num_positive = nullptr;
+  int32_t* out_num_negative = nullptr;
+  // Large rows (scratch in the arena).
+  int32_t num_large = 0;
+  int32_t num_tiles = 0;
+  int32_t num_slot_tiles = 0;
+  int32_t order_bits = 0;
+  int32_t capacity = kBlockKeys;  // keys a block sorts at once (the simulator's tests lower it)
+  int64_t small_max = kSmallRowMax;  // rows up to this long take the fused kernel (ditto)
+  LargeRowState* large = nullptr;  // [num_large + 1]: the last entry only holds tile counts
+  int32_t* hist = nullptr;         // [num_large][2][kSelectBins]
+  int32_t* vhist = nullptr;        // [num_large][1 << order_bits]
+  int32_t* vcursor = nullptr;      // [num_large][1 << order_bits]
+  uint64_t* cand = nullptr;        // [large elements]: (u << 32 | i)
+  uint64_t* sel = nullptr;         // [large slots]: (v << 32 | i), unordered
+  uint64_t* bucketed = nullptr;    // [large slots]: grouped by v bucket
+};
+
+// Host-known shape of a launch, from the host copy of the rows.
+struct Shape {
+  int64_t small_max = kSmallRowMax;
+  int32_t num_rows = 0;
+  int32_t num_small = 0;
+  int32_t num_large = 0;
+  int32_t num_tiles = 0;
+  int32_t num_slot_tiles = 0;
+  int32_t order_bits = 0;
+  int64_t large_elements = 0;
+  int64_t large_slots = 0;
+  int32_t prepare_blocks = 1;
+};
+
+Shape MakeShape(const RowDesc* host_rows, int64_t num_rows, int64_t small_max = kSmallRowMax);
+// Worst-case shape for launches of at most these sizes (arena sizing at Reserve).
+Shape BoundShape(int64_t num_rows, int64_t total_elements, int64_t total_slots);
+
+// Byte offsets of the scratch arrays in the arena; `Bind` points Params at them.
+struct Layout {
+  size_t large = 0, hist = 0, vhist = 0, vcursor = 0, cand = 0, sel = 0, bucketed = 0;
+  size_t zero_begin = 0, zero_end = 0;  // Prepare zeroes [zero_begin, zero_end)
+  size_t bytes = 0;
+};
+Layout MakeLayout(const Shape& shape);
+void Bind(const Shape& shape, const Layout& layout, uint8_t* arena, Params* params);
+
+// ---------------------------------------------------------------------------------------
+// Helpers over a Block.
+
+template <class B, class T>
+GPUSAMPLER_HD T LoadUnaligned(B& b, const uint8_t* p) {
+  if (reinterpret_cast<uintptr_t>(p) % sizeof(T) == 0) return b.Load(reinterpret_cast<const T*>(p));
+  T value;
+  uint8_t bytes[sizeof(T)];
+  for (size_t k = 0; k < sizeof(T); ++k) bytes[k] = b.Load(p + k);
+  memcpy(&value, bytes, sizeof(T));
+  return value;
+}
+
+GPUSAMPLER_HD int LabelSize(DType dtype) {
+  switch (dtype) {
+    case DType::kBool:
+    case DType::kInt8:
+    case DType::kUInt8:
+      return 1;
+    case DType::kInt16:
+      return 2;
+    case DType::kInt32:
+      return 4;
+    case DType::kInt64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+// The class of element i of a row (kIgnored past the row's end).
+template <class B>
+GPUSAMPLER_HD uint32_t ClassOf(B& b, const Params& p, const RowDesc& row, int64_t i) {
+  if (i >= row.length) return kIgnored;
+  const uint8_t* at = p.labels + row.label_offset;
+  int64_t label = 0;
+  switch (row.label_dtype) {
+    case DType::kBool:
+    case DType::kUInt8:
+      label = b.Load(at + i);
+      break;
+    case DType::kInt8:
+      label = static_cast<int8_t>(b.Load(at + i));
+      break;
+    case DType::kInt16:
+      label = LoadUnaligned<B, int16_t>(b, at + i * 2);
+      break;
+    case DType::kInt32:
+      label = LoadUnaligned<B, int32_t>(b, at + i * 4);
+      break;
+    case DType::kInt64:
+      label = LoadUnaligned<B, int64_t>(b, at + i * 8);
+      break;
+    default:
+      return kIgnored;
+  }
+  if (label == row.positive_label) return kPositive;
+  if (label == row.negative_label) return kNegative;
+  return kIgnored;
+}
+
+// Copies n bytes (or zeroes them when src is null) in the widest word the addresses allow.
+template <class B>
+GPUSAMPLER_HD void CopyBytes(B& b, uint8_t* dst, const uint8_t* src, int64_t n) {
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) |
+                         static_cast<uintptr_t>(n);
+  if (bits % 8 == 0) {
+    for (int64_t k = 0; k < n; k += 8) {
+      const uint64_t w = src ? b.Load(reinterpret_cast<const uint64_t*>(src + k)) : 0;
+      b.Store(reinterpret_cast<uint64_t*>(dst + k), w);
+    }
+  } else if (bits % 4 == 0) {
+    for (int64_t k = 0; k < n; k += 4) {
+      const uint32_t w = src ? b.Load(reinterpret_cast<const uint32_t*>(src + k)) : 0;
+      b.Store(reinterpret_cast<uint32_t*>(dst + k), w);
+    }
+  } else {
+    for (int64_t k = 0; k < n; ++k) b.Store(dst + k, src ? b.Load(src + k) : uint8_t{0});
+  }
+}
+
+// Slot t of a row: element i (>= 0) or padding (i < 0).
+template <class B>
+GPUSAMPLER_HD void WriteSlot(B& b, const Params& p, const RowDesc& row, int64_t t, int64_t i) {
+  b.Store(p.out_indices + row.out_slot + t, i);
+  const int item = LabelSize(row.label_dtype);
+  if (p.out_labels != nullptr && item > 0) {
+    uint8_t* dst = p.out_labels + row.out_label_offset + t * item;
+    if (i >= 0) {
+      CopyBytes(b, dst, p.labels + row.label_offset + i * item, item);
+    } else {
+      const bool unsigned_pad = row.label_dtype == DType::kUInt8 || row.label_dtype == DType::kBool;
+      for (int k = 0; k < item; ++k) b.Store(dst + k, static_cast<uint8_t>(unsigned_pad ? 0 : 0xFF));
+    }
+  }
+  const int64_t fb = row.feature_row_bytes;
+  if (fb > 0 && p.out_features != nullptr) {
+    const uint8_t* src =
+        (i >= 0 && p.features != nullptr) ? p.features + row.feature_offset + i * fb : nullptr;
+    CopyBytes(b, p.out_features + row.out_feature_offset + t * fb, src, fb);
+  }
+}
+
+GPUSAMPLER_HD uint32_t OrderKeyOf(const RowDesc& row, int64_t i) {
+  return ElementKey(row.seed, row.row_in_request, kOrderStream, static_cast<uint64_t>(i));
+}
+
+// Exclusive prefix sums of n <= kThreads * 8 counters (global), into shared `out`; `part`
+// is shared scratch of kThreads entries. Two phases plus a serial pass over kThreads sums.
+template <class B>
+GPUSAMPLER_HD void ExclusiveScan(B& b, const int32_t* counters, int n, int32_t* out,
+                                 int32_t* part) {
+  const int per = (n + kThreads - 1) / kThreads;
+  b.Threads([&](int t) {
+    int32_t sum = 0;
+    for (int k = 0; k < per; ++k) {
+      const int bin = t * per + k;
+      if (bin < n) {
+        out[bin] = b.Load(counters + bin);
+        sum += out[bin];
+      }
+    }
+    part[t] = sum;
+  });
+  b.Threads([&](int t) {
+    if (t == 0) {
+      int32_t run = 0;
+      for (int k = 0; k < kThreads; ++k) {
+        const int32_t c = part[k];
+        part[k] = run;
+        run += c;
+      }
+    }
+  });
+  b.Threads([&](int t) {
+    int32_t run = part[t];
+    for (int k = 0; k < per; ++k) {
+      const int bin = t * per + k;
+      if (bin < n) {
+        const int32_t c = out[bin];
+        out[bin] = run;
+        run += c;
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Bodies. Each is a functor: body(block, block_index).
+
+// One block per row; rows longer than kSmallRowMax are left to the large-row stages.
+struct FusedBody {
+  Params p;
+  struct Shared {
+    RowDesc row;
+    int32_t count[2];
+    int64_t m[2];
+  };
+  template <class B>
+  GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
+    Shared& sh = b.template SharedAs<Shared>();
+    b.Threads([&](int t) {
+      if (t == 0) {
+        sh.row = b.Load(p.rows + block);
+        sh.count[0] = sh.count[1] = 0;
+      }
+    });
+    const RowDesc row = sh.row;
+    if (row.length > p.small_max) return;
+    const int ib = IndexBits(row.length);
+    typename B::template Items<uint64_t, kItems> keys;
+
+    // Class and u of every element: key (class, u, i); ignored elements sort last.
+    b.Threads([&](int t) {
+      uint64_t* mine = b.Mine(keys, t);
+      int32_t counts[2] = {0, 0};
+      GPUSAMPLER_UNROLL
+      for (int g = 0; g < kItems / 4; ++g) {
+        const int64_t i0 = static_cast<int64_t>(t) * kItems + g * 4;
+        uint32_t cls[4];
+        bool any = false;
+        GPUSAMPLER_UNROLL
+        for (int w = 0; w < 4; ++w) {
+          cls[w] = ClassOf(b, p, row, i0 + w);
+          any = any || cls[w] != kIgnored;
+        }
+        Philox4 x{{0, 0, 0, 0}};
+        if (any) {
+          x = BlockPhilox(row.seed, row.row_in_request, kSelectionStream,
+                          static_cast<uint64_t>(i0 / 4));
+          b.CountPhilox(1);
+        }
+        GPUSAMPLER_UNROLL
+        for (int w = 0; w < 4; ++w) {
+          if (cls[w] == kIgnored) {
+            mine[g * 4 + w] = LowMask(34 + ib);
+          } else {
+            ++counts[cls[w]];
+            mine[g * 4 + w] = (uint64_t{cls[w]} << (32 + ib)) |
+                              (static_cast<uint64_t>(x.v[w]) << ib) |
+                              static_cast<uint64_t>(i0 + w);
+          }
+        }
+      }
+      if (counts[0] != 0) b.SharedAdd(&sh.count[0], counts[0]);
+      if (counts[1] != 0) b.SharedAdd(&sh.count[1], counts[1]);
+    });
+    b.Threads([&](int t) {
+      if (t == 0) {
+        const int64_t k = row.num_samples;
+        const Quotas q = ComputeQuotas(sh.count[0], sh.count[1], k, row.target, row.fill);
+        sh.m[0] = q.pos;
+        sh.m[1] = q.neg;
+        b.Store(p.out_num_positive + block, static_cast<int32_t>(q.pos));
+        b.Store(p.out_num_negative + block, static_cast<int32_t>(q.neg));
+      }
+    });
+    b.SortKeys(keys, 34 + ib);
+    const int64_t num_pos = sh.count[0];
+    const int64_t m_pos = sh.m[0];
+    const int64_t m_neg = sh.m[1];
+    // Positives first, then negatives, each in (u, i) order: the first m of each class are
+    // selected; their key becomes (v, i).
+    b.Threads([&](int t) {
+      uint64_t* mine = b.Mine(keys, t);
+      GPUSAMPLER_UNROLL
+      for (int k = 0; k < kItems; ++k) {
+        const int64_t at = static_cast<int64_t>(t) * kItems + k;
+        const bool selected = at < m_pos || (at >= num_pos && at < num_pos + m_neg);
+        if (selected) {
+          const int64_t i = static_cast<int64_t>(mine[k] & LowMask(ib));
+          b.CountPhilox(1);
+          mine[k] = (static_cast<uint64_t>(OrderKeyOf(row, i)) << ib) | static_cast<uint64_t>(i);
+        } else {
+          mine[k] = LowMask(32 + ib);
+        }
+      }
+    });
+    b.SortKeys(keys, 32 + ib);
+    const int64_t m = m_pos + m_neg;
+    b.Threads([&](int t) {
+      uint64_t* mine = b.Mine(keys, t);
+      for (int k = 0; k < kItems; ++k) {
+        const int64_t at = static_cast<int64_t>(t) * kItems + k;
+        if (at < m) WriteSlot(b, p, row, at, static_cast<int64_t>(mine[k] & LowMask(ib)));
+      }
+      for (int64_t at = m + t; at < row.num_samples; at += kThreads) WriteSlot(b, p, row, at, -1);
+    });
+  }
+};
+
+// Large-row tables and zeroed counters. Block 0 writes every LargeRowState field that is
+// not written later (bases, tile starts, zeroed cursors); every block zeroes a share of the
+// histograms [zero_begin, zero_end) (passed as words), which the states do not overlap.
+struct PrepareBody {
+  Params p;
+  uint64_t* zero = nullptr;
+  int64_t zero_words = 0;
+  int64_t blocks = 1;
+  struct Shared {
+    int32_t flag[kThreads];
+    int32_t tiles[kThreads];
+    int32_t slot_tiles[kThreads];
+    int64_t elems[kThreads];
+    int64_t slots[kThreads];
+    int32_t base_large, base_tiles, base_slot_tiles;
+    int64_t base_elems, base_slots;
+  };
+  template <class B>
+  GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
+    b.Threads([&](int t) {
+      for (int64_t w = block * kThreads + t; w < zero_words; w += blocks * kThreads) {
+        b.Store(zero + w, uint64_t{0});
+      }
+    });
+    if (block != 0) return;
+    Shared& sh = b.template SharedAs<Shared>();
+    b.Threads([&](int t) {
+      if (t == 0) {
+        sh.base_large = sh.base_tiles = sh.base_slot_tiles = 0;
+        sh.base_elems = sh.base_slots = 0;
+      }
+    });
+    for (int64_t chunk = 0; chunk < p.num_rows; chunk += kThreads) {
+      b.Threads([&](int t) {
+        const int64_t j = chunk + t;
+        sh.flag[t] = sh.tiles[t] = sh.slot_tiles[t] = 0;
+        sh.elems[t] = sh.slots[t] = 0;
+        if (j < p.num_rows) {
+          const int64_t n = b.Load(&p.rows[j].length);
+          const int64_t k = b.Load(&p.rows[j].num_samples);
+          if (n > p.small_max) {
+            sh.flag[t] = 1;
+            sh.tiles[t] = static_cast<int32_t>((n + kTileElements - 1) / kTileElements);
+            sh.slot_tiles[t] = static_cast<int32_t>((k + kSlotTile - 1) / kSlotTile);
+            sh.elems[t] = n;
+            sh.slots[t] = k;
+          }
+        }
+      });
+      // A serial scan of the chunk (kThreads rows) by thread 0: rows are few next to
+      // elements, and this runs once per launch.
+      b.Threads([&](int t) {
+        if (t != 0) return;
+        for (int k = 0; k < kThreads; ++k) {
+          if (!sh.flag[k]) continue;
+          const int32_t l = sh.base_large++;
+          LargeRowState* st = p.large + l;
+          b.Store(&st->row, static_cast<int32_t>(chunk + k));
+          b.Store(&st->first_tile, sh.base_tiles);
+          b.Store(&st->first_slot_tile, sh.base_slot_tiles);
+          b.Store(&st->cand_base, sh.base_elems);
+          b.Store(&st->sel_base, sh.base_slots);
+          b.Store(&st->cand_cursor[0], 0ull);
+          b.Store(&st->cand_cursor[1], 0ull);
+          b.Store(&st->sel_cursor, 0ull);
+          sh.base_tiles += sh.tiles[k];
+          sh.base_slot_tiles += sh.slot_tiles[k];
+          sh.base_elems += sh.elems[k];
+          sh.base_slots += sh.slots[k];
+        }
+      });
+    }
+    b.Threads([&](int t) {
+      if (t == 0) {
+        LargeRowState* end = p.large + sh.base_large;
+        b.Store(&end->first_tile, sh.base_tiles);
+        b.Store(&end->first_slot_tile, sh.base_slot_tiles);
+      }
+    });
+  }
+};
+
+// The large row owning tile `tile` (first_tile prefix sums): a binary search per block.
+template <class B>
+GPUSAMPLER_HD int32_t LargeOfTile(B& b, const Params& p, int64_t tile, bool slot_tiles) {
+  int32_t lo = 0;
+  int32_t hi = p.num_large;  // invariant: start(lo) <= tile < start(hi)
+  while (hi - lo > 1) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    const int32_t start =
+        slot_tiles ? b.Load(&p.large[mid].first_slot_tile) : b.Load(&p.large[mid].first_tile);
+    if (start <= tile) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+struct Pass1Body {
+  Params p;
+  struct Shared {
+    RowDesc row;
+    int64_t begin, end;  // element range of the tile within the row
+    int32_t large;
+    int32_t hist[2 * kSelectBins];
+  };
+  template <class B>
+  GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
+    Shared& sh = b.template SharedAs<Shared>();
+    b.Threads([&](int t) {
+      for (int bin = t; bin < 2 * kSelectBins; bin += kThreads) sh.hist[bin] = 0;
+      if (t == 0) {
+        const int32_t l = LargeOfTile(b, p, block, false);
+        const int32_t r = b.Load(&p.large[l].row);
+        sh.large = l;
+        sh.row = b.Load(p.rows + r);
+        sh.begin = (block - b.Load(&p.large[l].first_tile)) * kTileElements;
+        sh.end = sh.begin + kTileElements < sh.row.length ? sh.begin + kTileElements : sh.row.length;
+      }
+    });
+    const RowDesc row = sh.row;
+    const int64_t begin = sh.begin;
+    const int64_t end = sh.end;
+    b.Threads([&](int t) {
+      for (int64_t i0 = begin + 4 * t; i0 < end; i0 += kRoundElements) {
+        uint32_t cls[4];
+        bool any = false;
+        for (int w = 0; w < 4; ++w) {
+          cls[w] = ClassOf(b, p, row, i0 + w);
+          any = any || cls[w] != kIgnored;
+        }
+        if (!any) continue;
+        const Philox4 x =
+            BlockPhilox(row.seed, row.row_in_request, kSelectionStream, static_cast<uint64_t>(i0 / 4));
+        b.CountPhilox(1);
+        for (int w = 0; w < 4; ++w) {
+          if (cls[w] != kIgnored) {
+            b.SharedAdd(&sh.hist[cls[w] * kSelectBins + (x.v[w] >> (32 - kSelectBits))], 1);
+          }
+        }
+      }
+    });
+    const int32_t l = sh.large;
+    b.Threads([&](int t) {
+      for (int bin = t; bin < 2 * kSelectBins; bin += kThreads) {
+        if (sh.hist[bin] != 0) b.GlobalAdd(p.hist + int64_t{l} * 2 * kSelectBins + bin, sh.hist[bin]);
+      }
+    });
+  }
+};
+
+struct ThresholdBody {
+  Params p;
+  struct Shared {
+    RowDesc row;
+    int32_t r;
+    int64_t part[2][kThreads];
+    int64_t m[2];
+  };
+  template <class B>
+  GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
+    Shared& sh = b.template SharedAs<Shared>();
+    LargeRowState* st = p.large + block;
+    const int32_t* hist = p.hist + block * 2 * kSelectBins;
+    constexpr int kPer = kSelectBins / kThreads;
+    b.Threads([&](int t) {
+      if (t == 0) {
+        sh.r = b.Load(&st->row);
+        sh.row = b.Load(p.rows + sh.r);
+      }
+      for (int c = 0; c < 2; ++c) {
+        int64_t sum = 0;
+        for (int k = 0; k < kPer; ++k) sum += b.Load(hist + c * kSelectBins + t * kPer + k);
+        sh.part[c][t] = sum;
+      }
+    });
+    b.Threads([&](int t) {
+      if (t != 0) return;
+      const RowDesc& row = sh.row;
+      int64_t count[2] = {0, 0};
+      for (int c = 0; c < 2; ++c) {
+        for (int k = 0; k < kThreads; ++k) count[c] += sh.part[c][k];
+      }
+      const Quotas q = ComputeQuotas(count[0], count[1], row.num_samples, row.target, row.fill);
+      const int64_t m[2] = {q.pos, q.neg};
+      b.Store(p.out_num_positive + sh.r, static_cast<int32_t>(q.pos));
+      b.Store(p.out_num_negative + sh.r, static_cast<int32_t>(q.neg));
+      int64_t cand_total = 0;
+      for (int c = 0; c < 2; ++c) {
+        sh.m[c] = m[c];
+        b.Store(&st->m[c], m[c]);
+        int64_t sel_below = 0, cand_bin = -1, cand_count = 0, need = 0;
+        if (m[c] == count[c]) {
+          sel_below = kSelectBins;  // the whole class
+        } else if (m[c] > 0) {
+          // The thread chunk, then the bucket, where the running count reaches m.
+          int64_t below = 0;
+          int k = 0;
+          while (below + sh.part[c][k] < m[c]) below += sh.part[c][k++];
+          int bin = k * kPer;
+          for (;; ++bin) {
+            const int64_t h = b.Load(hist + c * kSelectBins + bin);
+            if (below + h >= m[c]) {
+              need = m[c] - below;
+              if (need == h) {
+                sel_below = bin + 1;  // the bucket is taken whole
+                need = 0;
+              } else {
+                sel_below = bin;
+                cand_bin = bin;
+                cand_count = h;
+              }
+              break;
+            }
+            below += h;
+          }
+        }
+        b.Store(&st->sel_below[c], sel_below);
+        b.Store(&st->cand_bin[c], cand_bin);
+        b.Store(&st->cand_count[c], cand_count);
+        b.Store(&st->cand_off[c], cand_total);
+        b.Store(&st->need[c], need);
+        cand_total += cand_count;
+      }
+    });
+    const RowDesc row = sh.row;
+    const int64_t m = sh.m[0] + sh.m[1];
+    b.Threads([&](int t) {
+      for (int64_t at = m + t; at < row.num_samples; at += kThreads) WriteSlot(b, p, row, at, -1);
+    });
+  }
+};
+
+struct Pass2Body {
+  Params p;
+  struct Shared {
+    RowDesc row;
+    int64_t begin, end, cand_base, sel_base;
+    int64_t sel_below[2], cand_bin[2], cand_off[2];
+    int32_t large;
+    int32_t n_sel, n_cand[2];
+    unsigned long long sel_at, cand_at[2];
+    int32_t vhist[kMaxOrderBins];
+  };
+  template <class B>
+  GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
+    Shared& sh = b.template SharedAs<Shared>();
+    const int bins = 1 << p.order_bits;
+    b.Threads([&](int t) {
+      for (int bin = t; bin < bins; bin += kThreads) sh.vhist[bin] = 0;
+      if (t == 0) {
+        const int32_t l = LargeOfTile(b, p, block, false);
+        const LargeRowState* st = p.large + l;
+        sh.large = l;
+        sh.row = b.Load(p.rows + b.Load(&st->row));
+        sh.begin = (block - b.Load(&st->first_tile)) * kTileElements;
+        sh.end = sh.begin + kTileElements < sh.row.length ? sh.begin + kTileElements : sh.row.length;
+        sh.cand_base = b.Load(&st->cand_base);
+        sh.sel_base = b.Load(&st->sel_base);
+        for (int c = 0; c < 2; ++c) {
+          sh.sel_below[c] = b.Load(&st->sel_below[c]);
+          sh.cand_bin[c] = b.Load(&st->cand_bin[c]);
+          sh.cand_off[c] = b.Load(&st->cand_off[c]);
+          sh.n_cand[c] = 0;
+        }
+        sh.n_sel = 0;
+      }
+    });
+    const RowDesc row = sh.row;
+    LargeRowState* st = p.large + sh.large;
+    // Per round, each thread holds up to four keys and where they go (kind: 0 none,
+    // 1 selected, 2 + c a candidate of class c; off: its place among the round's keys).
+    typename B::template Items<uint64_t, 4> key;
+    typename B::template Items<int32_t, 4> kind;
+    typename B::template Items<int32_t, 4> off;
+    for (int64_t round = sh.begin; round < sh.end; round += kRoundElements) {
+      b.Threads([&](int t) {
+        uint64_t* k_ = b.Mine(key, t);
+        int32_t* kind_ = b.Mine(kind, t);
+        int32_t* off_ = b.Mine(off, t);
+        const int64_t i0 = round + 4 * t;
+        uint32_t cls[4];
+        bool any = false;
+        for (int w = 0; w < 4; ++w) {
+          kind_[w] = 0;
+          cls[w] = i0 + w < sh.end ? ClassOf(b, p, row, i0 + w) : kIgnored;
+          any = any || cls[w] != kIgnored;
+        }
+        if (!any) return;
+        const Philox4 u =
+            BlockPhilox(row.seed, row.row_in_request, kSelectionStream, static_cast<uint64_t>(i0 / 4));
+        b.CountPhilox(1);
+        bool any_selected = false;
+        for (int w = 0; w < 4; ++w) {
+          if (cls[w] == kIgnored) continue;
+          const int64_t bin = u.v[w] >> (32 - kSelectBits);
+          if (bin < sh.sel_below[cls[w]]) {
+            kind_[w] = 1;
+            any_selected = true;
+          } else if (bin == sh.cand_bin[cls[w]]) {
+            kind_[w] = 2 + static_cast<int32_t>(cls[w]);
+            k_[w] = (static_cast<uint64_t>(u.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
+            off_[w] = b.SharedAdd(&sh.n_cand[cls[w]], 1);
+          }
+        }
+        if (!any_selected) return;
+        const Philox4 v =
+            BlockPhilox(row.seed, row.row_in_request, kOrderStream, static_cast<uint64_t>(i0 / 4));
+        b.CountPhilox(1);
+        for (int w = 0; w < 4; ++w) {
+          if (kind_[w] != 1) continue;
+          k_[w] = (static_cast<uint64_t>(v.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
+          off_[w] = b.SharedAdd(&sh.n_sel, 1);
+          b.SharedAdd(&sh.vhist[BucketOf(v.v[w], p.order_bits)], 1);
+        }
+      });
+      b.Threads([&](int t) {
+        if (t != 0) return;
+        if (sh.n_sel > 0) sh.sel_at = b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(sh.n_sel));
+        for (int c = 0; c < 2; ++c) {
+          if (sh.n_cand[c] > 0) {
+            sh.cand_at[c] = b.GlobalAdd(&st->cand_cursor[c], static_cast<unsigned long long>(sh.n_cand[c]));
+          }
+        }
+      });
+      b.Threads([&](int t) {
+        const uint64_t* k_ = b.Mine(key, t);
+        const int32_t* kind_ = b.Mine(kind, t);
+        const int32_t* off_ = b.Mine(off, t);
+        for (int w = 0; w < 4; ++w) {
+          if (kind_[w] == 1) {
+            b.Store(p.sel + sh.sel_base + static_cast<int64_t>(sh.sel_at) + off_[w], k_[w]);
+          } else if (kind_[w] >= 2) {
+            const int c = kind_[w] - 2;
+            b.Store(p.cand + sh.cand_base + sh.cand_off[c] + static_cast<int64_t>(sh.cand_at[c]) + off_[w],
+                    k_[w]);
+          }
+        }
+      });
+      // Reset the round counters (nobody reads them in the phase above).
+      b.Threads([&](int t) {
+        if (t == 0) sh.n_sel = sh.n_cand[0] = sh.n_cand[1] = 0;
+      });
+    }
+    const int32_t l = sh.large;
+    b.Threads([&](int t) {
+      for (int bin = t; bin < bins; bin += kThreads) {
+        if (sh.vhist[bin] != 0) b.GlobalAdd(p.vhist + int64_t{l} * bins + bin, sh.vhist[bin]);
+      }
+    });
+  }
+};
+
+struct BoundaryBody {
+  Params p;
+  struct Shared {
+    RowDesc row;
+    int64_t n, need, cand_at, sel_base;
+    int32_t digit_count[256];
+    int32_t digit;
+    int32_t kept, taken;
+    unsigned long long sel_at;
+  };
+  template <class B>
+  GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
+    Shared& sh = b.template SharedAs<Shared>();
+    const int32_t l = static_cast<int32_t>(block / 2);
+    const int c = static_cast<int>(block % 2);
+    LargeRowState* st = p.large + l;
+    const int bins = 1 << p.order_bits;
+    int32_t* vhist = p.vhist + int64_t{l} * bins;
+    b.Threads([&](int t) {
+      if (t == 0) {
+        sh.row = b.Load(p.rows + b.Load(&st->row));
+        sh.n = b.Load(&st->cand_count[c]);
+        sh.need = b.Load(&st->need[c]);
+        sh.cand_at = b.Load(&st->cand_base) + b.Load(&st->cand_off[c]);
+        sh.sel_base = b.Load(&st->sel_base);
+      }
+    });
+    if (sh.need == 0) return;
+    const RowDesc row = sh.row;
+    uint64_t* cand = p.cand + sh.cand_at;
+    // Appends the selected key (u << 32 | i) as (v << 32 | i) at sel_at + at.
+    auto select = [&](uint64_t ukey, int64_t at) {
+      const int64_t i = static_cast<int64_t>(ukey & 0xFFFFFFFFu);
+      b.CountPhilox(1);
+      const uint32_t v = OrderKeyOf(row, i);
+      b.Store(p.sel + sh.sel_base + static_cast<int64_t>(sh.sel_at) + at,
+              (static_cast<uint64_t>(v) << 32) | static_cast<uint64_t>(i));
+      b.GlobalAdd(vhist + BucketOf(v, p.order_bits), 1);
+    };
+    // Narrow by 8-bit digits of (u, i) below u's top kSelectBits bits (equal for all
+    // candidates) until a block holds them: at most seven rounds, since keys are distinct.
+    int lo_bit = 64 - kSelectBits;
+    typename B::template Items<uint64_t, kItems> keys;
+    while (sh.n > p.capacity && lo_bit > 0) {
+      const int shift = lo_bit >= 8 ? lo_bit - 8 : 0;
+      const int width = lo_bit - shift;
+      b.Threads([&](int t) {
+        for (int d = t; d < 256; d += kThreads) sh.digit_count[d] = 0;
+      });
+      b.Threads([&](int t) {
+        for (int64_t k = t; k < sh.n; k += kThreads) {
+          const uint64_t x = b.Load(cand + k);
+          b.SharedAdd(&sh.digit_count[(x >> shift) & LowMask(width)], 1);
+        }
+      });
+      b.Threads([&](int t) {
+        if (t != 0) return;
+        int64_t below = 0;
+        int d = 0;
+        while (below + sh.digit_count[d] < sh.need) below += sh.digit_count[d++];
+        sh.digit = d;
+        sh.taken = 0;
+        sh.kept = 0;
+        if (below > 0) sh.sel_at = b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(below));
+      });
+      // Keys below the digit are selected; keys on it are compacted to the front, in place:
+      // a chunk is read whole before any of it is written, and writes stay behind reads.
+      const int64_t n = sh.n;
+      for (int64_t chunk = 0; chunk < n; chunk += kBlockKeys) {
+        b.Threads([&](int t) {
+          uint64_t* mine = b.Mine(keys, t);
+          for (int k = 0; k < kItems; ++k) {
+            const int64_t at = chunk + static_cast<int64_t>(t) * kItems + k;
+            mine[k] = at < n ? b.Load(cand + at) : ~uint64_t{0};
+          }
+        });
+        b.Threads([&](int t) {
+          const uint64_t* mine = b.Mine(keys, t);
+          for (int k = 0; k < kItems; ++k) {
+            const int64_t at = chunk + static_cast<int64_t>(t) * kItems + k;
+            if (at >= n) continue;
+            const int64_t d = static_cast<int64_t>((mine[k] >> shift) & LowMask(width));
+            if (d < sh.digit) {
+              select(mine[k], b.SharedAdd(&sh.taken, 1));
+            } else if (d == sh.digit) {
+              b.Store(cand + b.SharedAdd(&sh.kept, 1), mine[k]);
+            }
+          }
+        });
+      }
+      b.Threads([&](int t) {
+        if (t != 0) return;
+        sh.need -= sh.taken;
+        sh.n = sh.kept;
+      });
+      lo_bit = shift;
+    }
+    // The rest fits in a block: sort by (u, i), select the first `need`.
+    b.Threads([&](int t) {
+      uint64_t* mine = b.Mine(keys, t);
+      for (int k = 0; k < kItems; ++k) {
+        const int64_t at = static_cast<int64_t>(t) * kItems + k;
+        mine[k] = at < sh.n ? b.Load(cand + at) : ~uint64_t{0};
+      }
+      if (t == 0) sh.sel_at = b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(sh.need));
+    });
+    b.SortKeys(keys, 64);
+    b.Threads([&](int t) {
+      const uint64_t* mine = b.Mine(keys, t);
+      for (int k = 0; k < kItems; ++k) {
+        const int64_t at = static_cast<int64_t>(t) * kItems + k;
+        if (at < sh.need) select(mine[k], at);
+      }
+    });
+  }
+};
+
+struct ScatterBody {
+  Params p;
+  struct Shared {
+    int64_t begin, m, sel_base;
+    int32_t large;
+    int32_t start[kMaxOrderBins];
+    int32_t local[kMaxOrderBins];
+    int32_t global[kMaxOrderBins];
+    int32_t part[kThreads];
+  };
+  template <class B>
+  GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
+    Shared& sh = b.template SharedAs<Shared>();
+    const int bins = 1 << p.order_bits;
+    b.Threads([&](int t) {
+      for (int bin = t; bin < bins; bin += kThreads) sh.local[bin] = 0;
+      if (t == 0) {
+        const int32_t l = LargeOfTile(b, p, block, true);
+        const LargeRowState* st = p.large + l;
+        sh.large = l;
+        sh.begin = (block - b.Load(&st->first_slot_tile)) * kSlotTile;
+        sh.m = b.Load(&st->m[0]) + b.Load(&st->m[1]);
+        sh.sel_base = b.Load(&st->sel_base);
+      }
+    });
+    if (sh.begin >= sh.m) return;
+    const int32_t l = sh.large;
+    ExclusiveScan(b, p.vhist + int64_t{l} * bins, bins, sh.start, sh.part);
+    typename B::template Items<uint64_t, kItems> keys;
+    typename B::template Items<int32_t, kItems> at_bucket;
+    b.Threads([&](int t) {
+      uint64_t* mine = b.Mine(keys, t);
+      int32_t* local = b.Mine(at_bucket, t);
+      for (int k = 0; k < kItems; ++k) {
+        const int64_t s = sh.begin + static_cast<int64_t>(t) * kItems + k;
+        if (s >= sh.m || s >= sh.begin + kSlotTile) continue;
+        mine[k] = b.Load(p.sel + sh.sel_base + s);
+        const int bin = BucketOf(static_cast<uint32_t>(mine[k] >> 32), p.order_bits);
+        local[k] = b.SharedAdd(&sh.local[bin], 1);
+      }
+    });
+    b.Threads([&](int t) {
+      for (int bin = t; bin < bins; bin += kThreads) {
+        if (sh.local[bin] > 0) {
+          sh.global[bin] = b.GlobalAdd(p.vcursor + int64_t{l} * bins + bin, sh.local[bin]);
+        }
+      }
+    });
+    b.Threads([&](int t) {
+      const uint64_t* mine = b.Mine(keys, t);
+      const int32_t* local = b.Mine(at_bucket, t);
+      for (int k = 0; k < kItems; ++k) {
+        const int64_t s = sh.begin + static_cast<int64_t>(t) * kItems + k;
+        if (s >= sh.m || s >= sh.begin + kSlotTile) continue;
+        const int bin = BucketOf(static_cast<uint32_t>(mine[k] >> 32), p.order_bits);
+        b.Store(p.bucketed + sh.sel_base + sh.start[bin] + sh.global[bin] + local[k], mine[k]);
+      }
+    });
+  }
+};
+
+struct BucketSortBody {
+  Params p;
+  struct Shared {
+    RowDesc row;
+    int64_t start, n, sel_base;
+    int32_t below;
+  };
+  template <class B>
+  GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
+    Shared& sh = b.template SharedAs<Shared>();
+    const int bins = 1 << p.order_bits;
+    const int32_t l = static_cast<int32_t>(block / bins);
+    const int bucket = static_cast<int>(block % bins);
+    const int32_t* vhist = p.vhist + int64_t{l} * bins;
+    b.Threads([&](int t) {
+      if (t == 0) {
+        const LargeRowState* st = p.large + l;
+        sh.row = b.Load(p.rows + b.Load(&st->row));
+        sh.sel_base = b.Load(&st->sel_base);
+        sh.n = b.Load(vhist + bucket);
+        sh.below = 0;
+      }
+    });
+    if (sh.n == 0) return;
+    b.Threads([&](int t) {
+      int32_t sum = 0;
+      for (int bin = t; bin < bucket; bin += kThreads) sum += b.Load(vhist + bin);
+      if (sum != 0) b.SharedAdd(&sh.below, sum);
+    });
+    const RowDesc row = sh.row;
+    const int64_t start = sh.below;
+    const int64_t n = sh.n;
+    const uint64_t* src = p.bucketed + sh.sel_base + start;
+    if (n <= p.capacity) {
+      typename B::template Items<uint64_t, kItems> keys;
+      b.Threads([&](int t) {
+        uint64_t* mine = b.Mine(keys, t);
+        for (int k = 0; k < kItems; ++k) {
+          const int64_t at = static_cast<int64_t>(t) * kItems + k;
+          mine[k] = at < n ? b.Load(src + at) : ~uint64_t{0};
+        }
+      });
+      b.SortKeys(keys, 64);
+      b.Threads([&](int t) {
+        const uint64_t* mine = b.Mine(keys, t);
+        for (int k = 0; k < kItems; ++k) {
+          const int64_t at = static_cast<int64_t>(t) * kItems + k;
+          if (at < n) WriteSlot(b, p, row, start + at, static_cast<int64_t>(mine[k] & 0xFFFFFFFFu));
+        }
+      });
+      return;
+    }
+    // A bucket larger than a block (v is Philox output: about never): each key's rank is
+    // the number of smaller keys, n^2 / kThreads loads per thread, bounded and exact.
+    b.Threads([&](int t) {
+      for (int64_t a = t; a < n; a += kThreads) {
+        const uint64_t x = b.Load(src + a);
+        int64_t rank = 0;
+        for (int64_t y = 0; y < n; ++y) rank += b.Load(src + y) < x ? 1 : 0;
+        WriteSlot(b, p, row, start + rank, static_cast<int64_t>(x & 0xFFFFFFFFu));
+      }
+    });
+  }
+};
+
+// The launch sequence, for either executor:
+//   exec.Launch(body, blocks)           one kernel of `blocks` blocks of kThreads threads
+template <class Exec>
+void Enqueue(Exec& exec, const Shape& shape, const Layout& layout, uint8_t* arena,
+             const Params& base) {
+  Params p = base;
+  p.num_rows = shape.num_rows;
+  p.small_max = shape.small_max;
+  if (shape.num_small > 0) exec.Launch(FusedBody{p}, shape.num_rows);
+  if (shape.num_large == 0) return;
+  Bind(shape, layout, arena, &p);
+  PrepareBody prepare{p, reinterpret_cast<uint64_t*>(arena + layout.zero_begin),
+                      static_cast<int64_t>((layout.zero_end - layout.zero_begin) / 8),
+                      shape.prepare_blocks};
+  exec.Launch(prepare, shape.prepare_blocks);
+  exec.Launch(Pass1Body{p}, shape.num_tiles);
+  exec.Launch(ThresholdBody{p}, shape.num_large);
+  exec.Launch(Pass2Body{p}, shape.num_tiles);
+  exec.Launch(BoundaryBody{p}, int64_t{2} * shape.num_large);
+  if (shape.num_slot_tiles > 0) {
+    exec.Launch(ScatterBody{p}, shape.num_slot_tiles);
+    exec.Launch(BucketSortBody{p}, int64_t{shape.num_large} << shape.order_bits);
+  }
+}
+
+}  // namespace gpusampler::kernels::pipeline
