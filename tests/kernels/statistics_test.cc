@@ -149,7 +149,7 @@ TEST(StatisticsSelfTest, PositionTestRejectsOrderingBySelectionKeys) {
   EXPECT_GT(ChiSquare(pos_at, std::vector<double>(10, kTrials * 2.0 / 10)), ChiSquareCritical(9));
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, StatisticsTest, ::testing::Values("cpu:3", "cuda"),
+INSTANTIATE_TEST_SUITE_P(Backends, StatisticsTest, ::testing::Values("cpu:3", "cudasim", "cuda"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& ch : n) ch = ch == ':' ? '_' : ch;
