@@ -12,6 +12,8 @@
 #include "cpu_select.hpp"
 #include "gpusampler/kernels/philox.hpp"
 #include "keys_cuda.hpp"
+#include "pipeline/pipeline.hpp"
+#include "sim/sim_block.hpp"
 
 namespace gpusampler::kernels {
 namespace {
@@ -70,6 +72,25 @@ TEST(KeysTest, CpuElementGenerator) {
     cpu::KeysOfElements64(k.seed, k.row, kOrderStream, &k.i, 1, &v);
     EXPECT_EQ(u, k.u) << Where(k);
     EXPECT_EQ(v, k.v) << Where(k);
+  }
+}
+
+// The pipeline's own derivation (GroupKeys / OrderKeyOf, as every GPU body computes u and v)
+// run through the cuda-sim executor.
+TEST(KeysTest, CudaSimPipeline) {
+  const auto keys = LoadKeys();
+  std::vector<pipeline::KeyProbe> probes;
+  for (const auto& k : keys) probes.push_back(pipeline::KeyProbe{k.seed, k.row, k.i});
+  std::vector<uint32_t> u(keys.size()), v(keys.size());
+  LaunchStats stats;
+  sim::SimExec exec(&stats);
+  exec.Launch(pipeline::KeysBody{probes.data(), static_cast<int64_t>(probes.size()), u.data(),
+                                 v.data()},
+              1);
+  EXPECT_EQ(stats.launches, 1);
+  for (size_t j = 0; j < keys.size(); ++j) {
+    EXPECT_EQ(u[j], keys[j].u) << Where(keys[j]);
+    EXPECT_EQ(v[j], keys[j].v) << Where(keys[j]);
   }
 }
 

@@ -265,6 +265,13 @@ GPUSAMPLER_HD void WriteSlot(B& b, const Params& p, const RowDesc& row, int64_t 
   }
 }
 
+// The Philox call holding the keys of elements [i0, i0 + 4) of a row (i0 a multiple of 4)
+// in `stream`: word w is the key of element i0 + w. Every body derives u this way.
+GPUSAMPLER_HD Philox4 GroupKeys(const RowDesc& row, uint32_t stream, int64_t i0) {
+  return BlockPhilox(row.seed, row.row_in_request, stream, static_cast<uint64_t>(i0) / 4);
+}
+
+// v of one element (computed only for selected elements, one call each).
 GPUSAMPLER_HD uint32_t OrderKeyOf(const RowDesc& row, int64_t i) {
   return ElementKey(row.seed, row.row_in_request, kOrderStream, static_cast<uint64_t>(i));
 }
@@ -350,8 +357,7 @@ struct FusedBody {
         }
         Philox4 x{{0, 0, 0, 0}};
         if (any) {
-          x = BlockPhilox(row.seed, row.row_in_request, kSelectionStream,
-                          static_cast<uint64_t>(i0 / 4));
+          x = GroupKeys(row, kSelectionStream, i0);
           b.CountPhilox(1);
         }
         GPUSAMPLER_UNROLL
@@ -547,8 +553,7 @@ struct Pass1Body {
           any = any || cls[w] != kIgnored;
         }
         if (!any) continue;
-        const Philox4 x =
-            BlockPhilox(row.seed, row.row_in_request, kSelectionStream, static_cast<uint64_t>(i0 / 4));
+        const Philox4 x = GroupKeys(row, kSelectionStream, i0);
         b.CountPhilox(1);
         for (int w = 0; w < 4; ++w) {
           if (cls[w] != kIgnored) {
@@ -704,8 +709,7 @@ struct Pass2Body {
           any = any || cls[w] != kIgnored;
         }
         if (!any) return;
-        const Philox4 u =
-            BlockPhilox(row.seed, row.row_in_request, kSelectionStream, static_cast<uint64_t>(i0 / 4));
+        const Philox4 u = GroupKeys(row, kSelectionStream, i0);
         b.CountPhilox(1);
         bool any_selected = false;
         for (int w = 0; w < 4; ++w) {
@@ -721,8 +725,7 @@ struct Pass2Body {
           }
         }
         if (!any_selected) return;
-        const Philox4 v =
-            BlockPhilox(row.seed, row.row_in_request, kOrderStream, static_cast<uint64_t>(i0 / 4));
+        const Philox4 v = GroupKeys(row, kOrderStream, i0);
         b.CountPhilox(1);
         for (int w = 0; w < 4; ++w) {
           if (kind_[w] != 1) continue;
@@ -1007,6 +1010,37 @@ struct BucketSortBody {
         for (int64_t y = 0; y < n; ++y) rank += b.Load(src + y) < x ? 1 : 0;
         WriteSlot(b, p, row, start + rank, static_cast<int64_t>(x & 0xFFFFFFFFu));
       }
+    });
+  }
+};
+
+// u and v of single elements, derived exactly as the bodies derive them (GroupKeys, and
+// OrderKeyOf for v): pins the pipeline's key derivation on the reference keys file through
+// either executor. One element per thread.
+struct KeyProbe {
+  uint64_t seed;
+  uint32_t row;
+  uint64_t i;
+};
+struct KeysBody {
+  const KeyProbe* probes = nullptr;
+  int64_t n = 0;
+  uint32_t* u = nullptr;
+  uint32_t* v = nullptr;
+  template <class B>
+  GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
+    b.Threads([&](int t) {
+      const int64_t j = block * kThreads + t;
+      if (j >= n) return;
+      const KeyProbe q = b.Load(probes + j);
+      RowDesc row;
+      row.seed = q.seed;
+      row.row_in_request = q.row;
+      const int64_t i = static_cast<int64_t>(q.i);
+      const Philox4 x = GroupKeys(row, kSelectionStream, i - i % 4);
+      b.CountPhilox(2);
+      b.Store(u + j, x.v[i % 4]);
+      b.Store(v + j, OrderKeyOf(row, i));
     });
   }
 };
