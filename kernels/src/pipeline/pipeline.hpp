@@ -55,7 +55,9 @@ inline constexpr int kThreads = 256;
 inline constexpr int kItems = 16;                           // keys per thread in a block sort
 inline constexpr int kBlockKeys = kThreads * kItems;        // 4096
 inline constexpr int64_t kSmallRowMax = kBlockKeys;         // rows the fused kernel takes
-inline constexpr int64_t kTileElements = int64_t{1} << 16;  // Pass1/Pass2 tile
+inline constexpr int64_t kTileElements = int64_t{1} << 16;  // Pass1/Pass2 tile, at most
+inline constexpr int64_t kMinTileElements = int64_t{1} << 14;  // ... and at least
+inline constexpr int64_t kTargetTiles = 512;  // tiles wanted in flight: ~4 blocks per H200 SM
 inline constexpr int kRoundElements = kThreads * 4;         // one Philox call per thread
 inline constexpr int kSelectBits = 11;                      // u histogram: 2048 buckets
 inline constexpr int kSelectBins = 1 << kSelectBits;
@@ -126,6 +128,7 @@ struct Params {
   int32_t order_bits = 0;
   int32_t capacity = kBlockKeys;  // keys a block sorts at once (the simulator's tests lower it)
   int64_t small_max = kSmallRowMax;  // rows up to this long take the fused kernel (ditto)
+  int64_t tile_elements = kTileElements;  // Pass1/Pass2 tile (a multiple of kRoundElements)
   LargeRowState* large = nullptr;  // [num_large + 1]: the last entry only holds tile counts
   int32_t* hist = nullptr;         // [num_large][2][kSelectBins]
   int32_t* vhist = nullptr;        // [num_large][1 << order_bits]
@@ -138,6 +141,7 @@ struct Params {
 // Host-known shape of a launch, from the host copy of the rows.
 struct Shape {
   int64_t small_max = kSmallRowMax;
+  int64_t tile_elements = kTileElements;
   int32_t num_rows = 0;
   int32_t num_small = 0;
   int32_t num_large = 0;
@@ -461,7 +465,7 @@ struct PrepareBody {
           const int64_t k = b.Load(&p.rows[j].num_samples);
           if (n > p.small_max) {
             sh.flag[t] = 1;
-            sh.tiles[t] = static_cast<int32_t>((n + kTileElements - 1) / kTileElements);
+            sh.tiles[t] = static_cast<int32_t>((n + p.tile_elements - 1) / p.tile_elements);
             sh.slot_tiles[t] = static_cast<int32_t>((k + kSlotTile - 1) / kSlotTile);
             sh.elems[t] = n;
             sh.slots[t] = k;
@@ -537,8 +541,8 @@ struct Pass1Body {
         const int32_t r = b.Load(&p.large[l].row);
         sh.large = l;
         sh.row = b.Load(p.rows + r);
-        sh.begin = (block - b.Load(&p.large[l].first_tile)) * kTileElements;
-        sh.end = sh.begin + kTileElements < sh.row.length ? sh.begin + kTileElements : sh.row.length;
+        sh.begin = (block - b.Load(&p.large[l].first_tile)) * p.tile_elements;
+        sh.end = sh.begin + p.tile_elements < sh.row.length ? sh.begin + p.tile_elements : sh.row.length;
       }
     });
     const RowDesc row = sh.row;
@@ -675,8 +679,8 @@ struct Pass2Body {
         const LargeRowState* st = p.large + l;
         sh.large = l;
         sh.row = b.Load(p.rows + b.Load(&st->row));
-        sh.begin = (block - b.Load(&st->first_tile)) * kTileElements;
-        sh.end = sh.begin + kTileElements < sh.row.length ? sh.begin + kTileElements : sh.row.length;
+        sh.begin = (block - b.Load(&st->first_tile)) * p.tile_elements;
+        sh.end = sh.begin + p.tile_elements < sh.row.length ? sh.begin + p.tile_elements : sh.row.length;
         sh.cand_base = b.Load(&st->cand_base);
         sh.sel_base = b.Load(&st->sel_base);
         for (int c = 0; c < 2; ++c) {
@@ -1053,6 +1057,7 @@ void Enqueue(Exec& exec, const Shape& shape, const Layout& layout, uint8_t* aren
   Params p = base;
   p.num_rows = shape.num_rows;
   p.small_max = shape.small_max;
+  p.tile_elements = shape.tile_elements;
   if (shape.num_small > 0) exec.Launch(FusedBody{p}, shape.num_rows);
   if (shape.num_large == 0) return;
   Bind(shape, layout, arena, &p);

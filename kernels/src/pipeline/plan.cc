@@ -25,6 +25,19 @@ Shape MakeShape(const RowDesc* host_rows, int64_t num_rows, int64_t small_max) {
   shape.small_max = small_max;
   shape.num_rows = static_cast<int32_t>(num_rows);
   int64_t max_large_k = 0;
+  // Tiles as large as possible (each flushes up to 2 x kSelectBins histogram counters) but
+  // enough of them to keep every SM's memory pipe full: a single 1e7-element row gets 16Ki
+  // tiles (611 blocks), 32 rows of 1e6 keep 64Ki (512 blocks).
+  auto tiles_of = [&](int64_t tile) {
+    int64_t tiles = 0;
+    for (int64_t j = 0; j < num_rows; ++j) {
+      if (host_rows[j].length > small_max) tiles += (host_rows[j].length + tile - 1) / tile;
+    }
+    return tiles;
+  };
+  while (shape.tile_elements > kMinTileElements && tiles_of(shape.tile_elements) < kTargetTiles) {
+    shape.tile_elements /= 2;
+  }
   for (int64_t j = 0; j < num_rows; ++j) {
     const RowDesc& row = host_rows[j];
     if (row.length <= small_max) {
@@ -32,7 +45,8 @@ Shape MakeShape(const RowDesc* host_rows, int64_t num_rows, int64_t small_max) {
       continue;
     }
     ++shape.num_large;
-    shape.num_tiles += static_cast<int32_t>((row.length + kTileElements - 1) / kTileElements);
+    shape.num_tiles +=
+        static_cast<int32_t>((row.length + shape.tile_elements - 1) / shape.tile_elements);
     shape.num_slot_tiles += static_cast<int32_t>((row.num_samples + kSlotTile - 1) / kSlotTile);
     shape.large_elements += row.length;
     shape.large_slots += row.num_samples;
