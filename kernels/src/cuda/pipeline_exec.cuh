@@ -49,6 +49,14 @@ struct DeviceBlock {
   __device__ __forceinline__ void Store(T* p, T value) {
     *p = value;
   }
+  template <class T>
+  __device__ __forceinline__ T LoadFeature(const T* p) {
+    return *p;
+  }
+  template <class T>
+  __device__ __forceinline__ void StoreFeature(T* p, T value) {
+    *p = value;
+  }
   __device__ __forceinline__ int32_t GlobalAdd(int32_t* p, int32_t value) {
     return atomicAdd(p, value);
   }

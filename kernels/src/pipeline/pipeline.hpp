@@ -228,22 +228,34 @@ GPUSAMPLER_HD uint32_t ClassOf(B& b, const Params& p, const RowDesc& row, int64_
 }
 
 // Copies n bytes (or zeroes them when src is null) in the widest word the addresses allow.
-template <class B>
+// kFeatures: the bytes are feature rows, which the simulator counts apart from the sampling's
+// own traffic (they are the payload the caller asked for, K rows per row, not a cost per
+// label element).
+template <bool kFeatures, class B>
 GPUSAMPLER_HD void CopyBytes(B& b, uint8_t* dst, const uint8_t* src, int64_t n) {
+  auto copy = [&](auto word) {
+    using W = decltype(word);
+    for (int64_t k = 0; k < n; k += static_cast<int64_t>(sizeof(W))) {
+      W w = 0;
+      if (src != nullptr) {
+        w = kFeatures ? b.LoadFeature(reinterpret_cast<const W*>(src + k))
+                      : b.Load(reinterpret_cast<const W*>(src + k));
+      }
+      if (kFeatures) {
+        b.StoreFeature(reinterpret_cast<W*>(dst + k), w);
+      } else {
+        b.Store(reinterpret_cast<W*>(dst + k), w);
+      }
+    }
+  };
   const uintptr_t bits = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) |
                          static_cast<uintptr_t>(n);
   if (bits % 8 == 0) {
-    for (int64_t k = 0; k < n; k += 8) {
-      const uint64_t w = src ? b.Load(reinterpret_cast<const uint64_t*>(src + k)) : 0;
-      b.Store(reinterpret_cast<uint64_t*>(dst + k), w);
-    }
+    copy(uint64_t{0});
   } else if (bits % 4 == 0) {
-    for (int64_t k = 0; k < n; k += 4) {
-      const uint32_t w = src ? b.Load(reinterpret_cast<const uint32_t*>(src + k)) : 0;
-      b.Store(reinterpret_cast<uint32_t*>(dst + k), w);
-    }
+    copy(uint32_t{0});
   } else {
-    for (int64_t k = 0; k < n; ++k) b.Store(dst + k, src ? b.Load(src + k) : uint8_t{0});
+    copy(uint8_t{0});
   }
 }
 
@@ -255,7 +267,7 @@ GPUSAMPLER_HD void WriteSlot(B& b, const Params& p, const RowDesc& row, int64_t 
   if (p.out_labels != nullptr && item > 0) {
     uint8_t* dst = p.out_labels + row.out_label_offset + t * item;
     if (i >= 0) {
-      CopyBytes(b, dst, p.labels + row.label_offset + i * item, item);
+      CopyBytes<false>(b, dst, p.labels + row.label_offset + i * item, item);
     } else {
       const bool unsigned_pad = row.label_dtype == DType::kUInt8 || row.label_dtype == DType::kBool;
       for (int k = 0; k < item; ++k) b.Store(dst + k, static_cast<uint8_t>(unsigned_pad ? 0 : 0xFF));
@@ -265,7 +277,7 @@ GPUSAMPLER_HD void WriteSlot(B& b, const Params& p, const RowDesc& row, int64_t 
   if (fb > 0 && p.out_features != nullptr) {
     const uint8_t* src =
         (i >= 0 && p.features != nullptr) ? p.features + row.feature_offset + i * fb : nullptr;
-    CopyBytes(b, p.out_features + row.out_feature_offset + t * fb, src, fb);
+    CopyBytes<true>(b, p.out_features + row.out_feature_offset + t * fb, src, fb);
   }
 }
 

@@ -77,6 +77,17 @@ class SimBlock {
     stats_->bytes_written += sizeof(T);
     *p = value;
   }
+  // Feature rows: counted apart (LaunchStats::feature_bytes).
+  template <class T>
+  T LoadFeature(const T* p) {
+    stats_->feature_bytes += sizeof(T);
+    return *p;
+  }
+  template <class T>
+  void StoreFeature(T* p, T value) {
+    stats_->feature_bytes += sizeof(T);
+    *p = value;
+  }
   // atomicAdd on global memory: a read and a write.
   template <class T>
   T GlobalAdd(T* p, T value) {

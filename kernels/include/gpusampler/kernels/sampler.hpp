@@ -144,15 +144,18 @@ class Error : public std::runtime_error {
 enum class MemorySpace { kHost, kDevice };
 
 // What one Sample() call moved, as counted by the cuda-sim device (the CUDA pipeline run on
-// the host): stream operations (kernel launches and memsets), global-memory bytes that the
-// kernels read and wrote, and Philox calls. A model of the GPU's work, not a timing.
+// the host): kernel launches, global-memory bytes that the kernels read and wrote for the
+// sampling (labels, keys, counters, indices, output labels), feature-row bytes copied to the
+// output apart from those (the payload: K rows per row, whatever N is), and Philox calls.
+// A model of the GPU's work, not a timing.
 struct LaunchStats {
   int64_t launches = 0;
   int64_t bytes_read = 0;
   int64_t bytes_written = 0;
+  int64_t feature_bytes = 0;  // feature rows read + written
   int64_t label_elements = 0;  // Batch::total_elements
   int64_t philox_calls = 0;
-  // (bytes_read + bytes_written) / label_elements; 0 for an empty launch.
+  // (bytes_read + bytes_written) / label_elements, features excluded; 0 for an empty launch.
   double bytes_per_element() const {
     return label_elements > 0 ? static_cast<double>(bytes_read + bytes_written) /
                                     static_cast<double>(label_elements)
