@@ -85,7 +85,9 @@ void AddFlags(CLI::App* app, ServerConfig* c) {
       "gRPC listen address (host:port; port 0 picks one)");
   add("--metrics-address", &c->metrics_address, "GPUSAMPLER_METRICS_ADDRESS",
       "Prometheus listen address (host:port; empty disables)");
-  add("--device", &c->device, "GPUSAMPLER_DEVICE", "auto | cpu | cuda | cuda:0,1");
+  add("--device", &c->device, "GPUSAMPLER_DEVICE",
+      "auto | cpu | cuda | cuda:0,1 | cuda-sim (the CUDA pipeline run on the host; slow, "
+      "exact, for testing; never chosen by auto)");
   add("--streams-per-device", &c->streams_per_device, "GPUSAMPLER_STREAMS_PER_DEVICE",
       "CUDA workers (streams) per device");
   add("--device-timeout-ms", &c->device_timeout_ms, "GPUSAMPLER_DEVICE_TIMEOUT_MS",
@@ -165,7 +167,12 @@ void AddFlags(CLI::App* app, ServerConfig* c) {
 bool ParseDevice(const std::string& value, int device_count, DeviceSelection* out,
                  std::string* error) {
   out->cuda_devices.clear();
+  out->cuda_sim = false;
   if (value == "cpu") return true;
+  if (value == "cuda-sim") {
+    out->cuda_sim = true;
+    return true;
+  }
   if (value == "auto" || value == "cuda") {
     for (int d = 0; d < device_count; ++d) out->cuda_devices.push_back(d);
     if (value == "cuda" && device_count == 0) {
@@ -175,7 +182,7 @@ bool ParseDevice(const std::string& value, int device_count, DeviceSelection* ou
     return true;
   }
   if (value.rfind("cuda:", 0) != 0) {
-    *error = "--device " + value + ": expected auto, cpu, cuda or cuda:0,1";
+    *error = "--device " + value + ": expected auto, cpu, cuda, cuda:0,1 or cuda-sim";
     return false;
   }
   std::stringstream list(value.substr(5));

@@ -24,7 +24,7 @@ struct Limits {
 struct ServerConfig {
   std::string address = "0.0.0.0:50051";
   std::string metrics_address = "0.0.0.0:9464";  // empty: no metrics endpoint
-  std::string device = "auto";                   // auto | cpu | cuda | cuda:0,1
+  std::string device = "auto";                   // auto | cpu | cuda | cuda:0,1 | cuda-sim
   int streams_per_device = 2;                    // CUDA workers per device
   int64_t device_timeout_ms = 60000;  // a launch still running after this is a device fault
   int cpu_threads = 0;                // threads per CPU worker; 0 = hardware threads / cpu_workers
@@ -75,9 +75,12 @@ void AddFlags(CLI::App* app, ServerConfig* config);
 // is out of range (counts >= 1, 32-bit row indexing, int milliseconds for gRPC).
 bool CheckConfig(const ServerConfig& config, std::string* error);
 
-// Which devices `--device` selects. `cuda_devices` empty means CPU workers.
+// Which devices `--device` selects. `cuda_devices` empty means host workers: CPU workers,
+// or with `cuda_sim` cuda-sim workers (the CUDA pipeline run on the host, host memory like
+// the CPU; `auto` never selects it).
 struct DeviceSelection {
   std::vector<int> cuda_devices;
+  bool cuda_sim = false;
 };
 // Parses --device; `device_count` is CudaDeviceCount(). Returns false with `error` set
 // when the value is malformed or names an absent device.

@@ -344,7 +344,7 @@ Status DatasetBuilder::Commit(std::shared_ptr<const Dataset>* stored) {
 
 Status DatasetRegistry::Place(Dataset* ds) const {
   if (cuda_devices_.empty()) {
-    ds->devices = {"cpu"};
+    ds->devices = {host_device_};
     return Status::Ok();
   }
   // Upload with a stream of our own, synchronized here: this runs at upload commit or start-up,

@@ -124,7 +124,21 @@ Status Server::Start() {
   info.set_revision(Revision());
   std::vector<std::pair<std::unique_ptr<Worker>, int>> workers;
   try {
-    if (selection.cuda_devices.empty()) {
+    if (selection.cuda_sim) {
+      // The CUDA pipeline run on the host (kernels' MakeCudaSimBackend): host workers, one
+      // sim backend each, as many as CPU workers; host memory like the CPU backend.
+      backend_ = "cuda-sim";
+      devices.emplace_back("cuda-sim", "");
+      auto* d = info.add_devices();
+      d->set_name("cuda-sim");
+      d->set_id("cuda-sim");
+      d->set_memory_bytes(HostMemoryBytes());
+      const int n = std::max(1, config_.cpu_workers);
+      for (int w = 0; w < n; ++w) {
+        workers.emplace_back(MakeHostWorker(kernels::MakeCudaSimBackend(), "cuda-sim"), 0);
+      }
+      spdlog::info("backend cuda-sim: {} worker(s), the CUDA pipeline run on the host", n);
+    } else if (selection.cuda_devices.empty()) {
       backend_ = "cpu";
       devices.emplace_back("cpu", "");
       auto* d = info.add_devices();
@@ -187,8 +201,10 @@ Status Server::Start() {
                          config_.limits.max_elements, config_.max_batch_slots},
       metrics_.get(), [this](const Status& s) { OnFatal(s); });
   for (auto& [worker, device] : workers) scheduler_->AddWorker(std::move(worker), device);
-  // Datasets live where the workers sample: device memory for CUDA workers.
-  datasets_ = std::make_unique<DatasetRegistry>(config_.max_dataset_bytes, selection.cuda_devices);
+  // Datasets live where the workers sample: device memory for CUDA workers, host memory for
+  // CPU and cuda-sim workers (listed under the workers' device id).
+  datasets_ = std::make_unique<DatasetRegistry>(config_.max_dataset_bytes, selection.cuda_devices,
+                                                selection.cuda_sim ? "cuda-sim" : "cpu");
   service_ = std::make_unique<SamplerService>(config_, scheduler_.get(), metrics_.get(), info,
                                               datasets_.get());
 

@@ -29,7 +29,8 @@ class Scheduler;
 class SamplerService;
 class HealthService;
 
-// Test hook: builds the backend of CPU worker `index` instead of MakeCpuBackend.
+// Test hook: builds the backend of CPU worker `index` instead of MakeCpuBackend (CPU workers
+// only: a --device cuda-sim server always runs MakeCudaSimBackend).
 using BackendFactory = std::function<std::unique_ptr<kernels::Backend>(int index)>;
 
 class Server {

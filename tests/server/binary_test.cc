@@ -19,7 +19,19 @@ extern char** environ;
 namespace gpusampler::server::testing {
 namespace {
 
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+// `env`: extra NAME=VALUE entries, before the inherited environment (so they win).
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log,
+            const std::vector<std::string>& env = {}) {
+  std::vector<char*> envp;
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  for (char** e = environ; *e != nullptr; ++e) {
+    bool overridden = false;
+    for (const auto& mine : env) {
+      overridden = overridden || std::string(*e).rfind(mine.substr(0, mine.find('=') + 1), 0) == 0;
+    }
+    if (!overridden) envp.push_back(*e);
+  }
+  envp.push_back(nullptr);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -28,7 +40,7 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
   posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   return rc == 0 ? pid : -1;
 }
@@ -180,7 +192,71 @@ TEST(BinaryTest, BadFlagsExitNonZero) {
                           log);
   ASSERT_GT(pid, 0);
   EXPECT_EQ(WaitExit(pid, std::chrono::seconds(20)), 1);
-  EXPECT_NE(ReadFile(log).find("expected auto, cpu, cuda or cuda:0,1"), std::string::npos)
+  EXPECT_NE(ReadFile(log).find("expected auto, cpu, cuda, cuda:0,1 or cuda-sim"), std::string::npos)
+      << ReadFile(log);
+}
+
+TEST(BinaryTest, DeviceCudaSimFromTheEnvironmentServesAndDrains) {
+  const std::string dir = ::testing::TempDir();
+  const std::string port_file = dir + "/gpusampler-sim-ports-" + std::to_string(getpid());
+  const std::string log = dir + "/gpusampler-sim-" + std::to_string(getpid()) + ".log";
+  std::remove(port_file.c_str());
+  // No --device: GPUSAMPLER_DEVICE picks cuda-sim.
+  const pid_t pid = Spawn({GPUSAMPLER_SERVER_BIN, "--address", "127.0.0.1:0", "--metrics-address",
+                           "", "--port-file", port_file},
+                          log, {"GPUSAMPLER_DEVICE=cuda-sim"});
+  ASSERT_GT(pid, 0);
+  struct Reaper {
+    pid_t pid;
+    bool exited = false;
+    ~Reaper() {
+      if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } reaper{pid};
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::ifstream in(port_file);
+        return static_cast<bool>(in >> grpc_port >> metrics_port);
+      },
+      std::chrono::seconds(30)))
+      << ReadFile(log);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Sampler::NewStub(channel);
+  {
+    grpc::ClientContext ctx;
+    v1::ServerInfo info;
+    ASSERT_TRUE(stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());
+    EXPECT_EQ(info.backend(), "cuda-sim");
+    ASSERT_EQ(info.devices_size(), 1);
+    EXPECT_EQ(info.devices(0).id(), "cuda-sim");
+  }
+  {
+    RequestSpec r;
+    r.rows = {RandomRow(300, 4)};
+    r.num_samples = 10;
+    grpc::ClientContext ctx;
+    v1::SampleResponse resp;
+    ASSERT_TRUE(stub->Sample(&ctx, MakeRequest(r), &resp).ok());
+    EXPECT_EQ(resp.device(), "cuda-sim");
+  }
+  kill(pid, SIGTERM);
+  EXPECT_EQ(WaitExit(pid, std::chrono::seconds(30)), 0) << ReadFile(log);
+  reaper.exited = true;
+  EXPECT_NE(ReadFile(log).find("backend=cuda-sim"), std::string::npos) << ReadFile(log);
+  std::remove(port_file.c_str());
+}
+
+TEST(BinaryTest, HelpNamesCudaSim) {
+  const std::string log = ::testing::TempDir() + "/gpusampler-help.log";
+  const pid_t pid = Spawn({GPUSAMPLER_SERVER_BIN, "--help"}, log);
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitExit(pid, std::chrono::seconds(20)), 0);
+  EXPECT_NE(ReadFile(log).find("auto | cpu | cuda | cuda:0,1 | cuda-sim"), std::string::npos)
       << ReadFile(log);
 }
 
