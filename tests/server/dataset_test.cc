@@ -201,6 +201,7 @@ TEST(DatasetTest, ChunkedUploadEqualsInlineRowsInAnyOrder) {
   EXPECT_EQ(info.feature_shape(0), 3);
   EXPECT_EQ(info.bytes(), host.Splits().back() * (8 + 12) + 10 * 8);
   ASSERT_EQ(info.devices_size(), 1);
+  EXPECT_EQ(info.devices(0), TestDeviceId());  // where the copy is kept: the workers' device
   // sha256 over the label bytes, then the feature bytes.
   Sha256 want;
   const std::vector<int64_t> flat = host.Flat();
@@ -363,7 +364,8 @@ TEST(DatasetTest, FailedOrCancelledUploadsLeaveNothing) {
   // The budget is whole again, and the name is free.
   ASSERT_TRUE(WaitFor([&] {
     return HttpGet(t.server->metrics_port(), "/metrics")
-               .find("gpusampler_dataset_bytes{device=\"cpu\"} 0") != std::string::npos;
+               .find("gpusampler_dataset_bytes{device=\"" + TestDeviceId() + "\"} 0") !=
+           std::string::npos;
   }));
   ASSERT_TRUE(Upload(t.stub.get(), host.Chunks("atomic", 300, true), &info).ok());
   EXPECT_EQ(Names(t.stub.get()), std::vector<std::string>{"atomic"});
@@ -377,9 +379,9 @@ TEST(DatasetTest, FailedOrCancelledUploadsLeaveNothing) {
   EXPECT_NE(metrics.find("gpusampler_requests_total{code=\"OK\",method=\"CreateDataset\"} 1"),
             std::string::npos)
       << metrics;
-  EXPECT_NE(
-      metrics.find("gpusampler_dataset_bytes{device=\"cpu\"} " + std::to_string(info.bytes())),
-      std::string::npos)
+  EXPECT_NE(metrics.find("gpusampler_dataset_bytes{device=\"" + TestDeviceId() + "\"} " +
+                         std::to_string(info.bytes())),
+            std::string::npos)
       << metrics;
 }
 

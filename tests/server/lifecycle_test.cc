@@ -373,23 +373,22 @@ TEST(MetricsTest, ScrapeAfterTrafficHasEverySpecMetricAndPassesPromtool) {
     EXPECT_NE(scrape.find(name), std::string::npos) << name;
   }
   EXPECT_NE(scrape.find("gpusampler_device_busy_ratio" + device), std::string::npos) << device;
-  // cuda: the toolkit compiled with; cuda_driver: the CUDA in use ("none" on the CPU).
-  const std::string prefix = std::string("gpusampler_build_info{backend=\"") +
-                             (TestOnCpu() ? "cpu" : "cuda") + "\",cuda=\"" + CudaVersion() +
-                             "\",cuda_driver=\"";
+  // cuda: the toolkit compiled with; cuda_driver: the CUDA in use ("none" on the host).
+  const std::string prefix = std::string("gpusampler_build_info{backend=\"") + TestBackend() +
+                             "\",cuda=\"" + CudaVersion() + "\",cuda_driver=\"";
   const std::string suffix =
       std::string("\",revision=\"") + Revision() + "\",version=\"" + Version() + "\"} 1";
   const size_t at = scrape.find(prefix);
   ASSERT_NE(at, std::string::npos) << prefix;
   const size_t end = scrape.find('"', at + prefix.size());
   const std::string driver = scrape.substr(at + prefix.size(), end - at - prefix.size());
-  if (TestOnCpu()) {
+  if (TestOnHost()) {
     EXPECT_EQ(driver, "none");
   } else {
     EXPECT_NE(driver, "none");
   }
   EXPECT_EQ(scrape.compare(end, suffix.size(), suffix), 0) << scrape.substr(at, 200);
-  if (TestOnCpu()) {
+  if (TestOnHost()) {
     // No GPU in use: no GPU gauges.
     EXPECT_EQ(scrape.find("gpusampler_gpu_utilization_ratio"), std::string::npos);
   }

@@ -341,7 +341,7 @@ TEST(ServiceTest, GetServerInfoReportsBackendAndLimits) {
   grpc::ClientContext ctx;
   v1::ServerInfo info;
   ASSERT_TRUE(t.stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());
-  EXPECT_EQ(info.backend(), TestOnCpu() ? "cpu" : "cuda");
+  EXPECT_EQ(info.backend(), TestBackend());
   EXPECT_EQ(info.version(), Version());
   ASSERT_GE(info.devices_size(), 1);
   EXPECT_EQ(info.devices(0).id(), TestDeviceId());
@@ -385,6 +385,7 @@ int FreePort() {
 TEST(HealthTest, NotServingFromThePortOpeningUntilWarmUpIsDone) {
   g_warm_up_done = false;
   ServerConfig config = TestConfig();
+  config.device = "cpu";  // the test backend runs on the host, as StartServer does
   const int port = FreePort();
   config.address = "127.0.0.1:" + std::to_string(port);
   config.port_file = ::testing::TempDir() + "/gpusampler-health-ports";

@@ -23,9 +23,16 @@ std::string TestDevice() {
 
 bool TestOnCpu() { return TestDevice() == "cpu"; }
 
+bool TestOnHost() { return TestDevice() == "cpu" || TestDevice() == "cuda-sim"; }
+
+std::string TestBackend() {
+  const std::string d = TestDevice();
+  return d == "cpu" || d == "cuda-sim" ? d : "cuda";
+}
+
 std::string TestDeviceId() {
   const std::string d = TestDevice();
-  if (d == "cpu") return "cpu";
+  if (d == "cpu" || d == "cuda-sim") return d;
   if (d.rfind("cuda:", 0) == 0) return "cuda:" + d.substr(5, d.find(',') - 5);
   return "cuda:0";  // auto / cuda: every device, the first is 0
 }
@@ -200,7 +207,11 @@ void ExpectGolden(const Golden& g, const v1::SampleResponse& resp, const std::st
   EXPECT_EQ(Values<int32_t>(resp.num_positive()), g.num_positive) << g.name << " " << where;
   EXPECT_EQ(Values<int32_t>(resp.num_negative()), g.num_negative) << g.name << " " << where;
   EXPECT_EQ(resp.seed(), *g.request.seed) << where;
-  EXPECT_EQ(resp.device().substr(0, 4), TestOnCpu() ? "cpu" : "cuda") << where;
+  if (TestOnHost()) {
+    EXPECT_EQ(resp.device(), TestDeviceId()) << where;
+  } else {
+    EXPECT_EQ(resp.device().substr(0, 5), "cuda:") << where;
+  }
 }
 
 std::unique_ptr<AsyncCall> StartSample(v1::Sampler::Stub* stub, v1::SampleRequest request,

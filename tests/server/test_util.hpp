@@ -21,9 +21,14 @@ namespace gpusampler::server::testing {
 
 // The device the suite runs on: $GPUSAMPLER_TEST_DEVICE (a --device value), default "cpu".
 std::string TestDevice();
-// The device id of the first worker: "cpu", or "cuda:N" for the first CUDA device selected.
+// The device id of the first worker: "cpu", "cuda-sim", or "cuda:N" for the first CUDA
+// device selected.
 std::string TestDeviceId();
+// What ServerInfo.backend and the build_info metric say: "cpu", "cuda-sim" or "cuda".
+std::string TestBackend();
 bool TestOnCpu();
+// CPU or cuda-sim: host memory, no GPU in use (no NVML gauges, cuda_driver "none").
+bool TestOnHost();
 
 // 127.0.0.1:0 for gRPC and metrics, TestDevice(), one worker (a CPU worker of two threads,
 // or one stream per CUDA device).
