@@ -1,9 +1,16 @@
 // gpusampler-bench: times Backend::Sample (selection, ordering and the feature gather) on
-// inputs already resident where the backend works: host memory for cpu, device memory for
-// cuda. Labels are uniform {0, 1} (half positives) like bench/pytorch_baselines.py.
+// inputs already resident where the backend works: host memory for cpu and cuda-sim, device
+// memory for cuda. Labels are uniform {0, 1} (half positives) like bench/pytorch_baselines.py.
 //
-//   gpusampler-bench --backend cpu|cuda --rows B --n N --k K --dim D --label-dtype int64
-//                    --threads T --iters I [--warmup W] [--seed S] [--json] [--floor]
+//   gpusampler-bench --backend cpu|cuda|cuda-sim --rows B --n N --k K --dim D
+//                    --label-dtype int64 --threads T --iters I [--warmup W] [--seed S] [--json]
+//                    [--floor]
+//
+// cuda-sim is the CUDA pipeline run on the host (slow; its time is not a GPU's): what it
+// reports is the model of the GPU's work of the last timed Sample (Backend::last_launch_stats):
+// stream operations (launches), global-memory bytes read and written, Philox calls, and
+// (read + written) / label elements. --json adds them as launches, bytes_read, bytes_written,
+// philox_calls, label_elements and bytes_per_element; the text output prints them on a line.
 //
 // --floor (cpu) also measures, on the same inputs and threads, the work no CPU sampler can
 // avoid: reading the labels once, B (N/4 + K) Philox calls (the selection keys of every
@@ -51,9 +58,9 @@ struct Options {
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr,
                "gpusampler-bench: %s\n"
-               "usage: gpusampler-bench --backend cpu|cuda --rows B --n N --k K --dim D\n"
+               "usage: gpusampler-bench --backend cpu|cuda|cuda-sim --rows B --n N --k K --dim D\n"
                "       --label-dtype bool|int8|uint8|int16|int32|int64 --threads T --iters I\n"
-               "       [--warmup W] [--seed S] [--json]\n",
+               "       [--warmup W] [--seed S] [--json] [--floor]\n",
                why);
   std::exit(2);
 }
@@ -99,7 +106,9 @@ Options Parse(int argc, char** argv) {
   if (o.rows < 1 || o.n < 0 || o.k < 1 || o.dim < 0 || o.iters < 1 || o.warmup < 0) {
     Usage("sizes must be positive");
   }
-  if (o.backend != "cpu" && o.backend != "cuda") Usage("--backend is cpu or cuda");
+  if (o.backend != "cpu" && o.backend != "cuda" && o.backend != "cuda-sim") {
+    Usage("--backend is cpu, cuda or cuda-sim");
+  }
   if (o.floor && o.backend != "cpu") Usage("--floor measures the CPU floor; use --backend cpu");
   return o;
 }
@@ -256,7 +265,13 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<gk::Backend> backend;
   try {
-    backend = o.backend == "cuda" ? gk::MakeCudaBackend(0) : gk::MakeCpuBackend(o.threads);
+    if (o.backend == "cuda") {
+      backend = gk::MakeCudaBackend(0);
+    } else if (o.backend == "cuda-sim") {
+      backend = gk::MakeCudaSimBackend();  // host memory, like cpu; --threads unused
+    } else {
+      backend = gk::MakeCpuBackend(o.threads);
+    }
   } catch (const gk::Error& e) {
     std::fprintf(stderr, "gpusampler-bench: %s\n", e.what());
     return 3;
@@ -310,6 +325,19 @@ int main(int argc, char** argv) {
     return 4;
   }
   for (void* d : device_buffers) gk::DeviceFree(d);
+  // The counts of the last timed Sample, for backends that keep them (cuda-sim).
+  gk::LaunchStats stats;
+  const bool has_stats = backend->last_launch_stats(&stats);
+  char stats_json[384] = "";
+  if (has_stats) {
+    std::snprintf(stats_json, sizeof(stats_json),
+                  ", \"launches\": %lld, \"bytes_read\": %lld, \"bytes_written\": %lld, "
+                  "\"philox_calls\": %lld, \"label_elements\": %lld, \"bytes_per_element\": %.6f",
+                  static_cast<long long>(stats.launches), static_cast<long long>(stats.bytes_read),
+                  static_cast<long long>(stats.bytes_written),
+                  static_cast<long long>(stats.philox_calls),
+                  static_cast<long long>(stats.label_elements), stats.bytes_per_element());
+  }
 
   const double median = Percentile(ms, 0.5), p90 = Percentile(ms, 0.9);
   Floor floor;
@@ -328,11 +356,11 @@ int main(int argc, char** argv) {
         "{\"impl\": \"gpusampler\", \"backend\": \"%s\", \"device\": \"%s\", \"rows\": %lld, "
         "\"n\": %lld, \"k\": %lld, \"dim\": %lld, \"label_dtype\": \"%s\", \"threads\": %d, "
         "\"iters\": %d, \"warmup\": %d, \"median_ms\": %.6f, \"p90_ms\": %.6f, "
-        "\"min_ms\": %.6f, \"inputs\": \"%s\", \"timed\": \"sample+feature gather\"%s}\n",
+        "\"min_ms\": %.6f, \"inputs\": \"%s\", \"timed\": \"sample+feature gather\"%s%s}\n",
         o.backend.c_str(), backend->name().c_str(), static_cast<long long>(o.rows),
         static_cast<long long>(o.n), static_cast<long long>(o.k), static_cast<long long>(o.dim),
         o.label_dtype.c_str(), o.threads, o.iters, o.warmup, median, p90,
-        *std::min_element(ms.begin(), ms.end()), memory, floor_json);
+        *std::min_element(ms.begin(), ms.end()), memory, floor_json, stats_json);
   } else {
     std::printf(
         "%s rows=%lld n=%lld k=%lld dim=%lld %s threads=%d iters=%d: median %.4f ms, "
@@ -344,6 +372,14 @@ int main(int argc, char** argv) {
       std::printf("floor %.4f ms (labels %.4f, keys %.4f, gather %.4f): %.2fx the floor\n",
                   floor.total(), floor.labels_ms, floor.keys_ms, floor.gather_ms,
                   median / floor.total());
+    }
+    if (has_stats) {
+      std::printf(
+          "last launch: %lld launches, %lld bytes read, %lld bytes written, %lld Philox calls, "
+          "%.3f bytes per label element\n",
+          static_cast<long long>(stats.launches), static_cast<long long>(stats.bytes_read),
+          static_cast<long long>(stats.bytes_written), static_cast<long long>(stats.philox_calls),
+          stats.bytes_per_element());
     }
   }
   return 0;

@@ -1,13 +1,13 @@
 // gpusampler-service-bench: loopback throughput and latency (p50/p99) of gpusampler-server
-// (in-process, CPU backend) against a bare gRPC echo of the same bytes and against calling
-// the backend directly, at concurrency 1, 8 and 64, with and without dynamic batching,
-// labels-only and with features. Prints a Markdown table.
+// (in-process; CPU unless --device) against a bare gRPC echo of the same bytes and against
+// calling the backend directly, at concurrency 1, 8 and 64, with and without dynamic
+// batching, labels-only and with features. Prints a Markdown table.
 //
 //   gpusampler-service-bench [--n 10000] [--k 1000] [--dim 16] [--seconds 2]
 //                            [--concurrency 1,8,64] [--cpu-threads 0] [--worker-spin-us 300]
-//                            [--device cpu|cuda|cuda:N]
-// The in-process row always calls the CPU backend; for CUDA, compare with
-// `gpusampler-bench --backend cuda`.
+//                            [--device cpu|cuda|cuda:N|cuda-sim]
+// The in-process row calls the CPU backend (the cuda-sim backend with --device cuda-sim); for
+// CUDA, compare with `gpusampler-bench --backend cuda`.
 #include <grpcpp/grpcpp.h>
 
 #include <spdlog/spdlog.h>
@@ -192,8 +192,8 @@ Result Load(int port, const v1::SampleRequest& req, int concurrency, double seco
 }
 
 // The backend called directly: labels already in memory, no gRPC, no copies.
-Result InProcess(int64_t n, int64_t k, int threads, double seconds) {
-  auto backend = gk::MakeCpuBackend(threads);
+Result InProcess(int64_t n, int64_t k, int threads, double seconds, bool cuda_sim) {
+  auto backend = cuda_sim ? gk::MakeCudaSimBackend() : gk::MakeCpuBackend(threads);
   std::vector<int64_t> labels(static_cast<size_t>(n));
   std::mt19937_64 gen(1);
   for (auto& x : labels) x = static_cast<int64_t>(gen() & 1);
@@ -392,7 +392,7 @@ int main(int argc, char** argv) {
   app.add_option("--concurrency", concurrency_list)->capture_default_str();
   app.add_option("--cpu-threads", cpu_threads, "server CPU threads (0 = all)")
       ->capture_default_str();
-  app.add_option("--device", device, "server --device (cpu, cuda, cuda:0, ...)")
+  app.add_option("--device", device, "server --device (cpu, cuda, cuda:0, ..., cuda-sim)")
       ->capture_default_str();
   app.add_option("--worker-spin-us", spin_us, "server --worker-spin-us")->capture_default_str();
   bool dataset_mode = false;
@@ -431,7 +431,7 @@ int main(int argc, char** argv) {
   auto unbatched = start_server(false);
 
   std::vector<std::string> gauge_notes;
-  const Result direct = InProcess(n, k, cpu_threads, seconds);
+  const Result direct = InProcess(n, k, cpu_threads, seconds, device == "cuda-sim");
   std::printf(
       "In-process backend call (N=%lld, K=%lld, labels only): %.0f calls/s, p50 %.1f us, "
       "p99 %.1f us\n\n",
