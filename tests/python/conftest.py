@@ -1,5 +1,8 @@
 """Session fixtures: one real gpusampler-server (CPU backend) on port 0 for the suite.
 
+start_server(..., device="cuda-sim") starts another on the cuda-sim device (the CUDA pipeline
+run on the host), as test_golden.py does to run the golden cases through it too.
+
 The build directory comes from GPUSAMPLER_BUILD_DIR (set by `make test`), else ./build.
 A missing binary is a failure with instructions, never a skip.
 """
@@ -48,13 +51,13 @@ def require_binary(path: Path) -> None:
         )
 
 
-def start_server(workdir: Path, extra: Optional[List[str]] = None) -> Server:
+def start_server(workdir: Path, extra: Optional[List[str]] = None, device: str = "cpu") -> Server:
     require_binary(SERVER_BIN)
     workdir.mkdir(parents=True, exist_ok=True)
     port_file = workdir / "ports"
     log = workdir / "server.log"
     cmd = [
-        str(SERVER_BIN), "--device", "cpu", "--address", "127.0.0.1:0",
+        str(SERVER_BIN), "--device", device, "--address", "127.0.0.1:0",
         "--metrics-address", "127.0.0.1:0", "--port-file", str(port_file),
     ] + (extra or [])
     with open(log, "wb") as log_file:
