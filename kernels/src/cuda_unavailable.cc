@@ -1,5 +1,6 @@
 // The CUDA entry points of a build without the CUDA backend: queries report no device,
 // everything else throws Error(kUnavailable).
+#include "cuda_api.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 
@@ -12,6 +13,8 @@ namespace {
 
 bool CudaCompiled() { return false; }
 int CudaDeviceCount() { return 0; }
+
+namespace cuda_api {
 std::unique_ptr<Backend> MakeCudaBackend(int) { Unavailable(); }
 DeviceInfo GetDeviceInfo(int) { Unavailable(); }
 void* DeviceAlloc(int, size_t) { Unavailable(); }
@@ -30,10 +33,10 @@ void GatherFeatureRowsAsync(const int64_t*, const int64_t*, int64_t, int64_t, in
                             const uint8_t*, uint8_t*, void*) {
   Unavailable();
 }
-StreamTimer::StreamTimer(void* stream) : stream_(stream) { Unavailable(); }
-StreamTimer::~StreamTimer() = default;
-void StreamTimer::Start() { Unavailable(); }
-void StreamTimer::Stop() { Unavailable(); }
-float StreamTimer::ElapsedMs() { Unavailable(); }
+void TimerCreate(void*, void**, void**) { Unavailable(); }
+void TimerDestroy(void*, void*) noexcept {}
+void TimerRecord(void*, void*) { Unavailable(); }
+float TimerElapsedMs(void*, void*) { Unavailable(); }
+}  // namespace cuda_api
 
 }  // namespace gpusampler::kernels

@@ -16,6 +16,7 @@
 #include "cuda/device_guard.cuh"
 #include "cuda/error.cuh"
 #include "cuda/pipeline_exec.cuh"
+#include "cuda_api.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 #include "pipeline/pipeline.hpp"
 
@@ -195,7 +196,7 @@ void CudaBackend::Sample(const Batch& batch) {
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeCudaBackend(int device) {
+std::unique_ptr<Backend> cuda_api::MakeCudaBackend(int device) {
   const int count = CudaDeviceCount();
   if (device < 0 || device >= count) {
     throw Error(Error::Code::kUnavailable, "CUDA device " + std::to_string(device) +

@@ -10,6 +10,7 @@
 
 #include "cuda/device_guard.cuh"
 #include "cuda/error.cuh"
+#include "cuda_api.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 
@@ -77,6 +78,8 @@ int CudaDeviceCount() {
   }
   return count;
 }
+
+namespace cuda_api {
 
 DeviceInfo GetDeviceInfo(int device) {
   if (device < 0 || device >= CudaDeviceCount()) {
@@ -163,7 +166,7 @@ void StreamSynchronize(void* stream) {
   GPUSAMPLER_CUDA_TRY(cudaStreamSynchronize(AsStream(stream)));
 }
 
-StreamTimer::StreamTimer(void* stream) : stream_(stream) {
+void TimerCreate(void* stream, void** start_out, void** stop_out) {
   // Events must live on the stream's device to be recorded on it.
   detail::ScopedDevice guard(detail::StreamDevice(AsStream(stream)));
   cudaEvent_t start = nullptr;
@@ -174,29 +177,26 @@ StreamTimer::StreamTimer(void* stream) : stream_(stream) {
     GPUSAMPLER_CUDA_TRY_NO_THROW(cudaEventDestroy(start));
     GPUSAMPLER_CUDA_TRY(status);
   }
-  start_ = start;
-  stop_ = stop;
+  *start_out = start;
+  *stop_out = stop;
 }
 
-StreamTimer::~StreamTimer() {
-  GPUSAMPLER_CUDA_TRY_NO_THROW(cudaEventDestroy(static_cast<cudaEvent_t>(start_)));
-  GPUSAMPLER_CUDA_TRY_NO_THROW(cudaEventDestroy(static_cast<cudaEvent_t>(stop_)));
+void TimerDestroy(void* start, void* stop) noexcept {
+  GPUSAMPLER_CUDA_TRY_NO_THROW(cudaEventDestroy(static_cast<cudaEvent_t>(start)));
+  GPUSAMPLER_CUDA_TRY_NO_THROW(cudaEventDestroy(static_cast<cudaEvent_t>(stop)));
 }
 
-void StreamTimer::Start() {
-  GPUSAMPLER_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(start_), AsStream(stream_)));
+void TimerRecord(void* event, void* stream) {
+  GPUSAMPLER_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(event), AsStream(stream)));
 }
 
-void StreamTimer::Stop() {
-  GPUSAMPLER_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(stop_), AsStream(stream_)));
-}
-
-float StreamTimer::ElapsedMs() {
-  GPUSAMPLER_CUDA_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)));
+float TimerElapsedMs(void* start, void* stop) {
+  GPUSAMPLER_CUDA_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(stop)));
   float ms = 0.0f;
   GPUSAMPLER_CUDA_TRY(
-      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)));
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(stop)));
   return ms;
 }
 
+}  // namespace cuda_api
 }  // namespace gpusampler::kernels

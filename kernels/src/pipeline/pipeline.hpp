@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/macros.hpp"
 #include "gpusampler/kernels/philox.hpp"
 #include "gpusampler/kernels/quota.hpp"
@@ -1057,6 +1058,49 @@ struct KeysBody {
       b.CountPhilox(2);
       b.Store(u + j, x.v[i % 4]);
       b.Store(v + j, OrderKeyOf(row, i));
+    });
+  }
+};
+
+// Resident datasets (device.hpp): span copies of label rows into a launch's staged labels,
+// one block per span with its threads over the bytes ...
+struct CopySpansBody {
+  const CopySpan* spans = nullptr;
+  const uint8_t* src = nullptr;
+  uint8_t* dst = nullptr;
+  template <class B>
+  GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
+    CopySpan& span = b.template SharedAs<CopySpan>();
+    b.Threads([&](int t) {
+      if (t == 0) span = b.Load(spans + block);
+    });
+    b.Threads([&](int t) {
+      for (int64_t k = t; k < span.bytes; k += kThreads) {
+        b.Store(dst + span.dst_offset + k, b.Load(src + span.src_offset + k));
+      }
+    });
+  }
+};
+
+// ... and the gather of the sampled feature rows: slot s of row r copies feature row
+// row_start[r] + indices[s] (zeros for padding), one thread per slot.
+struct GatherFeaturesBody {
+  const int64_t* indices = nullptr;
+  const int64_t* row_start = nullptr;
+  int64_t rows = 0;
+  int64_t k = 0;
+  int64_t row_bytes = 0;
+  const uint8_t* features = nullptr;
+  uint8_t* out = nullptr;
+  template <class B>
+  GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
+    b.Threads([&](int t) {
+      const int64_t slot = block * kThreads + t;
+      if (slot >= rows * k) return;
+      const int64_t i = b.Load(indices + slot);
+      const uint8_t* src =
+          i < 0 ? nullptr : features + (b.Load(row_start + slot / k) + i) * row_bytes;
+      CopyBytes<true>(b, out + slot * row_bytes, src, row_bytes);
     });
   }
 };

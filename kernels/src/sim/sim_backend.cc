@@ -1,6 +1,12 @@
-// The cuda-sim device: CudaBackend's pipeline (pipeline/pipeline.hpp) on the host, with the
-// same shape, arena layout and launch sequence, counting what the GPU would move.
+// The cuda-sim backend: CudaBackend's pipeline (pipeline/pipeline.hpp) on the host, with the
+// same shape, arena layout and launch sequence, counting what the GPU would move. Two modes:
+//   - MakeCudaSimBackend(): host memory like the CPU backend; Sample() runs to completion.
+//   - MakeCudaBackend(kSimDevice) (sim::MakeStreamBackend): "device" memory of the sim
+//     device; Sample() enqueues the launch on the backend's SimStream and returns at once,
+//     like CudaBackend, so launchers and workers written for CUDA run on it unchanged.
+#include <climits>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -8,47 +14,117 @@
 #include "pipeline/pipeline.hpp"
 #include "sim/sim_backend.hpp"
 #include "sim/sim_block.hpp"
+#include "sim/sim_device.hpp"
 
 namespace gpusampler::kernels {
 namespace {
 
+pipeline::Params ParamsOf(const Batch& batch, const CudaSimOptions& options) {
+  pipeline::Params p;
+  p.rows = batch.rows;
+  p.labels = batch.labels;
+  p.features = batch.features;
+  p.out_indices = batch.out_indices;
+  p.out_labels = batch.out_labels;
+  p.out_features = batch.out_features;
+  p.out_num_positive = batch.out_num_positive;
+  p.out_num_negative = batch.out_num_negative;
+  p.capacity = options.block_capacity;
+  return p;
+}
+
 class SimBackend final : public Backend {
  public:
-  explicit SimBackend(const CudaSimOptions& options) : options_(options) {}
+  SimBackend(const CudaSimOptions& options, bool own_stream) : options_(options) {
+    if (own_stream) stream_ = std::make_unique<sim::SimStream>();
+  }
+  ~SimBackend() override { stream_.reset(); }  // drains the queued launches first
+
   std::string name() const override { return "cuda-sim"; }
-  MemorySpace memory_space() const override { return MemorySpace::kHost; }
+  MemorySpace memory_space() const override {
+    return stream_ ? MemorySpace::kDevice : MemorySpace::kHost;
+  }
+  void* stream() const override { return stream_.get(); }
 
   void Sample(const Batch& batch) override {
-    stats_ = LaunchStats{};
-    stats_.label_elements = batch.total_elements;
-    ValidateRows(batch.rows, batch.num_rows);
+    if (!stream_) {
+      SampleNow(batch);
+      return;
+    }
+    if (batch.num_rows < 0 || batch.num_rows > INT_MAX / 2) {
+      throw Error(Error::Code::kInvalidArgument,
+                  "cuda-sim: num_rows " + std::to_string(batch.num_rows) + " out of range");
+    }
     if (batch.num_rows == 0) return;
-    const pipeline::Shape shape = pipeline::MakeShape(batch.rows, batch.num_rows, options_.small_row_max);
+    // As CudaBackend: the shape comes from the host copy of the rows; the kernels read the
+    // device copy when they run.
+    if (batch.host_rows == nullptr) {
+      throw Error(Error::Code::kInvalidArgument,
+                  "cuda-sim: Batch::host_rows is required (the launch shape is planned on the "
+                  "host)");
+    }
+    ValidateRows(batch.host_rows, batch.num_rows);
+    const pipeline::Shape shape =
+        pipeline::MakeShape(batch.host_rows, batch.num_rows, options_.small_row_max);
     const pipeline::Layout layout = pipeline::MakeLayout(shape);
-    // The arena, uninitialized as cudaMalloc's: filled with a pattern each launch.
-    arena_.assign(layout.bytes / 8 + 1, 0xA5A5A5A5A5A5A5A5ull);
-    pipeline::Params p;
-    p.rows = batch.rows;
-    p.labels = batch.labels;
-    p.features = batch.features;
-    p.out_indices = batch.out_indices;
-    p.out_labels = batch.out_labels;
-    p.out_features = batch.out_features;
-    p.out_num_positive = batch.out_num_positive;
-    p.out_num_negative = batch.out_num_negative;
-    p.capacity = options_.block_capacity;
-    sim::SimExec exec(&stats_);
-    pipeline::Enqueue(exec, shape, layout, reinterpret_cast<uint8_t*>(arena_.data()), p);
+    GrowArena(layout.bytes);
+    const pipeline::Params p = ParamsOf(batch, options_);
+    const int64_t elements = batch.total_elements;
+    uint8_t* arena = reinterpret_cast<uint8_t*>(arena_.data());
+    stream_->Enqueue([this, shape, layout, p, elements, arena] {
+      LaunchStats stats;
+      stats.label_elements = elements;
+      std::fill(arena, arena + layout.bytes, uint8_t{0xA5});
+      sim::SimExec exec(&stats);
+      pipeline::Enqueue(exec, shape, layout, arena, p);
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_ = stats;
+    });
+  }
+
+  void Reserve(int64_t num_rows, int64_t total_elements, int64_t total_slots) override {
+    if (!stream_ || num_rows <= 0) return;
+    GrowArena(pipeline::MakeLayout(pipeline::BoundShape(num_rows, total_elements, total_slots))
+                  .bytes);
   }
 
   bool last_launch_stats(LaunchStats* stats) const override {
+    std::lock_guard<std::mutex> lock(mu_);
     *stats = stats_;
     return true;
   }
 
  private:
+  void SampleNow(const Batch& batch) {
+    LaunchStats stats;
+    stats.label_elements = batch.total_elements;
+    ValidateRows(batch.rows, batch.num_rows);
+    if (batch.num_rows > 0) {
+      const pipeline::Shape shape =
+          pipeline::MakeShape(batch.rows, batch.num_rows, options_.small_row_max);
+      const pipeline::Layout layout = pipeline::MakeLayout(shape);
+      // The arena, uninitialized as cudaMalloc's: filled with a pattern each launch.
+      arena_.assign(layout.bytes / 8 + 1, 0xA5A5A5A5A5A5A5A5ull);
+      sim::SimExec exec(&stats);
+      pipeline::Enqueue(exec, shape, layout, reinterpret_cast<uint8_t*>(arena_.data()),
+                        ParamsOf(batch, options_));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_ = stats;
+  }
+
+  // Stream mode: the arena moves only between launches (queued ones finish first), as the
+  // CUDA backend's stream-ordered free does.
+  void GrowArena(size_t bytes) {
+    if (bytes <= arena_.size() * 8) return;
+    stream_->Synchronize();
+    arena_.assign(bytes / 8 + 1 + bytes / 16, 0);
+  }
+
   CudaSimOptions options_;
+  std::unique_ptr<sim::SimStream> stream_;
   std::vector<uint64_t> arena_;
+  mutable std::mutex mu_;
   LaunchStats stats_;
 };
 
@@ -65,9 +141,13 @@ std::unique_ptr<Backend> MakeCudaSimBackend(const CudaSimOptions& options) {
                 "cuda-sim: small_row_max " + std::to_string(options.small_row_max) +
                     " outside [0, " + std::to_string(pipeline::kSmallRowMax) + "]");
   }
-  return std::make_unique<SimBackend>(options);
+  return std::make_unique<SimBackend>(options, /*own_stream=*/false);
 }
 
 std::unique_ptr<Backend> MakeCudaSimBackend() { return MakeCudaSimBackend(CudaSimOptions{}); }
+
+std::unique_ptr<Backend> sim::MakeStreamBackend() {
+  return std::make_unique<SimBackend>(CudaSimOptions{}, /*own_stream=*/true);
+}
 
 }  // namespace gpusampler::kernels

@@ -1,7 +1,13 @@
 // Device memory, pinned host memory, stream-ordered copies and completion callbacks, for
 // callers that stage data for the CUDA backend (server workers, tests, benchmarks) without
 // including CUDA headers. In a build without CUDA every function throws
-// Error(kUnavailable), except the queries, which report no device.
+// Error(kUnavailable) for a CUDA device, except the queries, which report no device.
+//
+// Device kSimDevice is "cuda-sim", in every build: its memory is host memory, its streams
+// are host threads that run the enqueued operations in order, and its kernels are the CUDA
+// pipeline's bodies run by the host executor (MakeCudaBackend(kSimDevice) is a cuda-sim
+// backend on its own stream). Code written against this header (CudaLauncher, the server's
+// CUDA worker, dataset placement) runs unchanged on it, so CI runs the GPU path's logic.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +16,8 @@
 #include <string>
 
 namespace gpusampler::kernels {
+
+inline constexpr int kSimDevice = -1;
 
 struct DeviceInfo {
   int index = 0;

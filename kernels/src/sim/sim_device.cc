@@ -1,0 +1,134 @@
+// The cuda-sim device: streams, memory and the stream-ordered backend (sim_device.hpp).
+#include "sim/sim_device.hpp"
+
+#include <cstdlib>
+#include <exception>
+#include <unordered_set>
+#include <utility>
+
+namespace gpusampler::kernels::sim {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::unordered_set<const void*> streams;
+  std::unordered_set<const void*> memory;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: streams may outlive statics
+  return *r;
+}
+
+}  // namespace
+
+SimStream::SimStream() {
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    registry().streams.insert(this);
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+SimStream::~SimStream() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().streams.erase(this);
+}
+
+void SimStream::Enqueue(std::function<void()> op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(Op{std::move(op), false});
+  }
+  cv_.notify_all();
+}
+
+void SimStream::EnqueueCallback(std::function<void(const std::string& error)> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(Op{[this, fn = std::move(fn)] {
+                          std::string error;
+                          {
+                            std::lock_guard<std::mutex> lock(mu_);
+                            error = error_;
+                          }
+                          fn(error);
+                        },
+                        true});
+  }
+  cv_.notify_all();
+}
+
+void SimStream::Synchronize() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  if (!error_.empty()) throw Error(Error::Code::kDeviceFault, "cuda-sim: " + error_);
+}
+
+void SimStream::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stop_ and nothing left
+    Op op = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    // After a failure the stream is dead, as after a sticky CUDA error: later operations
+    // are skipped; callbacks still run (they report the error).
+    const bool skip = !error_.empty() && !op.callback;
+    lock.unlock();
+    std::string failure;
+    try {
+      if (!skip) op.run();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    } catch (...) {
+      failure = "unknown exception";
+    }
+    if (op.callback) failure.clear();  // a callback's own exception is not the stream's
+    lock.lock();
+    if (!failure.empty() && error_.empty()) error_ = failure;
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+bool IsSimStream(const void* stream) {
+  if (stream == nullptr) return false;
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return registry().streams.count(stream) > 0;
+}
+
+SimStream* AsSimStream(void* stream) { return static_cast<SimStream*>(stream); }
+
+bool IsSimMemory(const void* ptr) {
+  if (ptr == nullptr) return false;
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return registry().memory.count(ptr) > 0;
+}
+
+void* Alloc(size_t bytes) {
+  // 256-byte aligned like cudaMalloc; filled like uninitialized memory.
+  void* ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  if (ptr == nullptr) throw Error(Error::Code::kOutOfMemory, "cuda-sim: out of host memory");
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().memory.insert(ptr);
+  return ptr;
+}
+
+void Free(void* ptr) noexcept {
+  if (ptr == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    if (registry().memory.erase(ptr) == 0) return;
+  }
+  std::free(ptr);
+}
+
+}  // namespace gpusampler::kernels::sim

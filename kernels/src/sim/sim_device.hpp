@@ -1,0 +1,63 @@
+// The cuda-sim device behind device.hpp's kSimDevice: host memory standing in for device and
+// pinned memory, and streams that are host threads running their operations in order (a
+// throwing operation leaves a sticky error that later callbacks report, as a device fault
+// does on a GPU).
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "gpusampler/kernels/sampler.hpp"
+
+namespace gpusampler::kernels::sim {
+
+class SimStream {
+ public:
+  SimStream();
+  ~SimStream();  // runs what is queued, then stops
+  SimStream(const SimStream&) = delete;
+  SimStream& operator=(const SimStream&) = delete;
+
+  // Queues `op`; it runs on the stream's thread after everything queued before it.
+  void Enqueue(std::function<void()> op);
+  // Queues a callback that receives the sticky error ("" when none).
+  void EnqueueCallback(std::function<void(const std::string& error)> fn);
+  // Blocks until everything queued so far has run. Throws Error(kDeviceFault) when an
+  // operation failed.
+  void Synchronize();
+
+ private:
+  void Loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  struct Op {
+    std::function<void()> run;
+    bool callback = false;  // runs even after a failure (it reports the error)
+  };
+  std::deque<Op> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::string error_;
+  std::thread thread_;
+};
+
+// Whether `stream` / `ptr` belong to the simulator (registered at creation / allocation).
+bool IsSimStream(const void* stream);
+bool IsSimMemory(const void* ptr);
+SimStream* AsSimStream(void* stream);
+
+void* Alloc(size_t bytes);
+void Free(void* ptr) noexcept;  // no-op for pointers it did not allocate
+
+// A cuda-sim backend whose Sample() enqueues the pipeline on its own stream and returns at
+// once, like the CUDA backend (MakeCudaBackend(kSimDevice)).
+std::unique_ptr<Backend> MakeStreamBackend();
+
+}  // namespace gpusampler::kernels::sim
