@@ -8,9 +8,10 @@
 //
 // cuda-sim is the CUDA pipeline run on the host (slow; its time is not a GPU's): what it
 // reports is the model of the GPU's work of the last timed Sample (Backend::last_launch_stats):
-// stream operations (launches), global-memory bytes read and written, Philox calls, and
-// (read + written) / label elements. --json adds them as launches, bytes_read, bytes_written,
-// philox_calls, label_elements and bytes_per_element; the text output prints them on a line.
+// stream operations (launches), global-memory bytes read and written, feature-row bytes
+// (counted apart), Philox calls, and (read + written) / label elements. --json adds them as
+// launches, bytes_read, bytes_written, feature_bytes, philox_calls, label_elements and
+// bytes_per_element; the text output prints them on a line.
 //
 // --floor (cpu) also measures, on the same inputs and threads, the work no CPU sampler can
 // avoid: reading the labels once, B (N/4 + K) Philox calls (the selection keys of every
@@ -332,9 +333,11 @@ int main(int argc, char** argv) {
   if (has_stats) {
     std::snprintf(stats_json, sizeof(stats_json),
                   ", \"launches\": %lld, \"bytes_read\": %lld, \"bytes_written\": %lld, "
-                  "\"philox_calls\": %lld, \"label_elements\": %lld, \"bytes_per_element\": %.6f",
+                  "\"feature_bytes\": %lld, \"philox_calls\": %lld, \"label_elements\": %lld, "
+                  "\"bytes_per_element\": %.6f",
                   static_cast<long long>(stats.launches), static_cast<long long>(stats.bytes_read),
                   static_cast<long long>(stats.bytes_written),
+                  static_cast<long long>(stats.feature_bytes),
                   static_cast<long long>(stats.philox_calls),
                   static_cast<long long>(stats.label_elements), stats.bytes_per_element());
   }
@@ -375,11 +378,11 @@ int main(int argc, char** argv) {
     }
     if (has_stats) {
       std::printf(
-          "last launch: %lld launches, %lld bytes read, %lld bytes written, %lld Philox calls, "
-          "%.3f bytes per label element\n",
+          "last launch: %lld launches, %lld bytes read, %lld bytes written, %lld feature bytes, "
+          "%lld Philox calls, %.3f bytes per label element\n",
           static_cast<long long>(stats.launches), static_cast<long long>(stats.bytes_read),
-          static_cast<long long>(stats.bytes_written), static_cast<long long>(stats.philox_calls),
-          stats.bytes_per_element());
+          static_cast<long long>(stats.bytes_written), static_cast<long long>(stats.feature_bytes),
+          static_cast<long long>(stats.philox_calls), stats.bytes_per_element());
     }
   }
   return 0;

@@ -29,7 +29,8 @@ def test_cuda_sim_json_has_launch_stats():
     for key in ("median_ms", "p90_ms", "min_ms"):
         assert isinstance(out[key], float) and out[key] >= 0, key
     # The launch model: present and typed (values are the kernels' to assert).
-    for key in ("launches", "bytes_read", "bytes_written", "philox_calls", "label_elements"):
+    for key in ("launches", "bytes_read", "bytes_written", "feature_bytes", "philox_calls",
+                "label_elements"):
         assert type(out[key]) is int, (key, out[key])
     assert isinstance(out["bytes_per_element"], (int, float)) and not isinstance(
         out["bytes_per_element"], bool), out["bytes_per_element"]
