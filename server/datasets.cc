@@ -344,7 +344,7 @@ Status DatasetBuilder::Commit(std::shared_ptr<const Dataset>* stored) {
 
 Status DatasetRegistry::Place(Dataset* ds) const {
   if (cuda_devices_.empty()) {
-    ds->devices = {host_device_};
+    ds->devices = {"cpu"};
     return Status::Ok();
   }
   // Upload with a stream of our own, synchronized here: this runs at upload commit or start-up,
@@ -363,7 +363,8 @@ Status DatasetRegistry::Place(Dataset* ds) const {
         c.features = static_cast<uint8_t*>(kernels::DeviceAlloc(device, ds->features.size()));
         kernels::CopyToDevice(device, c.features, ds->features.data(), ds->features.size());
       }
-      ds->devices.push_back("cuda:" + std::to_string(device));
+      ds->devices.push_back(device == kernels::kSimDevice ? std::string("cuda-sim")
+                                                          : "cuda:" + std::to_string(device));
     }
   } catch (const kernels::Error& e) {
     return Status(Code::kResourceExhausted, std::string("dataset '") + ds->name +

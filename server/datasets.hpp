@@ -107,12 +107,9 @@ class DatasetRegistry {
  public:
   // `max_bytes`: --max-dataset-bytes. `cuda_devices`: where the CUDA workers sample; a
   // committed dataset is copied to each of them and kept only there (empty: host memory,
-  // where host workers sample, listed as `host_device`: "cpu", or "cuda-sim").
-  explicit DatasetRegistry(int64_t max_bytes, std::vector<int> cuda_devices = {},
-                           std::string host_device = "cpu")
-      : max_bytes_(max_bytes),
-        cuda_devices_(std::move(cuda_devices)),
-        host_device_(std::move(host_device)) {}
+  // where the CPU workers sample; kernels::kSimDevice: the cuda-sim device's "device" copy).
+  explicit DatasetRegistry(int64_t max_bytes, std::vector<int> cuda_devices = {})
+      : max_bytes_(max_bytes), cuda_devices_(std::move(cuda_devices)) {}
 
   // Puts `ds` where the workers sample (device copies, host copy released), before it is
   // visible. RESOURCE_EXHAUSTED when a device is out of memory. Synchronizes with the
@@ -140,7 +137,6 @@ class DatasetRegistry {
  private:
   const int64_t max_bytes_;
   const std::vector<int> cuda_devices_;
-  const std::string host_device_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const Dataset>> by_name_;
   int64_t used_ = 0;  // stored datasets' bytes + reservations

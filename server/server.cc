@@ -83,6 +83,18 @@ Status WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
   return Status::Ok();
 }
 
+// CUDA workers' options from the configuration: staging, arena and buffers sized for the
+// largest launch the limits allow (inline labels and the response each fit one message;
+// sized for int64 labels), so that no request allocates.
+CudaWorkerOptions CudaOptions(const ServerConfig& config) {
+  CudaWorkerOptions options;
+  options.device_timeout_ms = config.device_timeout_ms;
+  options.reserve_rows = config.limits.max_rows;
+  options.reserve_elements = config.limits.max_message_bytes / 8;
+  options.reserve_slots = std::min(config.max_batch_slots, config.limits.max_message_bytes / 9);
+  return options;
+}
+
 }  // namespace
 
 Server::Server(ServerConfig config, BackendFactory backend_factory)
@@ -125,19 +137,21 @@ Status Server::Start() {
   std::vector<std::pair<std::unique_ptr<Worker>, int>> workers;
   try {
     if (selection.cuda_sim) {
-      // The CUDA pipeline run on the host (kernels' MakeCudaSimBackend): host workers, one
-      // sim backend each, as many as CPU workers; host memory like the CPU backend.
+      // The CUDA path on the host: CUDA workers on kernels::kSimDevice, whose memory is host
+      // memory, whose streams are host threads and whose kernels are the CUDA pipeline's
+      // bodies run by the host executor. The workers stage, copy, launch, gather dataset
+      // features and time out exactly as on a GPU (docs/server.md).
       backend_ = "cuda-sim";
       devices.emplace_back("cuda-sim", "");
       auto* d = info.add_devices();
       d->set_name("cuda-sim");
       d->set_id("cuda-sim");
       d->set_memory_bytes(HostMemoryBytes());
-      const int n = std::max(1, config_.cpu_workers);
-      for (int w = 0; w < n; ++w) {
-        workers.emplace_back(MakeHostWorker(kernels::MakeCudaSimBackend(), "cuda-sim"), 0);
+      const int n = std::max(1, config_.streams_per_device);
+      for (int s = 0; s < n; ++s) {
+        workers.emplace_back(MakeCudaWorker(kernels::kSimDevice, CudaOptions(config_)), 0);
       }
-      spdlog::info("backend cuda-sim: {} worker(s), the CUDA pipeline run on the host", n);
+      spdlog::info("backend cuda-sim: {} stream worker(s), the CUDA path run on the host", n);
     } else if (selection.cuda_devices.empty()) {
       backend_ = "cpu";
       devices.emplace_back("cpu", "");
@@ -165,14 +179,7 @@ Status Server::Start() {
         d->set_id(id);
         d->set_memory_bytes(static_cast<int64_t>(di.total_memory));
         for (int s = 0; s < std::max(1, config_.streams_per_device); ++s) {
-          CudaWorkerOptions options;
-          options.device_timeout_ms = config_.device_timeout_ms;
-          // Inline labels and the response each fit one message: sized for int64 labels.
-          options.reserve_rows = config_.limits.max_rows;
-          options.reserve_elements = config_.limits.max_message_bytes / 8;
-          options.reserve_slots =
-              std::min(config_.max_batch_slots, config_.limits.max_message_bytes / 9);
-          workers.emplace_back(MakeCudaWorker(dev, options), static_cast<int>(i));
+          workers.emplace_back(MakeCudaWorker(dev, CudaOptions(config_)), static_cast<int>(i));
         }
         spdlog::info("backend {} ({}, {} MiB, {}): {} stream worker(s)", id, di.name,
                      di.total_memory >> 20, di.uuid, std::max(1, config_.streams_per_device));
@@ -203,8 +210,9 @@ Status Server::Start() {
   for (auto& [worker, device] : workers) scheduler_->AddWorker(std::move(worker), device);
   // Datasets live where the workers sample: device memory for CUDA workers, host memory for
   // CPU and cuda-sim workers (listed under the workers' device id).
-  datasets_ = std::make_unique<DatasetRegistry>(config_.max_dataset_bytes, selection.cuda_devices,
-                                                selection.cuda_sim ? "cuda-sim" : "cpu");
+  datasets_ = std::make_unique<DatasetRegistry>(
+      config_.max_dataset_bytes,
+      selection.cuda_sim ? std::vector<int>{kernels::kSimDevice} : selection.cuda_devices);
   service_ = std::make_unique<SamplerService>(config_, scheduler_.get(), metrics_.get(), info,
                                               datasets_.get());
 

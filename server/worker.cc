@@ -371,9 +371,9 @@ class CudaWorker final : public Worker {
   static size_t Align(size_t n) { return (n + 255) / 256 * 256; }
   static size_t Align(int64_t n) { return Align(static_cast<size_t>(std::max<int64_t>(0, n))); }
 
-  // One launch large enough for CUB's multi-tile radix sort (beyond ~2,300 keys one tile
-  // suffices and other kernels run), so that every kernel of the pipeline is loaded (CUDA
-  // loads modules lazily) and the arena is in use before the first request. Synchronous:
+  // One launch with a row longer than 4096 elements (the radix-select stages) and a short
+  // one (the fused kernel), so that every kernel of the pipeline is loaded (CUDA loads
+  // modules lazily) and the arena is in use before the first request. Synchronous:
   // construction is never on a request path.
   void WarmUp() {
     std::vector<int64_t> labels(3 * 4096 + 300);

@@ -70,7 +70,7 @@ class SimBackend final : public Backend {
     GrowArena(layout.bytes);
     const pipeline::Params p = ParamsOf(batch, options_);
     const int64_t elements = batch.total_elements;
-    uint8_t* arena = reinterpret_cast<uint8_t*>(arena_.data());
+    uint8_t* arena = reinterpret_cast<uint8_t*>(device_arena_.get());
     stream_->Enqueue([this, shape, layout, p, elements, arena] {
       LaunchStats stats;
       stats.label_elements = elements;
@@ -115,15 +115,19 @@ class SimBackend final : public Backend {
 
   // Stream mode: the arena moves only between launches (queued ones finish first), as the
   // CUDA backend's stream-ordered free does.
+  // Allocated uninitialized (untouched pages cost nothing until a launch uses them).
   void GrowArena(size_t bytes) {
-    if (bytes <= arena_.size() * 8) return;
+    if (bytes <= device_arena_bytes_) return;
     stream_->Synchronize();
-    arena_.assign(bytes / 8 + 1 + bytes / 16, 0);
+    device_arena_bytes_ = bytes + bytes / 2;
+    device_arena_.reset(new uint64_t[device_arena_bytes_ / 8 + 1]);
   }
 
   CudaSimOptions options_;
   std::unique_ptr<sim::SimStream> stream_;
-  std::vector<uint64_t> arena_;
+  std::vector<uint64_t> arena_;                  // host mode
+  std::unique_ptr<uint64_t[]> device_arena_;     // stream mode
+  size_t device_arena_bytes_ = 0;
   mutable std::mutex mu_;
   LaunchStats stats_;
 };
