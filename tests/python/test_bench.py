@@ -28,12 +28,27 @@ def test_cuda_sim_json_has_launch_stats():
     assert (out["rows"], out["n"], out["k"]) == (32, 1000, 100)
     for key in ("median_ms", "p90_ms", "min_ms"):
         assert isinstance(out[key], float) and out[key] >= 0, key
-    # The launch model: present and typed (values are the kernels' to assert).
+    # The launch model: present and typed, and the batch of small rows is one launch with
+    # the labels read once.
     for key in ("launches", "bytes_read", "bytes_written", "feature_bytes", "philox_calls",
                 "label_elements"):
         assert type(out[key]) is int, (key, out[key])
     assert isinstance(out["bytes_per_element"], (int, float)) and not isinstance(
         out["bytes_per_element"], bool), out["bytes_per_element"]
+    assert out["launches"] == 1
+    assert out["label_elements"] == 32 * 1000
+    assert out["philox_calls"] == 32 * (1000 // 4 + 100)
+    assert 8 <= out["bytes_per_element"] <= 12
+
+
+def test_cuda_sim_large_rows_move_at_most_24_bytes_per_label_element():
+    # Issue 8's bound for large rows, on the issue's cell (one timed iteration: the counts do
+    # not depend on timing; --dim 0 spares 2 GB of feature rows, which are counted apart).
+    out = run_bench("--backend", "cuda-sim", "--rows", "32", "--n", "1000000", "--k", "100000",
+                    "--dim", "0", "--iters", "1", "--warmup", "0", "--json")
+    assert out["launches"] == 7
+    assert out["label_elements"] == 32 * 1000000
+    assert 16 <= out["bytes_per_element"] <= 24, out["bytes_per_element"]
 
 
 def test_cpu_json_has_no_launch_stats():
