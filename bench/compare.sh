@@ -4,7 +4,7 @@
 # int64 labels and the same thread count.  Prints a Markdown report on stdout;
 # progress goes to stderr.
 #
-# usage: bench/compare.sh [--backend cpu|cuda] [--threads T] [--raw FILE]
+# usage: bench/compare.sh [--backend cpu|cuda|cuda-sim] [--threads T] [--raw FILE]
 #                         [--sizes "B:N B:N ..."] [--iters-scale X]
 # env:   THREADS      thread count (default: nproc)
 #        SIZES        cells as "B:N" pairs, space or comma separated
@@ -48,7 +48,9 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-case "$backend" in cpu|cuda) ;; *) die "--backend must be cpu or cuda, got '$backend'" ;; esac
+# cuda-sim: the CUDA pipeline on the host (its times are not a GPU's; it rehearses the
+# GPU proof without a GPU, bench/gpu/prove.sh REHEARSE=1).
+case "$backend" in cpu|cuda|cuda-sim) ;; *) die "--backend must be cpu, cuda or cuda-sim, got '$backend'" ;; esac
 [[ -n "$threads" ]] || threads="$(nproc)"
 [[ "$threads" =~ ^[1-9][0-9]*$ ]] || die "thread count must be a positive integer, got '$threads'"
 [[ "$iters_scale" =~ ^[0-9]*\.?[0-9]+$ ]] || die "ITERS_SCALE must be a positive number, got '$iters_scale'"

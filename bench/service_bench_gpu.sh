@@ -26,10 +26,13 @@ case $mode in
   run)
     export LD_LIBRARY_PATH=$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     out=${OUT:-.}
-    device=${DEVICE:-cuda}  # DEVICE=cpu rehearses the script on a machine without a GPU
+    device=${DEVICE:-cuda}  # DEVICE=cuda-sim (or cpu) rehearses the script without a GPU
+    bench_backend=cuda
+    [[ "$device" == cuda* ]] || bench_backend=cpu
+    [[ "$device" != cuda-sim ]] || bench_backend=cuda-sim
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/gpu.txt" 2>&1 || true
     lscpu >"$out/cpu.txt" 2>&1 || true
-    "$carry/bin/gpusampler-bench" --backend cuda --rows 1 --n 10000 --k 1000 --dim 16 --json \
+    "$carry/bin/gpusampler-bench" --backend "$bench_backend" --rows 1 --n 10000 --k 1000 --dim 16 --json \
       >"$out/inprocess-cuda.json" 2>&1 || true
     rm -f "$out/ports"
     "$carry/bin/gpusampler-server" --device "$device" --address 127.0.0.1:0 \

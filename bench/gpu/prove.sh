@@ -17,8 +17,9 @@
 #                                         # their ldd-collected libraries into
 #                                         # BUILD_DIR/gpu-carry (default build-gpu)
 #   bench/gpu/prove.sh run  [BUILD_DIR]   # there, with BUILD_DIR/gpu-carry carried
-#   REHEARSE=1 bench/gpu/prove.sh run     # here, without a GPU: the same steps on the CPU
-#                                         # paths (cpu backend, device cpu), to check the script
+#   REHEARSE=1 bench/gpu/prove.sh run     # here, without a GPU: the same steps on the
+#                                         # cuda-sim device (the CUDA pipeline, workers and
+#                                         # launcher run on the host), to check the script
 # The device call (one command, timeout_s 560, carry ["build-gpu/gpu-carry"]):
 #   bash bench/gpu/prove.sh run build-gpu
 # env: OUT            where results go (default /tmp/gpusampler-prove)
@@ -74,8 +75,8 @@ sizes="${PROVE_SIZES:-32:1000 32:10000 32:100000 32:1000000 1:10000000}"
 backend=cuda
 server_device=cuda
 if [[ "$rehearse" == 1 ]]; then
-  backend=cpu
-  server_device=cpu
+  backend=cuda-sim
+  server_device=cuda-sim
   sizes="${PROVE_SIZES:-32:1000 1:10000}"
   [[ -n "${PYTHON:-}" ]] || py=/usr/bin/python3
 fi
@@ -201,7 +202,7 @@ report="$out/bench/results/h200.md"
 {
   echo "# gpusampler on an H200: issue 8's proof"
   echo
-  [[ "$rehearse" != 1 ]] || echo "**REHEARSAL without a GPU** (cpu backend, device cpu): checks the script only."
+  [[ "$rehearse" != 1 ]] || echo "**REHEARSAL without a GPU** (backend and device cuda-sim: the CUDA pipeline on the host; its times are not a GPU's): checks the script only."
   echo
   echo "Written by \`bench/gpu/prove.sh run\` in ${SECONDS}s (budget ${budget}s)."
   echo
