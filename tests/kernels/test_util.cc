@@ -19,7 +19,7 @@ uint8_t FeatureByte(uint32_t r, int64_t i, int64_t b) {
 }
 
 std::vector<std::string> AllBackends() {
-  return {"cpu:1", "cpu:3", "cpusplit:3", "cpumiss:2", "cudasim", "cudasimlarge", "cuda"};
+  return {"cpu:1", "cpu:3", "cpusplit:3", "cpumiss:2", "cudasim", "cudasimlarge", "cudasimdevice", "cuda"};
 }
 
 bool BackendAvailable(const std::string& backend) {
@@ -68,6 +68,9 @@ std::unique_ptr<Backend> MakeBackend(const std::string& name) {
   // stages and lets a block sort only 64 keys, so small tests take the paths that only huge
   // rows take on the device (boundary histogram rounds, the large-bucket ranking).
   if (name == "cudasim") return MakeCudaSimBackend();
+  // The cuda-sim *device*: "device" memory, a stream, Sample() enqueued like CUDA's; the
+  // inputs are staged and the outputs read back with device.hpp's copies, as for "cuda".
+  if (name == "cudasimdevice") return MakeCudaBackend(kSimDevice);
   if (name == "cudasimlarge") {
     CudaSimOptions options;
     options.block_capacity = 64;
@@ -150,7 +153,7 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
     void* stream = backend->stream();
     std::vector<void*> owned;
     auto upload = [&](const void* src, size_t bytes) {
-      void* d = DeviceAlloc(0, bytes + 8);
+      void* d = DeviceAlloc(backend_name == "cudasimdevice" ? kSimDevice : 0, bytes + 8);
       owned.push_back(d);
       if (bytes) CopyAsync(d, src, bytes, stream);
       return d;
