@@ -1,6 +1,7 @@
 // gpusampler-bench: times Backend::Sample (selection, ordering and the feature gather) on
-// inputs already resident where the backend works: host memory for cpu and cuda-sim, device
-// memory for cuda. Labels are uniform {0, 1} (half positives) like bench/pytorch_baselines.py.
+// inputs already resident where the backend works: host memory for cpu, device memory for
+// cuda and cuda-sim (whose "device" memory is host memory), staged through CudaLauncher.
+// Labels are uniform {0, 1} (half positives) like bench/pytorch_baselines.py.
 //
 //   gpusampler-bench --backend cpu|cuda|cuda-sim --rows B --n N --k K --dim D
 //                    --label-dtype int64 --threads T --iters I [--warmup W] [--seed S] [--json]
@@ -33,6 +34,7 @@
 #include "cpu_select.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/gather.hpp"
+#include "gpusampler/kernels/launcher.hpp"
 #include "gpusampler/kernels/philox.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 #include "thread_pool.hpp"
@@ -264,24 +266,27 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> out_feat(builder.out_feature_bytes() + 1);
   std::vector<int32_t> num_pos(o.rows), num_neg(o.rows);
 
-  std::unique_ptr<gk::Backend> backend;
+  // cpu: host memory, Sample() runs to completion. cuda and cuda-sim: a CudaLauncher (the
+  // server's launch context: stream, arena, pinned staging, device buffers, completion) on
+  // CUDA device 0 or on the cuda-sim device, with the inputs uploaded once and resident; each
+  // timed launch is Sample() and its completion.
+  std::unique_ptr<gk::Backend> host_backend;
+  std::unique_ptr<gk::CudaLauncher> launcher;
   try {
-    if (o.backend == "cuda") {
-      backend = gk::MakeCudaBackend(0);
-    } else if (o.backend == "cuda-sim") {
-      backend = gk::MakeCudaSimBackend();  // host memory, like cpu; --threads unused
+    if (o.backend == "cuda" || o.backend == "cuda-sim") {
+      launcher = std::make_unique<gk::CudaLauncher>(o.backend == "cuda" ? 0 : gk::kSimDevice,
+                                                    std::chrono::milliseconds(600000));
     } else {
-      backend = gk::MakeCpuBackend(o.threads);
+      host_backend = gk::MakeCpuBackend(o.threads);
     }
   } catch (const gk::Error& e) {
     std::fprintf(stderr, "gpusampler-bench: %s\n", e.what());
     return 3;
   }
+  gk::Backend& backend = launcher ? launcher->backend() : *host_backend;
   gk::Batch batch;
   builder.FillSizes(&batch);
-  std::vector<void*> device_buffers;
-  void* stream = backend->stream();
-  if (backend->memory_space() == gk::MemorySpace::kHost) {
+  if (!launcher) {
     batch.labels = labels.data();
     batch.features = features.data();
     batch.out_indices = out_idx.data();
@@ -290,27 +295,51 @@ int main(int argc, char** argv) {
     batch.out_num_positive = num_pos.data();
     batch.out_num_negative = num_neg.data();
   } else {
-    auto upload = [&](const void* src, size_t bytes) {
-      void* d = gk::DeviceAlloc(0, bytes + 8);
-      device_buffers.push_back(d);
-      if (src && bytes) gk::CopyAsync(d, src, bytes, stream);
-      return d;
-    };
-    batch.rows = static_cast<const gk::RowDesc*>(
-        upload(builder.rows().data(), builder.rows().size() * sizeof(gk::RowDesc)));
-    batch.labels = static_cast<const uint8_t*>(upload(labels.data(), labels.size()));
-    batch.features = static_cast<const uint8_t*>(upload(features.data(), features.size()));
-    batch.out_indices = static_cast<int64_t*>(upload(nullptr, out_idx.size() * 8));
-    batch.out_labels = static_cast<uint8_t*>(upload(nullptr, out_lab.size()));
-    batch.out_features = static_cast<uint8_t*>(upload(nullptr, out_feat.size()));
-    batch.out_num_positive = static_cast<int32_t*>(upload(nullptr, o.rows * 4));
-    batch.out_num_negative = static_cast<int32_t*>(upload(nullptr, o.rows * 4));
-    gk::StreamSynchronize(stream);
+    auto align = [](size_t n) { return (n + 255) / 256 * 256; };
+    const size_t rows_bytes = align(builder.rows().size() * sizeof(gk::RowDesc));
+    const size_t label_bytes = align(labels.size());
+    const size_t idx_bytes = align(out_idx.size() * 8);
+    const size_t olab_bytes = align(out_lab.size());
+    const size_t ofeat_bytes = align(out_feat.size());
+    const size_t cnt_bytes = align(static_cast<size_t>(o.rows) * 4);
+    gk::LaunchSizes sizes;
+    sizes.rows = o.rows;
+    sizes.elements = builder.total_elements();
+    sizes.slots = builder.total_slots();
+    sizes.in_bytes = rows_bytes + label_bytes + align(features.size());
+    sizes.out_bytes = idx_bytes + olab_bytes + ofeat_bytes + 2 * cnt_bytes;
+    try {
+      launcher->Reserve(sizes);
+      uint8_t* h_in = launcher->h_in();
+      std::memcpy(h_in, builder.rows().data(), builder.rows().size() * sizeof(gk::RowDesc));
+      std::memcpy(h_in + rows_bytes, labels.data(), labels.size());
+      std::memcpy(h_in + rows_bytes + label_bytes, features.data(), features.size());
+      launcher->Launch([&] {
+        gk::CopyAsync(launcher->d_in(), h_in, sizes.in_bytes, launcher->stream());
+      });
+    } catch (const gk::Error& e) {
+      std::fprintf(stderr, "gpusampler-bench: %s\n", e.what());
+      return 3;
+    }
+    uint8_t* d_in = launcher->d_in();
+    uint8_t* d_out = launcher->d_out();
+    batch.rows = reinterpret_cast<const gk::RowDesc*>(d_in);
+    batch.labels = d_in + rows_bytes;
+    batch.features = d_in + rows_bytes + label_bytes;
+    batch.out_indices = reinterpret_cast<int64_t*>(d_out);
+    batch.out_labels = d_out + idx_bytes;
+    batch.out_features = d_out + idx_bytes + olab_bytes;
+    batch.out_num_positive = reinterpret_cast<int32_t*>(d_out + idx_bytes + olab_bytes + ofeat_bytes);
+    batch.out_num_negative =
+        reinterpret_cast<int32_t*>(d_out + idx_bytes + olab_bytes + ofeat_bytes + cnt_bytes);
   }
 
   auto run_once = [&] {
-    backend->Sample(batch);
-    if (stream) gk::StreamSynchronize(stream);
+    if (launcher) {
+      launcher->Launch([&] { backend.Sample(batch); });
+    } else {
+      backend.Sample(batch);
+    }
   };
   std::vector<double> ms;
   try {
@@ -325,10 +354,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpusampler-bench: %s\n", e.what());
     return 4;
   }
-  for (void* d : device_buffers) gk::DeviceFree(d);
   // The counts of the last timed Sample, for backends that keep them (cuda-sim).
   gk::LaunchStats stats;
-  const bool has_stats = backend->last_launch_stats(&stats);
+  const bool has_stats = backend.last_launch_stats(&stats);
   char stats_json[384] = "";
   if (has_stats) {
     std::snprintf(stats_json, sizeof(stats_json),
@@ -353,14 +381,14 @@ int main(int argc, char** argv) {
                   floor.total(), floor.labels_ms, floor.keys_ms, floor.gather_ms,
                   median / floor.total());
   }
-  const char* memory = backend->memory_space() == gk::MemorySpace::kHost ? "host" : "device";
+  const char* memory = backend.memory_space() == gk::MemorySpace::kHost ? "host" : "device";
   if (o.json) {
     std::printf(
         "{\"impl\": \"gpusampler\", \"backend\": \"%s\", \"device\": \"%s\", \"rows\": %lld, "
         "\"n\": %lld, \"k\": %lld, \"dim\": %lld, \"label_dtype\": \"%s\", \"threads\": %d, "
         "\"iters\": %d, \"warmup\": %d, \"median_ms\": %.6f, \"p90_ms\": %.6f, "
         "\"min_ms\": %.6f, \"inputs\": \"%s\", \"timed\": \"sample+feature gather\"%s%s}\n",
-        o.backend.c_str(), backend->name().c_str(), static_cast<long long>(o.rows),
+        o.backend.c_str(), backend.name().c_str(), static_cast<long long>(o.rows),
         static_cast<long long>(o.n), static_cast<long long>(o.k), static_cast<long long>(o.dim),
         o.label_dtype.c_str(), o.threads, o.iters, o.warmup, median, p90,
         *std::min_element(ms.begin(), ms.end()), memory, floor_json, stats_json);
@@ -368,7 +396,7 @@ int main(int argc, char** argv) {
     std::printf(
         "%s rows=%lld n=%lld k=%lld dim=%lld %s threads=%d iters=%d: median %.4f ms, "
         "p90 %.4f ms (inputs in %s memory)\n",
-        backend->name().c_str(), static_cast<long long>(o.rows), static_cast<long long>(o.n),
+        backend.name().c_str(), static_cast<long long>(o.rows), static_cast<long long>(o.n),
         static_cast<long long>(o.k), static_cast<long long>(o.dim), o.label_dtype.c_str(),
         o.threads, o.iters, median, p90, memory);
     if (o.floor) {

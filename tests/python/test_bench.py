@@ -24,7 +24,7 @@ def test_cuda_sim_json_has_launch_stats():
     out = run_bench("--backend", "cuda-sim", "--rows", "32", "--n", "1000", "--k", "100", "--json")
     # The fields every cell has.
     assert out["impl"] == "gpusampler" and out["backend"] == "cuda-sim" and out["device"] == "cuda-sim"
-    assert out["inputs"] == "host"
+    assert out["inputs"] == "device"  # the cuda-sim device, staged like cuda
     assert (out["rows"], out["n"], out["k"]) == (32, 1000, 100)
     for key in ("median_ms", "p90_ms", "min_ms"):
         assert isinstance(out[key], float) and out[key] >= 0, key
