@@ -42,6 +42,10 @@ struct ServerConfig {
   int64_t keepalive_timeout_ms = 20000;
   int64_t max_connection_age_ms = 0;  // 0 = unlimited
   double shutdown_grace_seconds = 30;
+  // Not a flag: the gpusampler-server binary sets it. When the grace ends with a launch still
+  // running, exit the process at once (its callers see UNAVAILABLE) instead of waiting for
+  // the launch. In-process servers (tests) wait, since exiting would end the test process.
+  bool exit_when_grace_ends = false;
   std::string log_level = "info";
   std::string log_format = "text";  // text | json
   std::string port_file;            // written once SERVING: "grpc_port metrics_port\n"

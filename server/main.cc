@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   AddFlags(&app, &config);
   CLI11_PARSE(app, argc, argv);
   InitLogging(config.log_level, config.log_format);
+  config.exit_when_grace_ends = true;  // the drain never outlasts --shutdown-grace-seconds
 
   // SIGTERM/SIGINT are blocked in every thread and taken by one sigwait thread, so no
   // handler runs in the middle of gRPC or CUDA code.

@@ -98,11 +98,13 @@ bool Scheduler::WaitIdle(Clock::time_point deadline) {
   return idle_cv_.wait_until(lock, deadline, [this] { return queue_.empty() && running_ == 0; });
 }
 
-void Scheduler::Stop() {
+void Scheduler::Stop() { Stop(Clock::time_point::max()); }
+
+bool Scheduler::Stop(Clock::time_point deadline) {
   std::deque<std::shared_ptr<Job>> left;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) return;
+    if (stop_) return true;
     stop_ = true;
     accepting_ = false;
     left.swap(queue_);
@@ -110,10 +112,15 @@ void Scheduler::Stop() {
     metrics_->queue_depth().Set(0);
   }
   work_cv_.notify_all();
+  for (auto& job : left) job->done(Unavailable("server shut down before the request ran"));
+  if (deadline != Clock::time_point::max()) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!idle_cv_.wait_until(lock, deadline, [this] { return running_ == 0; })) return false;
+  }
   for (auto& slot : workers_) {
     if (slot->thread.joinable()) slot->thread.join();
   }
-  for (auto& job : left) job->done(Unavailable("server shut down before the request ran"));
+  return true;
 }
 
 int64_t Scheduler::queue_depth() const {

@@ -58,6 +58,9 @@ class Scheduler {
   bool WaitIdle(Clock::time_point deadline);
   // Stops the threads after their current launch; jobs still queued get UNAVAILABLE.
   void Stop();
+  // The same, but waits for running launches only until `deadline`: false when one is still
+  // running then (its threads are left running; the caller is about to exit the process).
+  bool Stop(Clock::time_point deadline);
 
   // Counters proving what ran: launches (kernels), rows launched, jobs dropped unlaunched.
   int64_t launches() const { return launches_.load(); }

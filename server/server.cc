@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -403,8 +404,19 @@ void Server::Shutdown() {
     }
   }
   // Stopping the scheduler answers whatever is still queued (UNAVAILABLE), so every call
-  // reaches Finish before gRPC waits for them.
-  if (scheduler_) scheduler_->Stop();
+  // reaches Finish before gRPC waits for them. A launch still running when the grace ends
+  // (a huge request, a slow device) is not waited for by the binary
+  // (exit_when_grace_ends): the process exits now, and the callers of that launch see their
+  // connection close, which gRPC reports as UNAVAILABLE (retried by the clients), never
+  // CANCELLED. Exit status 0: the shutdown was requested.
+  const bool bounded = config_.exit_when_grace_ends && !fault;
+  if (scheduler_ && !scheduler_->Stop(bounded ? deadline : Clock::time_point::max())) {
+    spdlog::warn("grace period over with a launch still running; exiting without it (its "
+                 "callers see UNAVAILABLE)");
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
   if (health_) health_->Shutdown();  // ends Watch calls, so they do not hold up the drain
   if (grpc_server_) {
     // Streams that are still open (idle clients) are cancelled once the deadline passes.

@@ -185,6 +185,79 @@ TEST(BinaryTest, ServesProbesAndDrainsOnSigterm) {
   std::remove(port_file.c_str());
 }
 
+// A launch still running when the grace ends is not waited for: the binary exits within the
+// grace (status 0), and the caller of that launch sees UNAVAILABLE (the connection closed),
+// never CANCELLED and never an answer. The cuda-sim device makes a 30M-element launch take
+// seconds, far past a 0.2 s grace.
+TEST(BinaryTest, DrainExitsWithinTheGraceWhileALaunchRuns) {
+  const std::string dir = ::testing::TempDir();
+  const std::string port_file = dir + "/gpusampler-ports-grace-" + std::to_string(getpid());
+  const std::string log = dir + "/gpusampler-server-grace-" + std::to_string(getpid()) + ".log";
+  std::remove(port_file.c_str());
+  const pid_t pid = Spawn({GPUSAMPLER_SERVER_BIN, "--device", "cuda-sim", "--streams-per-device",
+                           "1", "--address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
+                           "--port-file", port_file, "--shutdown-grace-seconds", "0.2"},
+                          log);
+  ASSERT_GT(pid, 0);
+  struct Reaper {
+    pid_t pid;
+    bool exited = false;
+    ~Reaper() {
+      if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } reaper{pid};
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::ifstream in(port_file);
+        return static_cast<bool>(in >> grpc_port >> metrics_port);
+      },
+      std::chrono::seconds(60)))
+      << ReadFile(log);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Sampler::NewStub(channel);
+  v1::SampleRequest req;
+  req.mutable_spec()->set_num_samples(1000);
+  auto* l = req.mutable_labels();
+  l->set_dtype(v1::DTYPE_INT8);
+  l->add_shape(2);
+  l->add_shape(15'000'000);
+  std::string data(30'000'000, '\0');
+  for (size_t j = 0; j < data.size(); j += 3) data[j] = 1;
+  l->set_data(std::move(data));
+  auto call = StartSample(stub.get(), std::move(req), std::chrono::seconds(120));
+  // Running: accepted, and no longer queued.
+  auto metric = [&](const std::string& name) {
+    const std::string m = HttpGet(metrics_port, "/metrics");
+    const size_t at = m.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(m.substr(at + name.size() + 2));
+  };
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return metric("gpusampler_inflight_requests") >= 1 &&
+               metric("gpusampler_queue_depth") == 0;
+      },
+      std::chrono::seconds(60)))
+      << ReadFile(log);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  EXPECT_EQ(WaitExit(pid, std::chrono::seconds(30)), 0) << ReadFile(log);
+  reaper.exited = true;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 1.5) << "the drain waited for the launch";
+  const grpc::Status s = call->status.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_NE(ReadFile(log).find("grace period over with a launch still running"),
+            std::string::npos)
+      << ReadFile(log);
+  std::remove(port_file.c_str());
+}
+
 TEST(BinaryTest, BadFlagsExitNonZero) {
   const std::string log = ::testing::TempDir() + "/gpusampler-badflags.log";
   const pid_t pid = Spawn({GPUSAMPLER_SERVER_BIN, "--device", "tpu:0", "--address", "127.0.0.1:0",
