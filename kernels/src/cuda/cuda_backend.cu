@@ -181,17 +181,8 @@ void CudaBackend::Sample(const Batch& batch) {
   // worker always has. A batch of small rows needs no arena at all.
   if (layout.bytes > 0 && shape.num_large > 0) Reserve(BytesNeeded(layout.bytes));
 
-  pipeline::Params p;
-  p.rows = batch.rows;
-  p.labels = batch.labels;
-  p.features = batch.features;
-  p.out_indices = batch.out_indices;
-  p.out_labels = batch.out_labels;
-  p.out_features = batch.out_features;
-  p.out_num_positive = batch.out_num_positive;
-  p.out_num_negative = batch.out_num_negative;
   pipeline::CudaExec exec(stream_);
-  pipeline::Enqueue(exec, shape, layout, static_cast<uint8_t*>(d_arena_), p);
+  pipeline::Enqueue(exec, shape, layout, static_cast<uint8_t*>(d_arena_), pipeline::ParamsOf(batch));
 }
 
 }  // namespace

@@ -166,6 +166,8 @@ struct Layout {
 };
 Layout MakeLayout(const Shape& shape);
 void Bind(const Shape& shape, const Layout& layout, uint8_t* arena, Params* params);
+// The batch's buffers (where the backend works) as Params; scratch is bound by Enqueue.
+Params ParamsOf(const Batch& batch);
 
 // ---------------------------------------------------------------------------------------
 // Helpers over a Block.

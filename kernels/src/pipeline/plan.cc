@@ -106,4 +106,17 @@ void Bind(const Shape& shape, const Layout& layout, uint8_t* arena, Params* p) {
   p->bucketed = reinterpret_cast<uint64_t*>(arena + layout.bucketed);
 }
 
+Params ParamsOf(const Batch& batch) {
+  Params p;
+  p.rows = batch.rows;
+  p.labels = batch.labels;
+  p.features = batch.features;
+  p.out_indices = batch.out_indices;
+  p.out_labels = batch.out_labels;
+  p.out_features = batch.out_features;
+  p.out_num_positive = batch.out_num_positive;
+  p.out_num_negative = batch.out_num_negative;
+  return p;
+}
+
 }  // namespace gpusampler::kernels::pipeline

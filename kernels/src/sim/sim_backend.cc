@@ -20,15 +20,7 @@ namespace gpusampler::kernels {
 namespace {
 
 pipeline::Params ParamsOf(const Batch& batch, const CudaSimOptions& options) {
-  pipeline::Params p;
-  p.rows = batch.rows;
-  p.labels = batch.labels;
-  p.features = batch.features;
-  p.out_indices = batch.out_indices;
-  p.out_labels = batch.out_labels;
-  p.out_features = batch.out_features;
-  p.out_num_positive = batch.out_num_positive;
-  p.out_num_negative = batch.out_num_negative;
+  pipeline::Params p = pipeline::ParamsOf(batch);
   p.capacity = options.block_capacity;
   return p;
 }
