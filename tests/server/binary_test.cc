@@ -67,39 +67,64 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-TEST(BinaryTest, ServesProbesAndDrainsOnSigterm) {
-  const std::string dir = ::testing::TempDir();
-  const std::string port_file = dir + "/gpusampler-ports-" + std::to_string(getpid());
-  const std::string log = dir + "/gpusampler-server-" + std::to_string(getpid()) + ".log";
-  std::remove(port_file.c_str());
-  const pid_t pid =
-      Spawn({GPUSAMPLER_SERVER_BIN, "--device", "auto", "--address", "127.0.0.1:0",
-             "--metrics-address", "127.0.0.1:0", "--port-file", port_file, "--log-format", "json",
-             "--cpu-workers", "1", "--cpu-threads", "1", "--shutdown-grace-seconds", "30"},
-            log);
-  ASSERT_GT(pid, 0);
-  // Never leave the server behind when an assertion ends the test early.
-  struct Reaper {
-    pid_t pid;
-    bool exited = false;
-    ~Reaper() {
-      if (!exited) {
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
-      }
+// A gpusampler-server process started with `args` plus a port file, killed when this goes out
+// of scope unless it has exited (so an assertion that ends a test never leaves it behind).
+struct ServerProcess {
+  std::string log;
+  std::string port_file;
+  pid_t pid = -1;
+  int grpc_port = 0;
+  int metrics_port = 0;
+  bool exited = false;
+
+  explicit ServerProcess(const std::string& name)
+      : log(::testing::TempDir() + "/gpusampler-" + name + "-" + std::to_string(getpid()) + ".log"),
+        port_file(::testing::TempDir() + "/gpusampler-" + name + "-ports-" +
+                  std::to_string(getpid())) {
+    std::remove(port_file.c_str());
+  }
+  ~ServerProcess() {
+    if (pid > 0 && !exited) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
     }
-  } reaper{pid};
-  int grpc_port = 0, metrics_port = 0;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        std::ifstream in(port_file);
-        return static_cast<bool>(in >> grpc_port >> metrics_port);
-      },
-      std::chrono::seconds(30)))
-      << ReadFile(log);
-  ASSERT_GT(grpc_port, 0);
-  ASSERT_GT(metrics_port, 0);
-  const std::string target = "127.0.0.1:" + std::to_string(grpc_port);
+    std::remove(port_file.c_str());
+  }
+  // Spawns the server; true once it has written its ports (SERVING).
+  bool Start(std::vector<std::string> args, const std::vector<std::string>& env = {},
+             std::chrono::seconds timeout = std::chrono::seconds(60)) {
+    args.insert(args.begin(), GPUSAMPLER_SERVER_BIN);
+    args.push_back("--port-file");
+    args.push_back(port_file);
+    pid = Spawn(args, log, env);
+    if (pid <= 0) return false;
+    return WaitFor(
+        [&] {
+          std::ifstream in(port_file);
+          return static_cast<bool>(in >> grpc_port >> metrics_port);
+        },
+        timeout);
+  }
+  std::string target() const { return "127.0.0.1:" + std::to_string(grpc_port); }
+  // Exit status (-1: killed after `timeout`).
+  int WaitForExit(std::chrono::seconds timeout) {
+    exited = true;
+    return WaitExit(pid, timeout);
+  }
+};
+
+TEST(BinaryTest, ServesProbesAndDrainsOnSigterm) {
+  ServerProcess server("drain");
+  ASSERT_TRUE(server.Start({"--device", "auto", "--address", "127.0.0.1:0", "--metrics-address",
+                            "127.0.0.1:0", "--log-format", "json", "--cpu-workers", "1",
+                            "--cpu-threads", "1", "--shutdown-grace-seconds", "30"},
+                           {}, std::chrono::seconds(30)))
+      << ReadFile(server.log);
+  ASSERT_GT(server.grpc_port, 0);
+  ASSERT_GT(server.metrics_port, 0);
+  const std::string& log = server.log;
+  const int metrics_port = server.metrics_port;
+  const std::string target = server.target();
 
   // The probe client answers 0.
   const std::string probe =
@@ -138,7 +163,7 @@ TEST(BinaryTest, ServesProbesAndDrainsOnSigterm) {
         return at != std::string::npos && std::stod(m.substr(at + 30)) >= kAccepted;
       },
       std::chrono::seconds(30)));
-  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  ASSERT_EQ(kill(server.pid, SIGTERM), 0);
   // New work is refused once the server reports NOT_SERVING (or has closed: UNAVAILABLE
   // either way).
   EXPECT_TRUE(WaitFor([&] { return HealthStatus(channel) != "SERVING"; }));
@@ -164,8 +189,7 @@ TEST(BinaryTest, ServesProbesAndDrainsOnSigterm) {
     }
   }
   EXPECT_GE(answered, kAccepted);
-  EXPECT_EQ(WaitExit(pid, std::chrono::seconds(40)), 0) << ReadFile(log);
-  reaper.exited = true;
+  EXPECT_EQ(server.WaitForExit(std::chrono::seconds(40)), 0) << ReadFile(log);
 
   // Every log line is a JSON object.
   std::istringstream lines(ReadFile(log));
@@ -182,7 +206,6 @@ TEST(BinaryTest, ServesProbesAndDrainsOnSigterm) {
   }
   EXPECT_GT(json_lines, 3);
   EXPECT_TRUE(saw_drain);
-  std::remove(port_file.c_str());
 }
 
 // A launch still running when the grace ends is not waited for: the binary exits within the
@@ -190,35 +213,12 @@ TEST(BinaryTest, ServesProbesAndDrainsOnSigterm) {
 // never CANCELLED and never an answer. The cuda-sim device makes a 30M-element launch take
 // seconds, far past a 0.2 s grace.
 TEST(BinaryTest, DrainExitsWithinTheGraceWhileALaunchRuns) {
-  const std::string dir = ::testing::TempDir();
-  const std::string port_file = dir + "/gpusampler-ports-grace-" + std::to_string(getpid());
-  const std::string log = dir + "/gpusampler-server-grace-" + std::to_string(getpid()) + ".log";
-  std::remove(port_file.c_str());
-  const pid_t pid = Spawn({GPUSAMPLER_SERVER_BIN, "--device", "cuda-sim", "--streams-per-device",
-                           "1", "--address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
-                           "--port-file", port_file, "--shutdown-grace-seconds", "0.2"},
-                          log);
-  ASSERT_GT(pid, 0);
-  struct Reaper {
-    pid_t pid;
-    bool exited = false;
-    ~Reaper() {
-      if (!exited) {
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
-      }
-    }
-  } reaper{pid};
-  int grpc_port = 0, metrics_port = 0;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        std::ifstream in(port_file);
-        return static_cast<bool>(in >> grpc_port >> metrics_port);
-      },
-      std::chrono::seconds(60)))
-      << ReadFile(log);
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port),
-                                     grpc::InsecureChannelCredentials());
+  ServerProcess server("grace");
+  ASSERT_TRUE(server.Start({"--device", "cuda-sim", "--streams-per-device", "1", "--address",
+                            "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
+                            "--shutdown-grace-seconds", "0.2"}))
+      << ReadFile(server.log);
+  auto channel = grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials());
   auto stub = v1::Sampler::NewStub(channel);
   v1::SampleRequest req;
   req.mutable_spec()->set_num_samples(1000);
@@ -232,7 +232,7 @@ TEST(BinaryTest, DrainExitsWithinTheGraceWhileALaunchRuns) {
   auto call = StartSample(stub.get(), std::move(req), std::chrono::seconds(120));
   // Running: accepted, and no longer queued.
   auto metric = [&](const std::string& name) {
-    const std::string m = HttpGet(metrics_port, "/metrics");
+    const std::string m = HttpGet(server.metrics_port, "/metrics");
     const size_t at = m.find("\n" + name + " ");
     return at == std::string::npos ? -1.0 : std::stod(m.substr(at + name.size() + 2));
   };
@@ -242,20 +242,18 @@ TEST(BinaryTest, DrainExitsWithinTheGraceWhileALaunchRuns) {
                metric("gpusampler_queue_depth") == 0;
       },
       std::chrono::seconds(60)))
-      << ReadFile(log);
+      << ReadFile(server.log);
   const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_EQ(kill(pid, SIGTERM), 0);
-  EXPECT_EQ(WaitExit(pid, std::chrono::seconds(30)), 0) << ReadFile(log);
-  reaper.exited = true;
+  ASSERT_EQ(kill(server.pid, SIGTERM), 0);
+  EXPECT_EQ(server.WaitForExit(std::chrono::seconds(30)), 0) << ReadFile(server.log);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(seconds, 1.5) << "the drain waited for the launch";
   const grpc::Status s = call->status.get();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
-  EXPECT_NE(ReadFile(log).find("grace period over with a launch still running"),
+  EXPECT_NE(ReadFile(server.log).find("grace period over with a launch still running"),
             std::string::npos)
-      << ReadFile(log);
-  std::remove(port_file.c_str());
+      << ReadFile(server.log);
 }
 
 TEST(BinaryTest, BadFlagsExitNonZero) {
@@ -270,36 +268,13 @@ TEST(BinaryTest, BadFlagsExitNonZero) {
 }
 
 TEST(BinaryTest, DeviceCudaSimFromTheEnvironmentServesAndDrains) {
-  const std::string dir = ::testing::TempDir();
-  const std::string port_file = dir + "/gpusampler-sim-ports-" + std::to_string(getpid());
-  const std::string log = dir + "/gpusampler-sim-" + std::to_string(getpid()) + ".log";
-  std::remove(port_file.c_str());
+  ServerProcess server("sim");
   // No --device: GPUSAMPLER_DEVICE picks cuda-sim.
-  const pid_t pid = Spawn({GPUSAMPLER_SERVER_BIN, "--address", "127.0.0.1:0", "--metrics-address",
-                           "", "--port-file", port_file},
-                          log, {"GPUSAMPLER_DEVICE=cuda-sim"});
-  ASSERT_GT(pid, 0);
-  struct Reaper {
-    pid_t pid;
-    bool exited = false;
-    ~Reaper() {
-      if (!exited) {
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
-      }
-    }
-  } reaper{pid};
-  int grpc_port = 0, metrics_port = 0;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        std::ifstream in(port_file);
-        return static_cast<bool>(in >> grpc_port >> metrics_port);
-      },
-      std::chrono::seconds(30)))
-      << ReadFile(log);
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = v1::Sampler::NewStub(channel);
+  ASSERT_TRUE(server.Start({"--address", "127.0.0.1:0", "--metrics-address", ""},
+                           {"GPUSAMPLER_DEVICE=cuda-sim"}))
+      << ReadFile(server.log);
+  auto stub = v1::Sampler::NewStub(
+      grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
   {
     grpc::ClientContext ctx;
     v1::ServerInfo info;
@@ -317,11 +292,10 @@ TEST(BinaryTest, DeviceCudaSimFromTheEnvironmentServesAndDrains) {
     ASSERT_TRUE(stub->Sample(&ctx, MakeRequest(r), &resp).ok());
     EXPECT_EQ(resp.device(), "cuda-sim");
   }
-  kill(pid, SIGTERM);
-  EXPECT_EQ(WaitExit(pid, std::chrono::seconds(30)), 0) << ReadFile(log);
-  reaper.exited = true;
-  EXPECT_NE(ReadFile(log).find("backend=cuda-sim"), std::string::npos) << ReadFile(log);
-  std::remove(port_file.c_str());
+  kill(server.pid, SIGTERM);
+  EXPECT_EQ(server.WaitForExit(std::chrono::seconds(30)), 0) << ReadFile(server.log);
+  EXPECT_NE(ReadFile(server.log).find("backend=cuda-sim"), std::string::npos)
+      << ReadFile(server.log);
 }
 
 TEST(BinaryTest, HelpNamesCudaSim) {
