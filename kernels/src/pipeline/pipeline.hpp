@@ -360,13 +360,16 @@ struct FusedBody {
     const int ib = IndexBits(row.length);
     typename B::template Items<uint64_t, kItems> keys;
 
-    // Class and u of every element: key (class, u, i); ignored elements sort last.
+    // Class and u of every element: key (class, u, i); ignored elements sort last. Thread t
+    // takes the quads (4 consecutive elements, one Philox call) t, t + 256, t + 512, t + 768:
+    // a warp reads 128 consecutive labels per step (coalesced), and the sort does not care
+    // which thread holds which key.
     b.Threads([&](int t) {
       uint64_t* mine = b.Mine(keys, t);
       int32_t counts[2] = {0, 0};
       GPUSAMPLER_UNROLL
       for (int g = 0; g < kItems / 4; ++g) {
-        const int64_t i0 = static_cast<int64_t>(t) * kItems + g * 4;
+        const int64_t i0 = (static_cast<int64_t>(g) * kThreads + t) * 4;
         uint32_t cls[4];
         bool any = false;
         GPUSAMPLER_UNROLL
