@@ -98,7 +98,7 @@ class Limits:
 class ServerInfo:
     version: str
     revision: str
-    backend: str  #: "cpu" or "cuda"
+    backend: str  #: "cpu", "cuda" or "cuda-sim" (the CUDA path run on the host)
     devices: List[DeviceInfo] = field(default_factory=list)
     limits: Optional[Limits] = None
 
