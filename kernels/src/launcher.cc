@@ -22,7 +22,14 @@ CudaLauncher::CudaLauncher(int device, std::chrono::milliseconds timeout)
       name_(backend_->name()),
       timeout_(std::max(timeout, std::chrono::milliseconds(1))) {}
 
-CudaLauncher::~CudaLauncher() { Release(); }
+// The backend (its stream) goes first: work still queued after a timeout may read or write
+// the staging and device buffers. A sim stream runs it all before it is destroyed (sim::Free
+// does not wait as cudaFree / cudaFreeHost do); a CUDA stream is destroyed at once and the
+// frees below wait for the device.
+CudaLauncher::~CudaLauncher() {
+  backend_.reset();
+  Release();
+}
 
 void CudaLauncher::Release() noexcept {
   PinnedFree(h_in_);
