@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Sanitizer and fuzz CI (CPU only): the `asan` preset (clang -O1, ASan + UBSan) runs the
-# kernels and server suites and fuzzes request parsing, validation and a CPU sample for
-# FUZZ_SECONDS (default 60) from the golden seeds; then the `tsan` preset (ThreadSanitizer)
-# runs the server and client suites (TSAN=0 skips it, for local speed). Any sanitizer report
-# not suppressed fails the script. Only the targets those suites need are built. Prints the time.
+# kernels and server suites, the server suite once more on the cuda-sim device (ctest label
+# cuda-sim), and fuzzes request parsing, validation and a CPU sample for FUZZ_SECONDS (default
+# 60) from the golden seeds; then the `tsan` preset (ThreadSanitizer) runs the server and client
+# suites, the kernels tests that drive sim streams from other threads (CudaLauncher, Completion,
+# the cudasimdevice backends) and a subset of the cuda-sim server suite (TSAN=0 skips it, for
+# local speed). Any sanitizer report not suppressed fails the script. Only the targets those
+# suites need are built. Prints the time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS="${JOBS:-2}"
@@ -25,7 +28,10 @@ export TSAN_OPTIONS="halt_on_error=0:exitcode=66:second_deadlock_stack=1:ignore_
 cmake --preset asan
 cmake --build build-asan -j "$JOBS" --target gpusampler_kernels_test gpusampler_server_test \
   gpusampler_request_fuzzer
-ctest --test-dir build-asan -L 'kernels|server' -E '^kernels_isa_' --output-on-failure -j "$JOBS"
+# kernels includes the cuda-sim backends (cudasim, cudasimlarge, cudasimdevice), CudaSimTest and
+# the CudaLauncher tests on the sim device; cuda-sim is the server suite with CUDA workers on it.
+ctest --test-dir build-asan -L 'kernels|server|cuda-sim' -E '^kernels_isa_' --output-on-failure \
+  -j "$JOBS"
 
 corpus=build-asan/fuzz-corpus
 mkdir -p "$corpus" build-asan/fuzz-seeds
@@ -44,11 +50,25 @@ if [ "${TSAN:-1}" != 0 ]; then
   tsan_start=$SECONDS
   cmake --preset tsan
   cmake --build build-tsan -j "$JOBS" --target gpusampler_server_test \
-    gpusampler_client_unit_test gpusampler_client_server_test
+    gpusampler_client_unit_test gpusampler_client_server_test gpusampler_kernels_test
   clang++ -std=c++17 -shared -fPIC -O1 -Wall tests/sanitizers/tsan_grpc_sync.cc \
     -o build-tsan/libtsan_grpc_sync.so -ldl -lpthread
   LD_PRELOAD="$PWD/build-tsan/libtsan_grpc_sync.so" \
     ctest --test-dir build-tsan -L 'server|client' --output-on-failure -j "$JOBS"
+  # The cuda-sim device: its streams are host threads (kernels/src/sim/sim_device.cc) running
+  # the copies, kernels and completion callbacks that other threads enqueue, including a
+  # callback arriving after CudaLauncher gave up (the timeout test). Kernels: the tests that use
+  # sim streams (the host-mode cudasim backends run on the caller's thread and are left to
+  # ASan; so are the two long cudasimdevice brute-force rows). Server: the cuda-sim suites whose
+  # CUDA workers launch on sim streams while gRPC threads come and go (requests, fusion,
+  # datasets' device copies and gather, streams, drain, concurrent clients).
+  sim_kernels='CudaLauncherTest\.|CompletionTest\.|LauncherOnDevice\..*/cudasim'
+  sim_kernels+='|GoldenBackendTest\..*/cudasimdevice'
+  sim_kernels+='|BruteForceTest\.(EdgeSizes|EveryDtype|Ragged|SeedAndRow).*/cudasimdevice'
+  sim_server='^cuda_sim\.(GoldenThroughGrpc|DatasetTest|StreamTest|DrainTest|BatchingIndependence)\.'
+  LD_PRELOAD="$PWD/build-tsan/libtsan_grpc_sync.so" \
+    ctest --test-dir build-tsan -L 'kernels|cuda-sim' -R "$sim_kernels|$sim_server" \
+    --output-on-failure -j "$JOBS"
   echo "sanitizers.sh: tsan $(( SECONDS - tsan_start )) s"
 fi
 
