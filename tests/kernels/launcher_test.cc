@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
@@ -161,6 +162,41 @@ TEST(CudaLauncherTest, TimeoutIsADeviceFaultAndTheLateCallbackIsHarmless) {
   cv.notify_all();
   StreamSynchronize(launcher.stream());  // the late completion callback runs now
   EXPECT_THROW(launcher.Launch([] {}), Error);
+}
+
+// A launcher destroyed after a timeout while its stream still holds copies into its staging:
+// the stream finishes (or, on CUDA, the frees wait for the device) before the buffers go. On
+// cuda-sim, whose frees do not wait, freeing first was a use-after-free (found by ASan).
+TEST(CudaLauncherTest, DestroyedAfterATimeoutWithCopiesQueued) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::thread releaser;
+  {
+    CudaLauncher launcher(kSimDevice, milliseconds(50));
+    LaunchSizes sizes;
+    sizes.in_bytes = sizes.out_bytes = 4096;
+    launcher.Reserve(sizes);
+    EXPECT_THROW(launcher.Launch([&] {
+      EnqueueHostCallback(launcher.stream(), [&](const std::string&) {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return release; });
+      });
+      CopyAsync(launcher.d_in(), launcher.h_in(), 4096, launcher.stream());
+      CopyAsync(launcher.h_out(), launcher.d_in(), 4096, launcher.stream());
+    }),
+                 Error);
+    EXPECT_TRUE(launcher.faulted());
+    releaser = std::thread([&] {
+      std::this_thread::sleep_for(milliseconds(200));
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        release = true;
+      }
+      cv.notify_all();
+    });
+  }  // ~CudaLauncher while the copies are still queued
+  releaser.join();
 }
 
 }  // namespace
