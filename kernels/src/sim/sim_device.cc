@@ -71,6 +71,11 @@ void SimStream::Synchronize() {
   if (!error_.empty()) throw Error(Error::Code::kDeviceFault, "cuda-sim: " + error_);
 }
 
+void SimStream::WaitIdle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
 void SimStream::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -125,8 +130,13 @@ void* Alloc(size_t bytes) {
 void Free(void* ptr) noexcept {
   if (ptr == nullptr) return;
   {
+    // Held while waiting: a stream cannot be destroyed (it deregisters under this lock) while
+    // it is waited on. Stream operations never take it.
     std::lock_guard<std::mutex> lock(registry().mu);
     if (registry().memory.erase(ptr) == 0) return;
+    for (const void* stream : registry().streams) {
+      static_cast<SimStream*>(const_cast<void*>(stream))->WaitIdle();
+    }
   }
   std::free(ptr);
 }

@@ -31,6 +31,8 @@ class SimStream {
   // Blocks until everything queued so far has run. Throws Error(kDeviceFault) when an
   // operation failed.
   void Synchronize();
+  // The same without the error: for frees, which wait for the device as cudaFree does.
+  void WaitIdle();
 
  private:
   void Loop();
@@ -54,7 +56,10 @@ bool IsSimMemory(const void* ptr);
 SimStream* AsSimStream(void* stream);
 
 void* Alloc(size_t bytes);
-void Free(void* ptr) noexcept;  // no-op for pointers it did not allocate
+// No-op for pointers it did not allocate. Like cudaFree, waits until every sim stream is idle
+// first, so that queued work (say, after a launch timed out) never touches freed memory.
+// Never call it from a stream operation.
+void Free(void* ptr) noexcept;
 
 // A cuda-sim backend whose Sample() enqueues the pipeline on its own stream and returns at
 // once, like the CUDA backend (MakeCudaBackend(kSimDevice)).
