@@ -1,9 +1,9 @@
 // The GPU sampling pipeline (SPEC section 1), written once for two executors: the CUDA
-// device (cuda/pipeline.cu: each body runs as a __global__ kernel, one CUDA block per block
-// index) and the host-run "cuda-sim" device (sim/sim_block.hpp: the blocks run one after the
-// other, the threads of a block one phase at a time between barriers). The same bodies, the
-// same buffers, the same launch sequence; only the Block (barriers, shared memory, block sort,
-// atomics, counted global loads and stores) and the Exec (launch, upload) differ.
+// device (cuda/pipeline_exec.cuh: each body runs as a __global__ kernel, one CUDA block per
+// block index) and the host-run "cuda-sim" device (sim/sim_block.hpp: the blocks run one after
+// the other, the threads of a block one phase at a time between barriers). The same bodies,
+// the same buffers, the same launch sequence; only the Block (barriers, shared memory, block
+// sort, atomics, counted global loads and stores) and the Exec (launch) differ.
 //
 // Rules for a body, so that both executors agree:
 //   - Work happens inside b.Threads(f): f(t) for every thread t, then a barrier. Code outside
@@ -11,8 +11,9 @@
 //     shared or uniform values and computes locals; it has no side effects.
 //   - A thread's state that lives across phases is in b.Mine(items, t) (registers on the
 //     device, a per-thread slice on the host). Block-wide sorts take such arrays.
-//   - Every global memory access goes through b.Load / b.Store / b.GlobalAdd, which the
-//     simulator counts; shared memory (b.Shared<T>()) and b.SharedAdd are not counted.
+//   - Every global memory access goes through b.Load / b.Store / b.GlobalAdd (feature rows:
+//     b.LoadFeature / b.StoreFeature), which the simulator counts; shared memory
+//     (b.SharedAs<T>()) and b.SharedAdd are not counted.
 //
 // Stages of a launch (B rows; "small" rows have at most kSmallRowMax elements):
 //   Fused       one block per row: count classes, quotas, block sort by (class, u, i), v of
@@ -20,7 +21,7 @@
 //               A batch of small rows is this one launch.
 //   Prepare     large-row tables (tile prefix sums, candidate and selection bases) and
 //               zeroed per-row counters.
-//   Pass1       one block per tile of 64Ki elements: labels read once, u of the two classes,
+//   Pass1       one block per tile (16Ki-64Ki elements): labels read once, u of the two classes,
 //               per-class histograms of u's top kSelectBits bits (shared, then global).
 //   Threshold   one block per large row: P, Q, quotas, and per class the histogram bucket
 //               holding the m-th smallest (u, i); padding slots.
