@@ -79,9 +79,9 @@ void AddFlags(CLI::App* app, ServerConfig* config);
 // is out of range (counts >= 1, 32-bit row indexing, int milliseconds for gRPC).
 bool CheckConfig(const ServerConfig& config, std::string* error);
 
-// Which devices `--device` selects. `cuda_devices` empty means host workers: CPU workers,
-// or with `cuda_sim` cuda-sim workers (the CUDA pipeline run on the host, host memory like
-// the CPU; `auto` never selects it).
+// Which devices `--device` selects. `cuda_devices` empty means CPU workers, or with
+// `cuda_sim` CUDA workers on the cuda-sim device (kernels::kSimDevice: the CUDA path run on
+// the host; `auto` never selects it).
 struct DeviceSelection {
   std::vector<int> cuda_devices;
   bool cuda_sim = false;
