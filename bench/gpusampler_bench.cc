@@ -314,9 +314,8 @@ int main(int argc, char** argv) {
       std::memcpy(h_in, builder.rows().data(), builder.rows().size() * sizeof(gk::RowDesc));
       std::memcpy(h_in + rows_bytes, labels.data(), labels.size());
       std::memcpy(h_in + rows_bytes + label_bytes, features.data(), features.size());
-      launcher->Launch([&] {
-        gk::CopyAsync(launcher->d_in(), h_in, sizes.in_bytes, launcher->stream());
-      });
+      launcher->Launch(
+          [&] { gk::CopyAsync(launcher->d_in(), h_in, sizes.in_bytes, launcher->stream()); });
     } catch (const gk::Error& e) {
       std::fprintf(stderr, "gpusampler-bench: %s\n", e.what());
       return 3;
@@ -329,7 +328,8 @@ int main(int argc, char** argv) {
     batch.out_indices = reinterpret_cast<int64_t*>(d_out);
     batch.out_labels = d_out + idx_bytes;
     batch.out_features = d_out + idx_bytes + olab_bytes;
-    batch.out_num_positive = reinterpret_cast<int32_t*>(d_out + idx_bytes + olab_bytes + ofeat_bytes);
+    batch.out_num_positive =
+        reinterpret_cast<int32_t*>(d_out + idx_bytes + olab_bytes + ofeat_bytes);
     batch.out_num_negative =
         reinterpret_cast<int32_t*>(d_out + idx_bytes + olab_bytes + ofeat_bytes + cnt_bytes);
   }

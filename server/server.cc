@@ -411,8 +411,9 @@ void Server::Shutdown() {
   // CANCELLED. Exit status 0: the shutdown was requested.
   const bool bounded = config_.exit_when_grace_ends && !fault;
   if (scheduler_ && !scheduler_->Stop(bounded ? deadline : Clock::time_point::max())) {
-    spdlog::warn("grace period over with a launch still running; exiting without it (its "
-                 "callers see UNAVAILABLE)");
+    spdlog::warn(
+        "grace period over with a launch still running; exiting without it (its "
+        "callers see UNAVAILABLE)");
     spdlog::default_logger()->flush();
     std::fflush(nullptr);
     std::_Exit(0);

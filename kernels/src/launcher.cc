@@ -46,30 +46,25 @@ bool CudaLauncher::Holds(const LaunchSizes& sizes) const {
          sizes.slots <= capacity_.slots;
 }
 
+// A pinned buffer and its device twin, grown together to hold `want` bytes.
+void CudaLauncher::GrowPair(size_t want, uint8_t** host, uint8_t** device, size_t* capacity) {
+  if (want <= *capacity) return;
+  const size_t bytes = GrowBytes(*capacity, want);
+  // Free first so that the old and new blocks are never both held.
+  PinnedFree(*host);
+  DeviceFree(*device);
+  *host = *device = nullptr;
+  *capacity = 0;
+  *host = static_cast<uint8_t*>(PinnedAllocOn(device_, bytes));
+  *device = static_cast<uint8_t*>(DeviceAlloc(device_, bytes));
+  *capacity = bytes;
+}
+
 void CudaLauncher::Reserve(const LaunchSizes& sizes) {
   if (Holds(sizes)) return;
   BindThreadToDevice(device_);
-  if (sizes.in_bytes > capacity_.in_bytes) {
-    const size_t bytes = GrowBytes(capacity_.in_bytes, sizes.in_bytes);
-    // Free first so that the old and new blocks are never both held.
-    PinnedFree(h_in_);
-    DeviceFree(d_in_);
-    h_in_ = d_in_ = nullptr;
-    capacity_.in_bytes = 0;
-    h_in_ = static_cast<uint8_t*>(PinnedAllocOn(device_, bytes));
-    d_in_ = static_cast<uint8_t*>(DeviceAlloc(device_, bytes));
-    capacity_.in_bytes = bytes;
-  }
-  if (sizes.out_bytes > capacity_.out_bytes) {
-    const size_t bytes = GrowBytes(capacity_.out_bytes, sizes.out_bytes);
-    PinnedFree(h_out_);
-    DeviceFree(d_out_);
-    h_out_ = d_out_ = nullptr;
-    capacity_.out_bytes = 0;
-    h_out_ = static_cast<uint8_t*>(PinnedAllocOn(device_, bytes));
-    d_out_ = static_cast<uint8_t*>(DeviceAlloc(device_, bytes));
-    capacity_.out_bytes = bytes;
-  }
+  GrowPair(sizes.in_bytes, &h_in_, &d_in_, &capacity_.in_bytes);
+  GrowPair(sizes.out_bytes, &h_out_, &d_out_, &capacity_.out_bytes);
   if (sizes.rows > 0) backend_->Reserve(sizes.rows, sizes.elements, sizes.slots);
   capacity_.rows = std::max(capacity_.rows, sizes.rows);
   capacity_.elements = std::max(capacity_.elements, sizes.elements);

@@ -49,7 +49,8 @@ void CheckBatch(const Batch& batch, bool pointers) {
   }
   // Rows, tiles and blocks are counted in int32 on the device.
   if (batch.num_rows > INT_MAX / 2) {
-    invalid("num_rows " + std::to_string(batch.num_rows) + " exceeds " + std::to_string(INT_MAX / 2));
+    invalid("num_rows " + std::to_string(batch.num_rows) + " exceeds " +
+            std::to_string(INT_MAX / 2));
   }
   if (!pointers) return;
   if (batch.num_rows > 0 && batch.host_rows == nullptr) {
@@ -182,7 +183,8 @@ void CudaBackend::Sample(const Batch& batch) {
   if (layout.bytes > 0 && shape.num_large > 0) Reserve(BytesNeeded(layout.bytes));
 
   pipeline::CudaExec exec(stream_);
-  pipeline::Enqueue(exec, shape, layout, static_cast<uint8_t*>(d_arena_), pipeline::ParamsOf(batch));
+  pipeline::Enqueue(exec, shape, layout, static_cast<uint8_t*>(d_arena_),
+                    pipeline::ParamsOf(batch));
 }
 
 }  // namespace

@@ -54,18 +54,18 @@
 namespace gpusampler::kernels::pipeline {
 
 inline constexpr int kThreads = 256;
-inline constexpr int kItems = 16;                           // keys per thread in a block sort
-inline constexpr int kBlockKeys = kThreads * kItems;        // 4096
-inline constexpr int64_t kSmallRowMax = kBlockKeys;         // rows the fused kernel takes
-inline constexpr int64_t kTileElements = int64_t{1} << 16;  // Pass1/Pass2 tile, at most
+inline constexpr int kItems = 16;                              // keys per thread in a block sort
+inline constexpr int kBlockKeys = kThreads * kItems;           // 4096
+inline constexpr int64_t kSmallRowMax = kBlockKeys;            // rows the fused kernel takes
+inline constexpr int64_t kTileElements = int64_t{1} << 16;     // Pass1/Pass2 tile, at most
 inline constexpr int64_t kMinTileElements = int64_t{1} << 14;  // ... and at least
 inline constexpr int64_t kTargetTiles = 512;  // tiles wanted in flight: ~4 blocks per H200 SM
-inline constexpr int kRoundElements = kThreads * 4;         // one Philox call per thread
-inline constexpr int kSelectBits = 11;                      // u histogram: 2048 buckets
+inline constexpr int kRoundElements = kThreads * 4;  // one Philox call per thread
+inline constexpr int kSelectBits = 11;               // u histogram: 2048 buckets
 inline constexpr int kSelectBins = 1 << kSelectBits;
-inline constexpr int kMaxOrderBits = 11;                    // v buckets: at most 2048
+inline constexpr int kMaxOrderBits = 11;  // v buckets: at most 2048
 inline constexpr int kMaxOrderBins = 1 << kMaxOrderBits;
-inline constexpr int64_t kSlotTile = kBlockKeys;            // Scatter tile
+inline constexpr int64_t kSlotTile = kBlockKeys;  // Scatter tile
 inline constexpr uint32_t kPositive = 0;
 inline constexpr uint32_t kNegative = 1;
 inline constexpr uint32_t kIgnored = 2;
@@ -96,18 +96,18 @@ inline int OrderBucketBits(int64_t max_samples) {
 
 // Per large row, written by Prepare (bases) and Threshold/Pass2/Boundary (the rest).
 struct LargeRowState {
-  int32_t row = 0;           // index into Batch rows
-  int32_t first_tile = 0;    // Pass1/Pass2 tiles [first_tile, next row's first_tile)
+  int32_t row = 0;         // index into Batch rows
+  int32_t first_tile = 0;  // Pass1/Pass2 tiles [first_tile, next row's first_tile)
   int32_t first_slot_tile = 0;
   int32_t pad = 0;
-  int64_t cand_base = 0;     // element offset of the row's candidates
-  int64_t sel_base = 0;      // slot offset of the row's selected keys
-  int64_t m[2] = {0, 0};     // quotas
-  int64_t sel_below[2] = {0, 0};  // u buckets below this are selected outright
+  int64_t cand_base = 0;           // element offset of the row's candidates
+  int64_t sel_base = 0;            // slot offset of the row's selected keys
+  int64_t m[2] = {0, 0};           // quotas
+  int64_t sel_below[2] = {0, 0};   // u buckets below this are selected outright
   int64_t cand_bin[2] = {-1, -1};  // the boundary bucket, -1 for none
   int64_t cand_count[2] = {0, 0};
-  int64_t cand_off[2] = {0, 0};    // class c's candidates at cand_base + cand_off[c]
-  int64_t need[2] = {0, 0};        // how many boundary candidates are selected
+  int64_t cand_off[2] = {0, 0};  // class c's candidates at cand_base + cand_off[c]
+  int64_t need[2] = {0, 0};      // how many boundary candidates are selected
   unsigned long long cand_cursor[2] = {0, 0};
   unsigned long long sel_cursor = 0;
 };
@@ -128,16 +128,16 @@ struct Params {
   int32_t num_tiles = 0;
   int32_t num_slot_tiles = 0;
   int32_t order_bits = 0;
-  int32_t capacity = kBlockKeys;  // keys a block sorts at once (the simulator's tests lower it)
+  int32_t capacity = kBlockKeys;     // keys a block sorts at once (the simulator's tests lower it)
   int64_t small_max = kSmallRowMax;  // rows up to this long take the fused kernel (ditto)
   int64_t tile_elements = kTileElements;  // Pass1/Pass2 tile (a multiple of kRoundElements)
-  LargeRowState* large = nullptr;  // [num_large + 1]: the last entry only holds tile counts
-  int32_t* hist = nullptr;         // [num_large][2][kSelectBins]
-  int32_t* vhist = nullptr;        // [num_large][1 << order_bits]
-  int32_t* vcursor = nullptr;      // [num_large][1 << order_bits]
-  uint64_t* cand = nullptr;        // [large elements]: (u << 32 | i)
-  uint64_t* sel = nullptr;         // [large slots]: (v << 32 | i), unordered
-  uint64_t* bucketed = nullptr;    // [large slots]: grouped by v bucket
+  LargeRowState* large = nullptr;         // [num_large + 1]: the last entry only holds tile counts
+  int32_t* hist = nullptr;                // [num_large][2][kSelectBins]
+  int32_t* vhist = nullptr;               // [num_large][1 << order_bits]
+  int32_t* vcursor = nullptr;             // [num_large][1 << order_bits]
+  uint64_t* cand = nullptr;               // [large elements]: (u << 32 | i)
+  uint64_t* sel = nullptr;                // [large slots]: (v << 32 | i), unordered
+  uint64_t* bucketed = nullptr;           // [large slots]: grouped by v bucket
 };
 
 // Host-known shape of a launch, from the host copy of the rows.
@@ -274,7 +274,8 @@ GPUSAMPLER_HD void WriteSlot(B& b, const Params& p, const RowDesc& row, int64_t 
       CopyBytes<false>(b, dst, p.labels + row.label_offset + i * item, item);
     } else {
       const bool unsigned_pad = row.label_dtype == DType::kUInt8 || row.label_dtype == DType::kBool;
-      for (int k = 0; k < item; ++k) b.Store(dst + k, static_cast<uint8_t>(unsigned_pad ? 0 : 0xFF));
+      for (int k = 0; k < item; ++k)
+        b.Store(dst + k, static_cast<uint8_t>(unsigned_pad ? 0 : 0xFF));
     }
   }
   const int64_t fb = row.feature_row_bytes;
@@ -390,8 +391,7 @@ struct FusedBody {
           } else {
             ++counts[cls[w]];
             mine[g * 4 + w] = (uint64_t{cls[w]} << (32 + ib)) |
-                              (static_cast<uint64_t>(x.v[w]) << ib) |
-                              static_cast<uint64_t>(i0 + w);
+                              (static_cast<uint64_t>(x.v[w]) << ib) | static_cast<uint64_t>(i0 + w);
           }
         }
       }
@@ -561,7 +561,8 @@ struct Pass1Body {
         sh.large = l;
         sh.row = b.Load(p.rows + r);
         sh.begin = (block - b.Load(&p.large[l].first_tile)) * p.tile_elements;
-        sh.end = sh.begin + p.tile_elements < sh.row.length ? sh.begin + p.tile_elements : sh.row.length;
+        sh.end =
+            sh.begin + p.tile_elements < sh.row.length ? sh.begin + p.tile_elements : sh.row.length;
       }
     });
     const RowDesc row = sh.row;
@@ -588,7 +589,8 @@ struct Pass1Body {
     const int32_t l = sh.large;
     b.Threads([&](int t) {
       for (int bin = t; bin < 2 * kSelectBins; bin += kThreads) {
-        if (sh.hist[bin] != 0) b.GlobalAdd(p.hist + int64_t{l} * 2 * kSelectBins + bin, sh.hist[bin]);
+        if (sh.hist[bin] != 0)
+          b.GlobalAdd(p.hist + int64_t{l} * 2 * kSelectBins + bin, sh.hist[bin]);
       }
     });
   }
@@ -699,7 +701,8 @@ struct Pass2Body {
         sh.large = l;
         sh.row = b.Load(p.rows + b.Load(&st->row));
         sh.begin = (block - b.Load(&st->first_tile)) * p.tile_elements;
-        sh.end = sh.begin + p.tile_elements < sh.row.length ? sh.begin + p.tile_elements : sh.row.length;
+        sh.end =
+            sh.begin + p.tile_elements < sh.row.length ? sh.begin + p.tile_elements : sh.row.length;
         sh.cand_base = b.Load(&st->cand_base);
         sh.sel_base = b.Load(&st->sel_base);
         for (int c = 0; c < 2; ++c) {
@@ -759,10 +762,12 @@ struct Pass2Body {
       });
       b.Threads([&](int t) {
         if (t != 0) return;
-        if (sh.n_sel > 0) sh.sel_at = b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(sh.n_sel));
+        if (sh.n_sel > 0)
+          sh.sel_at = b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(sh.n_sel));
         for (int c = 0; c < 2; ++c) {
           if (sh.n_cand[c] > 0) {
-            sh.cand_at[c] = b.GlobalAdd(&st->cand_cursor[c], static_cast<unsigned long long>(sh.n_cand[c]));
+            sh.cand_at[c] =
+                b.GlobalAdd(&st->cand_cursor[c], static_cast<unsigned long long>(sh.n_cand[c]));
           }
         }
       });
@@ -775,7 +780,8 @@ struct Pass2Body {
             b.Store(p.sel + sh.sel_base + static_cast<int64_t>(sh.sel_at) + off_[w], k_[w]);
           } else if (kind_[w] >= 2) {
             const int c = kind_[w] - 2;
-            b.Store(p.cand + sh.cand_base + sh.cand_off[c] + static_cast<int64_t>(sh.cand_at[c]) + off_[w],
+            b.Store(p.cand + sh.cand_base + sh.cand_off[c] + static_cast<int64_t>(sh.cand_at[c]) +
+                        off_[w],
                     k_[w]);
           }
         }
@@ -857,7 +863,8 @@ struct BoundaryBody {
         sh.digit = d;
         sh.taken = 0;
         sh.kept = 0;
-        if (below > 0) sh.sel_at = b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(below));
+        if (below > 0)
+          sh.sel_at = b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(below));
       });
       // Keys below the digit are selected; keys on it are compacted to the front, in place:
       // a chunk is read whole before any of it is written, and writes stay behind reads.
@@ -898,7 +905,8 @@ struct BoundaryBody {
         const int64_t at = static_cast<int64_t>(t) * kItems + k;
         mine[k] = at < sh.n ? b.Load(cand + at) : ~uint64_t{0};
       }
-      if (t == 0) sh.sel_at = b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(sh.need));
+      if (t == 0)
+        sh.sel_at = b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(sh.need));
     });
     b.SortKeys(keys, 64);
     b.Threads([&](int t) {

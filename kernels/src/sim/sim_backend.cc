@@ -4,11 +4,11 @@
 //   - MakeCudaBackend(kSimDevice) (sim::MakeStreamBackend): "device" memory of the sim
 //     device; Sample() enqueues the launch on the backend's SimStream and returns at once,
 //     like CudaBackend, so launchers and workers written for CUDA run on it unchanged.
+#include <algorithm>
 #include <climits>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <vector>
 
 #include "gpusampler/kernels/sampler.hpp"
 #include "pipeline/pipeline.hpp"
@@ -62,7 +62,7 @@ class SimBackend final : public Backend {
     GrowArena(layout.bytes);
     const pipeline::Params p = ParamsOf(batch, options_);
     const int64_t elements = batch.total_elements;
-    uint8_t* arena = reinterpret_cast<uint8_t*>(device_arena_.get());
+    uint8_t* arena = reinterpret_cast<uint8_t*>(arena_.get());
     stream_->Enqueue([this, shape, layout, p, elements, arena] {
       LaunchStats stats;
       stats.label_elements = elements;
@@ -76,8 +76,8 @@ class SimBackend final : public Backend {
 
   void Reserve(int64_t num_rows, int64_t total_elements, int64_t total_slots) override {
     if (!stream_ || num_rows <= 0) return;
-    GrowArena(pipeline::MakeLayout(pipeline::BoundShape(num_rows, total_elements, total_slots))
-                  .bytes);
+    GrowArena(
+        pipeline::MakeLayout(pipeline::BoundShape(num_rows, total_elements, total_slots)).bytes);
   }
 
   bool last_launch_stats(LaunchStats* stats) const override {
@@ -95,31 +95,30 @@ class SimBackend final : public Backend {
       const pipeline::Shape shape =
           pipeline::MakeShape(batch.rows, batch.num_rows, options_.small_row_max);
       const pipeline::Layout layout = pipeline::MakeLayout(shape);
-      // The arena, uninitialized as cudaMalloc's: filled with a pattern each launch.
-      arena_.assign(layout.bytes / 8 + 1, 0xA5A5A5A5A5A5A5A5ull);
+      GrowArena(layout.bytes);
+      uint8_t* arena = reinterpret_cast<uint8_t*>(arena_.get());
+      std::fill(arena, arena + layout.bytes, uint8_t{0xA5});
       sim::SimExec exec(&stats);
-      pipeline::Enqueue(exec, shape, layout, reinterpret_cast<uint8_t*>(arena_.data()),
-                        ParamsOf(batch, options_));
+      pipeline::Enqueue(exec, shape, layout, arena, ParamsOf(batch, options_));
     }
     std::lock_guard<std::mutex> lock(mu_);
     stats_ = stats;
   }
 
-  // Stream mode: the arena moves only between launches (queued ones finish first), as the
-  // CUDA backend's stream-ordered free does.
-  // Allocated uninitialized (untouched pages cost nothing until a launch uses them).
+  // The arena moves only between launches (in stream mode queued ones finish first, as the
+  // CUDA backend's stream-ordered free waits). Allocated uninitialized, like cudaMalloc's
+  // (untouched pages cost nothing); each launch fills what it uses with a pattern.
   void GrowArena(size_t bytes) {
-    if (bytes <= device_arena_bytes_) return;
-    stream_->Synchronize();
-    device_arena_bytes_ = bytes + bytes / 2;
-    device_arena_.reset(new uint64_t[device_arena_bytes_ / 8 + 1]);
+    if (bytes <= arena_bytes_) return;
+    if (stream_) stream_->Synchronize();
+    arena_bytes_ = bytes + bytes / 2;
+    arena_.reset(new uint64_t[arena_bytes_ / 8 + 1]);
   }
 
   CudaSimOptions options_;
   std::unique_ptr<sim::SimStream> stream_;
-  std::vector<uint64_t> arena_;                  // host mode
-  std::unique_ptr<uint64_t[]> device_arena_;     // stream mode
-  size_t device_arena_bytes_ = 0;
+  std::unique_ptr<uint64_t[]> arena_;
+  size_t arena_bytes_ = 0;
   mutable std::mutex mu_;
   LaunchStats stats_;
 };

@@ -1,6 +1,7 @@
 // The cuda-sim device: streams, memory and the stream-ordered backend (sim_device.hpp).
 #include "sim/sim_device.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <exception>
 #include <unordered_set>
@@ -13,6 +14,12 @@ struct Registry {
   std::mutex mu;
   std::unordered_set<const void*> streams;
   std::unordered_set<const void*> memory;
+  // Sizes of the two sets, readable without the lock: a process that never made a sim stream
+  // or allocation (a CUDA server) answers IsSimStream / IsSimMemory without locking, so the
+  // CUDA worker's copies and frees share no lock. Changed only under `mu`; a caller holding a
+  // sim pointer got it after its registration, so it sees a non-zero count.
+  std::atomic<size_t> stream_count{0};
+  std::atomic<size_t> memory_count{0};
 };
 
 Registry& registry() {
@@ -26,6 +33,7 @@ SimStream::SimStream() {
   {
     std::lock_guard<std::mutex> lock(registry().mu);
     registry().streams.insert(this);
+    registry().stream_count.store(registry().streams.size(), std::memory_order_release);
   }
   thread_ = std::thread([this] { Loop(); });
 }
@@ -39,6 +47,7 @@ SimStream::~SimStream() {
   thread_.join();
   std::lock_guard<std::mutex> lock(registry().mu);
   registry().streams.erase(this);
+  registry().stream_count.store(registry().streams.size(), std::memory_order_release);
 }
 
 void SimStream::Enqueue(std::function<void()> op) {
@@ -105,7 +114,9 @@ void SimStream::Loop() {
 }
 
 bool IsSimStream(const void* stream) {
-  if (stream == nullptr) return false;
+  if (stream == nullptr || registry().stream_count.load(std::memory_order_acquire) == 0) {
+    return false;
+  }
   std::lock_guard<std::mutex> lock(registry().mu);
   return registry().streams.count(stream) > 0;
 }
@@ -113,17 +124,20 @@ bool IsSimStream(const void* stream) {
 SimStream* AsSimStream(void* stream) { return static_cast<SimStream*>(stream); }
 
 bool IsSimMemory(const void* ptr) {
-  if (ptr == nullptr) return false;
+  if (ptr == nullptr || registry().memory_count.load(std::memory_order_acquire) == 0) {
+    return false;
+  }
   std::lock_guard<std::mutex> lock(registry().mu);
   return registry().memory.count(ptr) > 0;
 }
 
 void* Alloc(size_t bytes) {
-  // 256-byte aligned like cudaMalloc; filled like uninitialized memory.
+  // 256-byte aligned like cudaMalloc, and uninitialized like it.
   void* ptr = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
   if (ptr == nullptr) throw Error(Error::Code::kOutOfMemory, "cuda-sim: out of host memory");
   std::lock_guard<std::mutex> lock(registry().mu);
   registry().memory.insert(ptr);
+  registry().memory_count.store(registry().memory.size(), std::memory_order_release);
   return ptr;
 }
 
@@ -134,6 +148,7 @@ void Free(void* ptr) noexcept {
     // it is waited on. Stream operations never take it.
     std::lock_guard<std::mutex> lock(registry().mu);
     if (registry().memory.erase(ptr) == 0) return;
+    registry().memory_count.store(registry().memory.size(), std::memory_order_release);
     for (const void* stream : registry().streams) {
       static_cast<SimStream*>(const_cast<void*>(stream))->WaitIdle();
     }

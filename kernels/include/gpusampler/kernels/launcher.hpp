@@ -66,6 +66,7 @@ class CudaLauncher {
 
  private:
   void Release() noexcept;
+  void GrowPair(size_t want, uint8_t** host, uint8_t** device, size_t* capacity);
 
   std::unique_ptr<Backend> backend_;
   int device_;

@@ -152,7 +152,7 @@ struct LaunchStats {
   int64_t launches = 0;
   int64_t bytes_read = 0;
   int64_t bytes_written = 0;
-  int64_t feature_bytes = 0;  // feature rows read + written
+  int64_t feature_bytes = 0;   // feature rows read + written
   int64_t label_elements = 0;  // Batch::total_elements
   int64_t philox_calls = 0;
   // (bytes_read + bytes_written) / label_elements, features excluded; 0 for an empty launch.
