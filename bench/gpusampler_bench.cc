@@ -19,6 +19,9 @@
 // element, four per call, and the order keys of the K selected), and the gather of the B K
 // selected feature rows in index order. Each part is timed alone (median of the same
 // iterations); their sum is the floor, and the JSON line reports our time as a multiple.
+// The floor's keys come from the same instruction-set version as the backend's (cpu: the
+// JSON's "isa", chosen once per process, GPUSAMPLER_PHILOX_ISA=portable|avx2|avx512 or the
+// CPU's default; "isa_choice" says which and why).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -382,16 +385,27 @@ int main(int argc, char** argv) {
                   median / floor.total());
   }
   const char* memory = backend.memory_space() == gk::MemorySpace::kHost ? "host" : "device";
+  // cpu: which instruction-set version ran (the backend's and the floor's).
+  std::string isa_json;
+  if (o.backend == "cpu") {
+    std::string why;
+    for (const char* c = gk::cpu::IsaChoice(); *c != '\0'; ++c) {
+      if (*c == '"' || *c == '\\') why += '\\';
+      why += *c;
+    }
+    isa_json = std::string(", \"isa\": \"") + gk::cpu::KeyIsaName() + "\", \"isa_choice\": \"" +
+               why + "\"";
+  }
   if (o.json) {
     std::printf(
         "{\"impl\": \"gpusampler\", \"backend\": \"%s\", \"device\": \"%s\", \"rows\": %lld, "
         "\"n\": %lld, \"k\": %lld, \"dim\": %lld, \"label_dtype\": \"%s\", \"threads\": %d, "
         "\"iters\": %d, \"warmup\": %d, \"median_ms\": %.6f, \"p90_ms\": %.6f, "
-        "\"min_ms\": %.6f, \"inputs\": \"%s\", \"timed\": \"sample+feature gather\"%s%s}\n",
+        "\"min_ms\": %.6f, \"inputs\": \"%s\", \"timed\": \"sample+feature gather\"%s%s%s}\n",
         o.backend.c_str(), backend.name().c_str(), static_cast<long long>(o.rows),
         static_cast<long long>(o.n), static_cast<long long>(o.k), static_cast<long long>(o.dim),
         o.label_dtype.c_str(), o.threads, o.iters, o.warmup, median, p90,
-        *std::min_element(ms.begin(), ms.end()), memory, floor_json, stats_json);
+        *std::min_element(ms.begin(), ms.end()), memory, floor_json, stats_json, isa_json.c_str());
   } else {
     std::printf(
         "%s rows=%lld n=%lld k=%lld dim=%lld %s threads=%d iters=%d: median %.4f ms, "
@@ -399,6 +413,9 @@ int main(int argc, char** argv) {
         backend.name().c_str(), static_cast<long long>(o.rows), static_cast<long long>(o.n),
         static_cast<long long>(o.k), static_cast<long long>(o.dim), o.label_dtype.c_str(),
         o.threads, o.iters, median, p90, memory);
+    if (o.backend == "cpu") {
+      std::printf("isa %s (%s)\n", gk::cpu::KeyIsaName(), gk::cpu::IsaChoice());
+    }
     if (o.floor) {
       std::printf("floor %.4f ms (labels %.4f, keys %.4f, gather %.4f): %.2fx the floor\n",
                   floor.total(), floor.labels_ms, floor.keys_ms, floor.gather_ms,
