@@ -142,15 +142,25 @@ void SelectSmallest(const uint64_t* cand, int64_t c, int64_t m, uint64_t bound,
     out->resize(static_cast<size_t>(m));
     return;
   }
-  constexpr int kBucketBits = 11;
+  // About two candidates per bucket (at most 2^11 buckets): the counters to clear and the
+  // buckets to scan grow with c, not with a fixed table (a fixed 2^11 table, cleared and
+  // scanned from the bottom, was a sixth of a 1e4-element row).
+  int c_bits = 0;
+  while (c_bits < 30 && (int64_t{1} << c_bits) < c) ++c_bits;
+  const int bucket_bits = std::clamp(c_bits - 1, 4, 11);
   int key_bits = 0;
   while (key_bits < 32 && (uint64_t{1} << key_bits) < bound) ++key_bits;
-  const int shift = 32 + std::max(0, key_bits - kBucketBits);  // of the packed key
-  uint32_t hist[1 << kBucketBits] = {};
+  const int shift = 32 + std::max(0, key_bits - bucket_bits);  // of the packed key
+  uint32_t hist[1 << 11];
+  const uint64_t top = (bound - 1) >> (shift - 32);  // the highest bucket a key can reach
+  std::memset(hist, 0, static_cast<size_t>(top + 1) * sizeof(uint32_t));
   for (int64_t j = 0; j < c; ++j) ++hist[cand[j] >> shift];
-  int64_t below = 0;
-  uint64_t bucket = 0;
-  while (below + hist[bucket] < m) below += hist[bucket++];
+  // The m-th smallest sits in the bucket where the count from the top passes c - m; the
+  // bound keeps c - m small (about 4 sqrt(m) + 16), so scan from the top.
+  int64_t above = 0;
+  uint64_t bucket = top;
+  while (c - above - hist[bucket] >= m) above += hist[bucket--];
+  const int64_t below = c - above - hist[bucket];
   tmp->clear();
   for (int64_t j = 0; j < c; ++j) {
     if ((cand[j] >> shift) == bucket) tmp->push_back(cand[j]);
