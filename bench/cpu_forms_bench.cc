@@ -224,6 +224,27 @@ __attribute__((target("avx512f"), noinline)) uint64_t TailSpillCopy(const Data& 
   return out[7];
 }
 
+// The AVX2 form of the same tail (8 keys): vpmaskmovd, or a spill + memcpy.
+__attribute__((target("avx2"), noinline)) uint64_t TailAvx2MaskMov(const Data& d, uint32_t* out) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int g = 0; g < kGroup / 8; ++g) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d.keys.data() + 8 * g));
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(1 + (g & 7)), lanes);
+    _mm256_maskstore_epi32(reinterpret_cast<int*>(out + 8 * g), mask, v);
+  }
+  return out[7];
+}
+
+__attribute__((target("avx2"), noinline)) uint64_t TailAvx2SpillCopy(const Data& d, uint32_t* out) {
+  for (int g = 0; g < kGroup / 8; ++g) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d.keys.data() + 8 * g));
+    alignas(32) uint32_t tmp[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), v);
+    std::memcpy(out + 8 * g, tmp, static_cast<size_t>(1 + (g & 7)) * sizeof(uint32_t));
+  }
+  return out[7];
+}
+
 // --- 16 random 32-bit loads: a gather instruction, or scalar loads ---
 __attribute__((target("avx512f"), noinline)) uint64_t GatherInstruction(const Data& d,
                                                                         uint32_t* out) {
@@ -267,6 +288,12 @@ void MeasureForms(Data& d) {
             [&] { return TailSpillCopy(d, out32.data()); });
     Measure("16 random loads: vpgatherdd", kGroup,
             [&] { return GatherInstruction(d, out32.data()); });
+  }
+  if (cpu::IsaSupported(cpu::Isa::kAvx2)) {
+    Measure("tail store of 1..8 keys: AVX2 vpmaskmovd", kGroup,
+            [&] { return TailAvx2MaskMov(d, out32.data()); });
+    Measure("tail store of 1..8 keys: AVX2 register spill + memcpy", kGroup,
+            [&] { return TailAvx2SpillCopy(d, out32.data()); });
   }
   Measure("16 random loads: scalar", kGroup, [&] { return GatherScalar(d, out32.data()); });
 #else
