@@ -15,7 +15,7 @@
 #        PYTHON       interpreter with torch (default /usr/bin/python3)
 #        COMPILE_PYTHON  interpreter with torch >= 2 for the torch.compile column (default:
 #                     PYTHON when its torch is >= 2; else the column prints n/a). One line:
-#                     python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install --index-url https://download.pytorch.org/whl/cpu torch numpy
+#                     python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install torch numpy
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -187,7 +187,7 @@ echo "- CPU: $cpu_model ($(nproc) CPUs available)"
 [[ -z "$gpu_model" ]] || echo "- GPU: $gpu_model"
 echo "- threads: $threads"
 echo "- gpusampler: \`$(printf '%q' "$bench") --backend $backend --rows B --n N --k N/10 --dim 16 --label-dtype int64 --threads $threads --iters I --json$([[ "$backend" != cpu ]] || echo ' --floor')\`"
-[[ "$backend" != cpu ]] || echo "- floor: measured by the same binary in the same run on the same inputs and threads: read the labels once + B (N/4 + K) Philox4x32-10 calls (best ISA) + gather of the B K selected 64-byte feature rows in index order; each part timed alone, medians summed. \"x floor\" = gpusampler median / floor."
+[[ "$backend" != cpu ]] || echo "- floor: measured by the same binary in the same run on the same inputs and threads: read the labels once + B (N/4 + K) Philox4x32-10 calls (the backend's instruction set, reported below) + gather of the B K selected 64-byte feature rows in index order; each part timed alone, medians summed. \"x floor\" = gpusampler median / floor."
 echo "- PyTorch: $torch_version via \`$py bench/pytorch_baselines.py --sampler all --device $pt_device --rows B --n N --k N/10 --dim 16 --threads $threads --iters I --warmup W --json\`"
 [[ -z "$pt_note" ]] || echo "- note: $pt_note"
 if [[ -n "$compile_note" ]]; then

@@ -28,8 +28,10 @@ Run with Debian's interpreter, which has torch:
     /usr/bin/python3 bench/pytorch_baselines.py --check
 
 Debian 12's torch is 1.13 (no torch.compile).  For the topk_compiled column, a throw-away
-venv with PyPI's CPU torch (benchmarks only; nothing at runtime uses it):
-    python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install --index-url https://download.pytorch.org/whl/cpu torch numpy
+venv with PyPI's torch (a large download: its Linux wheel bundles the CUDA libraries, and
+runs on the CPU as well; benchmarks only, nothing at runtime uses it; torch.compile on the
+CPU also needs a C++ compiler, which the build already has):
+    python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install torch numpy
     /tmp/torch2/bin/python bench/pytorch_baselines.py --sampler topk_compiled --rows 1 --n 10000 --threads 2
 (bench/compare.sh takes it as COMPILE_PYTHON=/tmp/torch2/bin/python.)
 """
