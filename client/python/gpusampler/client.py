@@ -389,6 +389,15 @@ class _ClientBase:
             channel_options.append(("grpc.ssl_target_name_override", server_name_override))
         channel_options.extend(options)
         self._targets: List[str] = targets
+        # What built this client, so that a DataLoader worker can open its own copy.
+        self._config: Tuple[List[str], Dict[str, Any]] = (list(targets), dict(
+            timeout=timeout, token=token, tls=tls, root_certificates=root_certificates,
+            private_key=private_key, certificate_chain=certificate_chain,
+            server_name_override=server_name_override, max_message_bytes=max_message_bytes,
+            max_attempts=max_attempts, initial_backoff=initial_backoff, max_backoff=max_backoff,
+            wait_for_ready=wait_for_ready, keepalive_time=keepalive_time,
+            keepalive_timeout=keepalive_timeout, options=tuple(options),
+            warn_quality=warn_quality))
         self._channel_options: List[Tuple[str, Any]] = channel_options
         self._credentials: Optional[grpc.ChannelCredentials] = None
         if tls or root_certificates or certificate_chain:
