@@ -578,6 +578,7 @@ bool SampleSession::Send(const v1::SampleRequest& request) {
     if (broken_ || send_closed_) return false;
     ++in_flight_;
     sent_.push_back(std::chrono::steady_clock::now());
+    started_ = true;
   }
   cv_.notify_all();  // the watchdog
   if (stream_->Write(request)) return true;
@@ -592,6 +593,14 @@ void SampleSession::CloseSend() {
     std::lock_guard<std::mutex> lock(mu_);
     if (send_closed_) return;
     send_closed_ = true;
+    empty_ = !started_;
+  }
+  if (empty_) {
+    // No request was written, so the corked call never started and WritesDone would not
+    // start it either (it sends no initial metadata): a Read would wait forever. An empty
+    // stream has no responses; end the call here.
+    context_->TryCancel();
+    return;
   }
   stream_->WritesDone();
 }
@@ -630,6 +639,7 @@ grpc::Status SampleSession::Finish() {
   grpc::Status status = stream_->Finish();
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (empty_) status = grpc::Status::OK;  // nothing was asked, nothing failed
     stop_watch_ = true;
     if (deadline_hit_) {
       status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,

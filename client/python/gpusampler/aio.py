@@ -146,10 +146,10 @@ class Client(_ClientBase):
 
         async def items() -> AsyncIterator[Any]:
             if hasattr(requests, "__aiter__"):
-                async for item in requests:  # type: ignore[union-attr]
+                async for item in requests:
                     yield item
             else:
-                for item in requests:  # type: ignore[union-attr]
+                for item in requests:
                     yield item
 
         async def write() -> None:

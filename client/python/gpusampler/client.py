@@ -557,7 +557,7 @@ class _ClientBase:
 
         return chunks
 
-    def _fanout_error(self, what: str, failed: Dict[str, GpuSamplerError],
+    def _fanout_error(self, what: str, failed: Mapping[str, GpuSamplerError],
                       succeeded: Sequence[str]) -> GpuSamplerError:
         """One error for a dataset call that failed on some of the addresses it had to reach:
         the class of the first failure, a message naming every failed address and why, and

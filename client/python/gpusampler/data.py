@@ -72,7 +72,7 @@ def _tensor(x: Any) -> torch.Tensor:
     return x if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x))
 
 
-class SampleIterable(IterableDataset):  # type: ignore[type-arg]
+class SampleIterable(IterableDataset):
     """Sampled batches from a gpusampler server, ``prefetch`` steps ahead.
 
     Args:

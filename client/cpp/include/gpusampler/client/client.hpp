@@ -138,6 +138,8 @@ class SampleSession {
   int in_flight_ = 0;
   bool broken_ = false;
   bool send_closed_ = false;
+  bool started_ = false;  // a request was written: the (corked) call has started
+  bool empty_ = false;    // closed before any request: the call never started
   bool read_done_ = false;
   bool finished_ = false;
   const std::chrono::milliseconds message_timeout_;         // zero: none
