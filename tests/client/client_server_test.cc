@@ -217,6 +217,23 @@ TEST(ClientServer, SessionSingleThreadedWindow) {
   EXPECT_TRUE(session->Finish().ok());
 }
 
+// A session closed before any request (a bench worker whose budget ran out) ends at once,
+// OK, with no responses: the corked call never started, so nothing may wait on it.
+TEST(ClientServer, EmptySessionEndsAtOnce) {
+  Client client(Options());
+  auto session = client.OpenSession(2);
+  int responses = 0;
+  const grpc::Status status = session->Run([](v1::SampleRequest*) { return false; },
+                                           [&](v1::SampleResponse&&) { ++responses; });
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(responses, 0);
+  auto single = client.OpenSession(2);
+  single->CloseSend();
+  v1::SampleResponse response;
+  EXPECT_FALSE(single->Receive(&response));
+  EXPECT_TRUE(single->Finish().ok());
+}
+
 TEST(ClientServer, SendBlocksWhileTheWindowIsFull) {
   Client client(Options());
   auto session = client.OpenSession(2);

@@ -51,3 +51,34 @@ def test_sample_needs_exactly_one_source(cli_bin, server, tmp_path):
     rows_inline = run(cli_bin, server, "sample", "--labels", tmp_path / "l.npy", "--rows",
                       tmp_path / "r.npy", "--num-samples", 4, "--out-dir", tmp_path, check=False)
     assert rows_inline.returncode == 2 and "need --dataset" in rows_inline.stderr
+
+
+def test_version(cli_bin):
+    import subprocess
+
+    out = subprocess.run([str(cli_bin), "--version"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("gpusampler-cli 0.1.0 ("), out.stdout
+
+
+def test_bench_dataset_prints_throughput_json(cli_bin, server, client):
+    labels = (np.random.default_rng(5).random(10000) < 0.02).astype(np.int64)
+    splits = np.arange(0, 10001, 1000, dtype=np.int64)
+    client.create_dataset("bench-ds", labels, row_splits=splits, replace=True)
+    drawn = json.loads(run(cli_bin, server, "bench", "--dataset", "bench-ds", "--rows", 3,
+                           "-n", 30, "-c", 2, "--k", 64, "--json", "-q").stdout)
+    assert drawn["ok"] == 30 and drawn["errors"] == {} and drawn["throughput_rps"] > 0
+    assert drawn["dataset"] == "bench-ds" and drawn["rows"] == 3 and drawn["dataset_rows_drawn"]
+    assert drawn["rows_per_s"] > 0 and drawn["p50_ms"] is not None
+    whole = json.loads(run(cli_bin, server, "bench", "--dataset", "bench-ds", "-n", 10, "--stream",
+                           "--return-features", "--json", "-q", check=False).stdout)
+    # No features stored: return_features is INVALID_ARGUMENT on every request.
+    assert whole["ok"] == 0 and "INVALID_ARGUMENT" in whole["errors"]
+    whole = json.loads(run(cli_bin, server, "bench", "--dataset", "bench-ds", "-n", 10, "--stream",
+                           "--json", "-q").stdout)
+    assert whole["ok"] == 10 and whole["rows"] == 10 and not whole["dataset_rows_drawn"]
+    missing = run(cli_bin, server, "bench", "--dataset", "bench-nope", "-n", 1, check=False)
+    assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
+    usage = run(cli_bin, server, "bench", "--return-features", "-n", 1, check=False)
+    assert usage.returncode == 2 and "needs --dataset" in usage.stderr
+    client.delete_dataset("bench-ds")

@@ -91,3 +91,42 @@ def test_abandoned_stream_does_not_hang(client):
             break
     stream.close()  # cancels the call; the producer thread notices and stops
     assert client.health() == "SERVING"
+
+
+def test_stream_takes_dataset_requests(client):
+    labels = (np.random.default_rng(4).random(3000) < 0.03).astype(np.int64)
+    splits = np.array([0, 1000, 2500, 3000], dtype=np.int64)
+    client.create_dataset("stream-ds", labels, row_splits=splits, replace=True)
+    items = [{"dataset": "stream-ds", "seed": 10}, {"labels": make_labels(1), "seed": 11},
+             {"dataset": "stream-ds", "rows": [2, 0], "seed": 12}]
+    got = list(client.sample_stream(items, num_samples=16, window=2))
+    want = [client.sample(dataset="stream-ds", num_samples=16, seed=10),
+            client.sample(make_labels(1), num_samples=16, seed=11),
+            client.sample(dataset="stream-ds", rows=[2, 0], num_samples=16, seed=12)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.indices, w.indices)
+        np.testing.assert_array_equal(g.labels, w.labels)
+    assert got[2].indices.shape == (2, 16)
+    # A dataset default, with items that only pick rows.
+    got = list(client.sample_stream([{"rows": [1]}, {"rows": [0, 1]}], dataset="stream-ds",
+                                    num_samples=4, seed=3))
+    assert [r.indices.shape for r in got] == [(1, 4), (2, 4)]
+
+
+def test_stream_errors_name_public_api_only(client):
+    def first_error(items, **kw):
+        with pytest.raises((TypeError, ValueError)) as info:
+            list(client.sample_stream(items, num_samples=4, **kw))
+        text = str(info.value)
+        assert "_build" not in text and "_prepare" not in text, text
+        return text
+
+    assert "request 1 has unknown key(s) ['dataset_name']" in first_error(
+        [{"dataset": "stream-ds"}, {"dataset_name": "stream-ds"}])
+    assert "request 0 has neither 'labels' nor 'dataset'" in first_error([{"seed": 1}])
+    assert "request 0: rows and return_features need dataset" in first_error(
+        [{"labels": make_labels(0), "rows": [0]}])
+    assert "request 0: num_samples must be an integer" in first_error(
+        [{"dataset": "stream-ds", "num_samples": 1.5}])
+    with pytest.raises(TypeError, match="unknown keyword argument.*'windw'"):
+        list(client.sample_stream([], num_samples=4, windw=2))

@@ -23,6 +23,19 @@ using SteadyClock = std::chrono::steady_clock;
 
 v1::SampleRequest MakeRequest(const BenchOptions& o) {
   std::mt19937_64 rng(12345);
+  if (!o.dataset.empty()) {
+    v1::SampleRequest request;
+    request.mutable_spec()->set_num_samples(o.k);
+    request.set_dataset(o.dataset);
+    request.set_return_features(o.return_features);
+    if (o.dataset_rows > 0) {
+      std::uniform_int_distribution<int64_t> row(0, std::max<int64_t>(0, o.dataset_num_rows - 1));
+      std::vector<int64_t> ids(static_cast<size_t>(o.dataset_rows));
+      for (int64_t& id : ids) id = row(rng);
+      *request.mutable_rows() = MakeTensor(ids, {o.dataset_rows});
+    }
+    return request;
+  }
   std::bernoulli_distribution positive(o.positive_rate);
   std::vector<int64_t> labels(static_cast<size_t>(o.rows * o.n));
   for (int64_t& l : labels) l = positive(rng) ? 1 : 0;
@@ -215,6 +228,11 @@ void Monitor(const BenchOptions& o, Tally& tally, Schedule& schedule, SteadyCloc
 
 }  // namespace
 
+int64_t RowsPerRequest(const BenchOptions& o) {
+  if (o.dataset.empty()) return o.rows;
+  return o.dataset_rows > 0 ? o.dataset_rows : o.dataset_num_rows;
+}
+
 std::string JsonQuote(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
@@ -303,7 +321,7 @@ BenchResult RunBench(Client& client, const BenchOptions& options) {
   for (double v : lat) sum += v;
   r.mean_ms = lat.empty() ? 0 : sum / lat.size();
   r.throughput_rps = elapsed > 0 ? r.ok / elapsed : 0;
-  r.rows_per_s = static_cast<int64_t>(r.throughput_rps * o.rows);
+  r.rows_per_s = static_cast<int64_t>(r.throughput_rps * RowsPerRequest(o));
   return r;
 }
 
@@ -312,8 +330,14 @@ void PrintBenchText(const BenchOptions& o, const BenchResult& r, std::ostream& o
   out << "requests     " << r.requests << " (" << r.ok << " ok) in " << r.duration_s << " s, "
       << (o.stream ? "stream window " + std::to_string(o.window) : std::string("unary"))
       << ", concurrency " << o.concurrency << "\n";
-  out << "shape        rows " << o.rows << " x n " << o.n << ", k " << o.k
-      << (o.labels_only ? ", labels only" : ", dim " + std::to_string(o.dim)) << "\n";
+  if (o.dataset.empty()) {
+    out << "shape        rows " << o.rows << " x n " << o.n << ", k " << o.k
+        << (o.labels_only ? ", labels only" : ", dim " + std::to_string(o.dim)) << "\n";
+  } else {
+    out << "dataset      " << o.dataset << ", rows " << RowsPerRequest(o) << " per request"
+        << (o.dataset_rows > 0 ? " (drawn)" : " (all)") << ", k " << o.k
+        << (o.return_features ? ", with features" : ", labels only") << "\n";
+  }
   out << "throughput   " << r.throughput_rps << " req/s, " << r.rows_per_s << " rows/s\n";
   const bool have = r.ok > 0;
   out << "latency ms   p50 " << FormatMs(r.p50_ms, have) << "  p90 " << FormatMs(r.p90_ms, have)
@@ -359,9 +383,17 @@ void PrintBenchJson(const BenchOptions& o, const BenchResult& r, std::ostream& o
       << ", \"p90_ms\": " << ms(r.p90_ms) << ", \"p99_ms\": " << ms(r.p99_ms)
       << ", \"max_ms\": " << ms(r.max_ms) << ", \"mean_ms\": " << ms(r.mean_ms)
       << ", \"concurrency\": " << o.concurrency << ", \"stream\": " << (o.stream ? "true" : "false")
-      << ", \"window\": " << o.window << ", \"rate\": " << o.rate << ", \"rows\": " << o.rows
-      << ", \"n\": " << o.n << ", \"k\": " << o.k << ", \"dim\": " << o.dim
-      << ", \"labels_only\": " << (o.labels_only ? "true" : "false") << "}\n";
+      << ", \"window\": " << o.window << ", \"rate\": " << o.rate;
+  if (o.dataset.empty()) {
+    out << ", \"rows\": " << o.rows << ", \"n\": " << o.n << ", \"k\": " << o.k
+        << ", \"dim\": " << o.dim << ", \"labels_only\": " << (o.labels_only ? "true" : "false")
+        << ", \"dataset\": null}\n";
+  } else {
+    out << ", \"rows\": " << RowsPerRequest(o) << ", \"k\": " << o.k
+        << ", \"dataset\": " << JsonQuote(o.dataset)
+        << ", \"dataset_rows_drawn\": " << (o.dataset_rows > 0 ? "true" : "false")
+        << ", \"return_features\": " << (o.return_features ? "true" : "false") << "}\n";
+  }
 }
 
 }  // namespace gpusampler::client

@@ -23,6 +23,13 @@ struct BenchOptions {
   int64_t k = 256;              // num_samples
   int64_t dim = 16;             // float32 features per element
   double positive_rate = 0.05;  // share of positives in the synthetic labels
+  // Dataset mode: sample this resident dataset instead of sending synthetic labels.
+  // dataset_rows > 0 samples that many dataset rows per request (ids drawn uniformly from
+  // [0, dataset_num_rows), fixed for the run); 0 samples the whole dataset each request.
+  std::string dataset;
+  bool return_features = false;
+  int64_t dataset_rows = 0;
+  int64_t dataset_num_rows = 0;  // the dataset's rows (RunBench's caller looks it up)
   // One progress line per second (rate and p50 of that second, errors so far); null: none.
   std::ostream* progress = nullptr;
   // Stop early once every request has failed for this many seconds (no success in that
@@ -48,6 +55,8 @@ struct BenchResult {
 BenchResult RunBench(Client& client, const BenchOptions& options);
 void PrintBenchText(const BenchOptions& options, const BenchResult& result, std::ostream& out);
 void PrintBenchJson(const BenchOptions& options, const BenchResult& result, std::ostream& out);
+// Rows sampled per request: --rows, or in dataset mode the rows drawn or the whole dataset's.
+int64_t RowsPerRequest(const BenchOptions& options);
 // `s` as a JSON string literal (quotes, backslashes and control characters escaped).
 std::string JsonQuote(const std::string& s);
 // "OK", "CANCELLED", ..., "UNAUTHENTICATED".

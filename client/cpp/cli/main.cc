@@ -3,11 +3,13 @@
 //   gpusampler-cli --target HOST:PORT sample --labels L.npy --num-samples K --out-dir DIR
 //   gpusampler-cli --target HOST:PORT bench --concurrency 8 --duration 10 --json
 //   gpusampler-cli --target HOST:PORT health      # grpc-health-probe's exit codes
+//   gpusampler-cli --target HOST:PORT bench --dataset NAME [--rows B] --json
 //   gpusampler-cli --target HOST:PORT info [--json]
+//   gpusampler-cli --version
 //
 // Exit codes: 0 success, 1 a call or a bench request failed, 2 usage error (bad flag or
 // value, unknown subcommand, unreadable input file); health: 2 connection failure, 3 RPC
-// failure, 4 not SERVING (as grpc-health-probe).
+// failure, 4 not SERVING (as grpc-health-probe). README.md's table lists them side by side.
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cmath>
@@ -355,6 +357,8 @@ int RunInfo(Client& client, bool json) {
 
 int Main(int argc, char** argv) {
   CLI::App app{"gpusampler-cli: probe, feed and load-test a gpusampler server"};
+  app.set_version_flag("--version", std::string("gpusampler-cli ") + GPUSAMPLER_CLI_VERSION + " (" +
+                                        GPUSAMPLER_CLI_REVISION + ")");
   app.require_subcommand(1);
   GlobalFlags g;
   app.add_option("-t,--target", g.targets,
@@ -417,9 +421,17 @@ int Main(int argc, char** argv) {
       ->default_val(4)
       ->check(Number(true, 1));
   bench->add_flag("--labels-only", bo.labels_only, "send no features");
-  bench->add_option("--rows", bo.rows, "rows per request (B)")
-      ->default_val(8)
-      ->check(Number(true, 1));
+  CLI::Option* bench_rows =
+      bench
+          ->add_option("--rows", bo.rows,
+                       "rows per request (B); with --dataset, dataset rows drawn per request")
+          ->default_val(8)
+          ->check(Number(true, 1));
+  bench->add_option("--dataset", bo.dataset,
+                    "sample this resident dataset (all its rows unless --rows) instead of "
+                    "synthetic labels");
+  bench->add_flag("--return-features", bo.return_features,
+                  "with --dataset: also return the sampled rows' features");
   bench->add_option("--n", bo.n, "elements per row (N)")->default_val(4096)->check(Number(true, 0));
   bench->add_option("--k", bo.k, "num_samples (K)")->default_val(256)->check(Number(true));
   bench->add_option("--dim", bo.dim, "float32 features per element")
@@ -466,6 +478,8 @@ int Main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);  // prints the version on stdout, exits 0
   } catch (const CLI::ParseError& e) {
     // Usage errors exit 2 (as getopt tools and grpc-health-probe's flag errors do), with
     // the message that fits: a word where a subcommand belongs is an unknown subcommand.
@@ -512,6 +526,29 @@ int Main(int argc, char** argv) {
   if (*health) return RunHealth(*client, health_service);
   if (*info) return RunInfo(*client, info_json);
   if (*bench) {
+    if (bo.dataset.empty() && bo.return_features) {
+      std::cerr << "gpusampler-cli: bench --return-features needs --dataset\n"
+                   "Run with --help for more information.\n";
+      return 2;
+    }
+    if (!bo.dataset.empty()) {
+      // The dataset's row count, for --rows' ids and rows/s; a missing dataset fails here.
+      std::vector<v1::DatasetInfo> datasets;
+      const grpc::Status status = client->ListDatasets(&datasets);
+      if (!status.ok()) return Fail(status);
+      bool found = false;
+      for (const v1::DatasetInfo& d : datasets) {
+        if (d.name() == bo.dataset) {
+          bo.dataset_num_rows = d.num_rows();
+          found = true;
+        }
+      }
+      if (!found) {
+        return Fail(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                 "bench --dataset " + bo.dataset + ": no such dataset"));
+      }
+      bo.dataset_rows = bench_rows->count() > 0 ? bo.rows : 0;
+    }
     if (!bench_quiet) bo.progress = &std::cerr;
     BenchResult result = RunBench(*client, bo);
     if (bench_json) {

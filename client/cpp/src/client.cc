@@ -195,7 +195,77 @@ Client::Client(ClientOptions options) : options_(std::move(options)) {
     c.stub = v1::Sampler::NewStub(c.channel);
     channels_.push_back(std::move(c));
   }
+  if (channels_.size() != options_.targets.size()) {
+    for (const std::string& target : options_.targets) {
+      Channel c;
+      c.channel = grpc::CreateCustomChannel(target, credentials, args);
+      c.stub = v1::Sampler::NewStub(c.channel);
+      address_channels_.push_back(std::move(c));
+    }
+  }
 }
+
+grpc::Status Client::DatasetTargets(const CallOptions& call,
+                                    std::vector<std::pair<std::string, v1::Sampler::Stub*>>* out) {
+  out->clear();
+  if (options_.targets.size() < 2) return grpc::Status::OK;
+  if (repository_.load() < 0) {
+    v1::ServerInfo info;
+    grpc::Status status = GetServerInfo(&info, call);
+    if (!status.ok()) return status;
+    repository_.store(info.dataset_repository() ? 1 : 0);
+  }
+  if (repository_.load() == 1) return grpc::Status::OK;
+  const std::vector<Channel>& per = address_channels_.empty() ? channels_ : address_channels_;
+  for (size_t i = 0; i < options_.targets.size(); ++i) {
+    out->emplace_back(options_.targets[i], per[i].stub.get());
+  }
+  return grpc::Status::OK;
+}
+
+namespace {
+
+std::string CodeName(grpc::StatusCode code) {
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
+  const int i = static_cast<int>(code);
+  return i >= 0 && i < 17 ? kNames[i] : "CODE_" + std::to_string(i);
+}
+
+// One status for a dataset call that failed on some of the targets it had to reach.
+grpc::Status FanoutStatus(const std::string& what,
+                          const std::vector<std::pair<std::string, grpc::Status>>& failed,
+                          const std::vector<std::string>& succeeded) {
+  std::string text = what + " failed on " + std::to_string(failed.size()) + " of " +
+                     std::to_string(failed.size() + succeeded.size()) +
+                     " targets (no shared dataset repository, so each keeps its own copy): ";
+  for (size_t i = 0; i < failed.size(); ++i) {
+    text += (i ? "; " : "") + failed[i].first + ": " + CodeName(failed[i].second.error_code()) +
+            ": " + failed[i].second.error_message();
+  }
+  if (!succeeded.empty()) {
+    text += "; it succeeded on ";
+    for (size_t i = 0; i < succeeded.size(); ++i) text += (i ? ", " : "") + succeeded[i];
+  }
+  return grpc::Status(failed.front().second.error_code(), text);
+}
+
+}  // namespace
 
 bool Client::Connected() const {
   for (const Channel& c : channels_) {
@@ -284,14 +354,30 @@ grpc::Status Client::CreateDataset(const std::string& name, const v1::Tensor& la
   }
   const int64_t per =
       std::max<int64_t>(1, chunk_bytes / static_cast<int64_t>(label_item + feature_row));
-  // Every channel: with several servers each keeps its own copy, so that a request sent to
-  // any of them finds it. (Several addresses balanced inside one channel cannot be reached
-  // one by one: preload those with --dataset-dir.)
-  for (const Channel& channel : channels_) {
-    grpc::Status status = UploadDataset(*channel.stub, name, labels, features, row_splits, replace,
-                                        info, call, per, label_item, feature_row);
-    if (!status.ok()) return status;
+  std::vector<std::pair<std::string, v1::Sampler::Stub*>> targets;
+  grpc::Status status = DatasetTargets(call, &targets);
+  if (!status.ok()) return status;
+  if (targets.empty()) {  // any one replica: one target, or a shared repository
+    return UploadDataset(*Pick().stub, name, labels, features, row_splits, replace, info, call, per,
+                         label_item, feature_row);
   }
+  // No repository: every target keeps its own copy, so that a request sent to any finds it.
+  std::vector<std::pair<std::string, grpc::Status>> failed;
+  std::vector<std::string> succeeded;
+  v1::DatasetInfo first;
+  for (const auto& [target, stub] : targets) {
+    v1::DatasetInfo one;
+    status = UploadDataset(*stub, name, labels, features, row_splits, replace, &one, call, per,
+                           label_item, feature_row);
+    if (status.ok()) {
+      if (succeeded.empty()) first = one;
+      succeeded.push_back(target);
+    } else {
+      failed.emplace_back(target, status);
+    }
+  }
+  if (!failed.empty()) return FanoutStatus("CreateDataset " + name, failed, succeeded);
+  *info = first;
   return grpc::Status::OK;
 }
 
@@ -333,27 +419,68 @@ grpc::Status Client::UploadDataset(v1::Sampler::Stub& stub, const std::string& n
 
 grpc::Status Client::DeleteDataset(const std::string& name, const CallOptions& call) {
   CheckCall(call);
-  // Every channel: with several servers each keeps its own copy.
-  for (const Channel& c : channels_) {
+  std::vector<std::pair<std::string, v1::Sampler::Stub*>> targets;
+  grpc::Status status = DatasetTargets(call, &targets);
+  if (!status.ok()) return status;
+  const bool one = targets.empty();
+  if (one) targets.emplace_back("", Pick().stub.get());
+  std::vector<std::pair<std::string, grpc::Status>> failed, missing;
+  std::vector<std::string> done;
+  for (const auto& [target, stub] : targets) {
     auto context = NewContext(call.timeout.value_or(options_.default_timeout));
     v1::DeleteDatasetRequest request;
     request.set_name(name);
     v1::DeleteDatasetResponse response;
-    grpc::Status status = c.stub->DeleteDataset(context.get(), request, &response);
-    if (!status.ok()) return status;
+    status = stub->DeleteDataset(context.get(), request, &response);
+    if (status.ok()) {
+      done.push_back(target);
+    } else if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+      missing.emplace_back(target, status);
+    } else {
+      failed.emplace_back(target, status);
+    }
   }
+  if (one) return status;
+  // A target that does not hold the dataset is done; NOT_FOUND only when none held it.
+  if (!failed.empty()) {
+    for (const auto& m : missing) done.push_back(m.first);
+    return FanoutStatus("DeleteDataset " + name, failed, done);
+  }
+  if (done.empty()) return FanoutStatus("DeleteDataset " + name, missing, done);
   return grpc::Status::OK;
 }
 
 grpc::Status Client::ListDatasets(std::vector<v1::DatasetInfo>* datasets, const CallOptions& call) {
   CheckCall(call);
-  auto context = NewContext(call.timeout.value_or(options_.default_timeout));
-  v1::ListDatasetsResponse response;
-  grpc::Status status =
-      channels_.front().stub->ListDatasets(context.get(), v1::ListDatasetsRequest(), &response);
+  std::vector<std::pair<std::string, v1::Sampler::Stub*>> targets;
+  grpc::Status status = DatasetTargets(call, &targets);
   if (!status.ok()) return status;
-  datasets->assign(response.datasets().begin(), response.datasets().end());
-  return grpc::Status::OK;
+  if (targets.empty()) targets.emplace_back("", Pick().stub.get());
+  std::vector<std::pair<std::string, grpc::Status>> failed;
+  std::vector<std::string> succeeded;
+  datasets->clear();
+  for (const auto& [target, stub] : targets) {
+    auto context = NewContext(call.timeout.value_or(options_.default_timeout));
+    v1::ListDatasetsResponse response;
+    status = stub->ListDatasets(context.get(), v1::ListDatasetsRequest(), &response);
+    if (!status.ok()) {
+      failed.emplace_back(target, status);
+      continue;
+    }
+    succeeded.push_back(target);
+    // Each version (name and sha256) once, in the order first seen.
+    for (const v1::DatasetInfo& d : response.datasets()) {
+      bool seen = false;
+      for (const v1::DatasetInfo& have : *datasets) {
+        seen = seen || (have.name() == d.name() && have.sha256() == d.sha256());
+      }
+      if (!seen) datasets->push_back(d);
+    }
+  }
+  if (failed.empty()) return grpc::Status::OK;
+  datasets->clear();
+  if (targets.size() == 1) return failed.front().second;
+  return FanoutStatus("ListDatasets", failed, succeeded);
 }
 
 grpc::Status Client::CheckHealth(std::string* status, const std::string& service,
@@ -451,6 +578,7 @@ bool SampleSession::Send(const v1::SampleRequest& request) {
     if (broken_ || send_closed_) return false;
     ++in_flight_;
     sent_.push_back(std::chrono::steady_clock::now());
+    started_ = true;
   }
   cv_.notify_all();  // the watchdog
   if (stream_->Write(request)) return true;
@@ -465,6 +593,14 @@ void SampleSession::CloseSend() {
     std::lock_guard<std::mutex> lock(mu_);
     if (send_closed_) return;
     send_closed_ = true;
+    empty_ = !started_;
+  }
+  if (empty_) {
+    // No request was written, so the corked call never started and WritesDone would not
+    // start it either (it sends no initial metadata): a Read would wait forever. An empty
+    // stream has no responses; end the call here.
+    context_->TryCancel();
+    return;
   }
   stream_->WritesDone();
 }
@@ -503,6 +639,7 @@ grpc::Status SampleSession::Finish() {
   grpc::Status status = stream_->Finish();
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (empty_) status = grpc::Status::OK;  // nothing was asked, nothing failed
     stop_watch_ = true;
     if (deadline_hit_) {
       status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,

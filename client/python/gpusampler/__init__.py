@@ -18,7 +18,7 @@ import os as _os
 # The generated stubs live in _proto/gpusampler/v1 and import themselves as
 # ``gpusampler.v1.sampler_pb2``; adding _proto/gpusampler to this package's search path
 # makes that name resolve inside this package, with no rewriting of generated code.
-__path__.append(_os.path.join(_os.path.dirname(__file__), "_proto", "gpusampler"))  # type: ignore[name-defined]  # noqa: E501
+__path__.append(_os.path.join(_os.path.dirname(__file__), "_proto", "gpusampler"))
 
 try:
     from gpusampler.v1 import sampler_pb2 as _sampler_pb2  # noqa: F401
@@ -42,6 +42,7 @@ from gpusampler.errors import (  # noqa: E402
     AlreadyExistsError,
     CancelledError,
     DeadlineExceededError,
+    FailedPreconditionError,
     GpuSamplerError,
     InternalError,
     InvalidArgumentError,
@@ -61,6 +62,7 @@ __all__ = [
     "DatasetInfo",
     "NotFoundError",
     "AlreadyExistsError",
+    "FailedPreconditionError",
     "SampleResult",
     "Timing",
     "ServerInfo",

@@ -9,6 +9,7 @@ import numpy as np
 
 from gpusampler.v1 import sampler_pb2 as pb
 
+_torch: Any
 try:  # torch is optional: numpy-only users need not install it.
     import torch as _torch
 except ImportError:  # pragma: no cover - torch is installed where the tests run
@@ -97,7 +98,7 @@ def from_wire(t: pb.Tensor, kind: Kind) -> Any:
     if not kind.torch:
         if t.dtype == pb.DTYPE_BFLOAT16:
             try:
-                import ml_dtypes  # type: ignore
+                import ml_dtypes
 
                 return a.view(ml_dtypes.bfloat16)
             except ImportError:

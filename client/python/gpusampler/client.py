@@ -14,7 +14,8 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping,
+                    Optional, Sequence, Set, Tuple, Union)
 
 import grpc
 import numpy as np
@@ -23,6 +24,7 @@ from gpusampler import _tensors
 from gpusampler.errors import (
     DeadlineExceededError,
     GpuSamplerError,
+    NotFoundError,
     ResourceExhaustedError,
     SamplingQualityWarning,
     from_rpc_error,
@@ -36,6 +38,14 @@ _FILL = {
     "none": pb.FILL_POLICY_NONE,
 }
 _HEALTH = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
+
+
+if TYPE_CHECKING:  # torch is optional at run time
+    import torch
+
+#: What results hold: numpy arrays for numpy (or list) inputs, torch tensors for torch inputs.
+Array = Union["np.ndarray[Any, Any]", "torch.Tensor"]
+_Kinds = Tuple[_tensors.Kind, Optional[_tensors.Kind]]
 
 
 @dataclass
@@ -61,18 +71,20 @@ class SampleResult:
     -1 marking padding; ``labels`` has the input dtype (padding -1, or 0 for uint8/bool);
     ``features`` is ``[B, K, ...]`` in the input dtype (zeros for padding) or None for a
     labels-only request; ``num_positive``/``num_negative`` are int32 ``[B]``; ``seed`` replays
-    the result.
+    the result; ``dataset_sha256`` names the dataset version that answered a dataset request
+    (empty for inline requests).
     """
 
-    indices: Any
-    labels: Any
-    features: Any
-    num_positive: Any
-    num_negative: Any
+    indices: Array
+    labels: Array
+    features: Optional[Array]
+    num_positive: Array
+    num_negative: Array
     seed: int
     timing: Timing
     device: str = ""
     request_id: str = ""
+    dataset_sha256: str = ""
 
 
 @dataclass
@@ -101,6 +113,23 @@ class ServerInfo:
     backend: str  #: "cpu", "cuda" or "cuda-sim" (the CUDA path run on the host)
     devices: List[DeviceInfo] = field(default_factory=list)
     limits: Optional[Limits] = None
+    #: True when the server keeps datasets in a repository shared by its replicas
+    #: (``--dataset-dir``): then any one replica serves every dataset.
+    dataset_repository: bool = False
+
+    @staticmethod
+    def _from_pb(r: pb.ServerInfo) -> "ServerInfo":
+        lim = r.limits
+        return ServerInfo(
+            version=r.version,
+            revision=r.revision,
+            backend=r.backend,
+            devices=[DeviceInfo(d.id, d.name, d.memory_bytes) for d in r.devices],
+            limits=Limits(lim.max_message_bytes, lim.max_rows, lim.max_elements,
+                          lim.max_row_elements, lim.max_num_samples, lim.max_batch_rows)
+            if r.HasField("limits") else None,
+            dataset_repository=bool(r.dataset_repository),
+        )
 
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -120,9 +149,12 @@ class DatasetInfo:
     bytes: int
     sha256: str
     devices: Tuple[str, ...]
+    #: Without a shared repository and with several addresses: the addresses (as given to
+    #: the client) that hold this version. Empty when one server or a repository answered.
+    replicas: Tuple[str, ...] = ()
 
     @staticmethod
-    def _from_pb(d: Any) -> "DatasetInfo":
+    def _from_pb(d: pb.DatasetInfo, replicas: Tuple[str, ...] = ()) -> "DatasetInfo":
         return DatasetInfo(
             name=d.name,
             num_rows=d.num_rows,
@@ -133,6 +165,7 @@ class DatasetInfo:
             bytes=d.bytes,
             sha256=d.sha256,
             devices=tuple(d.devices),
+            replicas=replicas,
         )
 
 
@@ -256,7 +289,7 @@ def _decode_health_response(data: bytes) -> int:
     return status
 
 
-class Client:
+class _ClientBase:
     """A connection to one or more gpusampler servers. Thread-safe; reuse one per process.
 
     Args:
@@ -355,106 +388,59 @@ class Client:
         if server_name_override:
             channel_options.append(("grpc.ssl_target_name_override", server_name_override))
         channel_options.extend(options)
-        self._channels: List[grpc.Channel] = []
-        for t in channel_targets(targets):
-            if tls or root_certificates or certificate_chain:
-                creds = grpc.ssl_channel_credentials(
-                    root_certificates=root_certificates,
-                    private_key=private_key,
-                    certificate_chain=certificate_chain,
-                )
-                self._channels.append(grpc.secure_channel(t, creds, options=channel_options))
-            else:
-                self._channels.append(grpc.insecure_channel(t, options=channel_options))
-        self._stubs = [pb_grpc.SamplerStub(c) for c in self._channels]
-        self._health = [
-            c.unary_unary(
-                "/grpc.health.v1.Health/Check",
-                request_serializer=_encode_health_request,
-                response_deserializer=_decode_health_response,
+        self._targets: List[str] = targets
+        # What built this client, so that a DataLoader worker can open its own copy.
+        self._config: Tuple[List[str], Dict[str, Any]] = (list(targets), dict(
+            timeout=timeout, token=token, tls=tls, root_certificates=root_certificates,
+            private_key=private_key, certificate_chain=certificate_chain,
+            server_name_override=server_name_override, max_message_bytes=max_message_bytes,
+            max_attempts=max_attempts, initial_backoff=initial_backoff, max_backoff=max_backoff,
+            wait_for_ready=wait_for_ready, keepalive_time=keepalive_time,
+            keepalive_timeout=keepalive_timeout, options=tuple(options),
+            warn_quality=warn_quality))
+        self._channel_options: List[Tuple[str, Any]] = channel_options
+        self._credentials: Optional[grpc.ChannelCredentials] = None
+        if tls or root_certificates or certificate_chain:
+            self._credentials = grpc.ssl_channel_credentials(
+                root_certificates=root_certificates,
+                private_key=private_key,
+                certificate_chain=certificate_chain,
             )
-            for c in self._channels
-        ]
         self._next = itertools.count()
         self._request_ids = itertools.count()
+        # None until a server has said whether it has a shared dataset repository.
+        self._repository: Optional[bool] = None
+        self._open()
 
-    # ------------------------------------------------------------------ lifecycle
-    def close(self) -> None:
-        """Closes the channels. Calls in flight are cancelled."""
-        for c in self._channels:
-            c.close()
+    def _open(self) -> None:
+        raise NotImplementedError
 
-    def __enter__(self) -> "Client":
-        return self
+    def _new_channel(self, api: Any, target: str) -> Any:
+        """A channel to ``target`` from ``api`` (``grpc`` or ``grpc.aio``)."""
+        if self._credentials is not None:
+            return api.secure_channel(target, self._credentials, options=self._channel_options)
+        return api.insecure_channel(target, options=self._channel_options)
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    # ------------------------------------------------------------------ helpers
+    def _timeout(self, timeout: Optional[float]) -> Optional[float]:
+        return self.timeout if timeout is None else timeout
 
-    # ------------------------------------------------------------------ calls
-    def sample(
-        self,
-        labels: Any = None,
-        features: Any = None,
-        *,
-        num_samples: int,
-        dataset: Optional[str] = None,
-        rows: Any = None,
-        return_features: bool = False,
-        positive_fraction: float = 0.5,
-        positive_label: int = 1,
-        negative_label: int = 0,
-        fill: str = "both",
-        seed: Optional[int] = None,
-        row_splits: Any = None,
-        timeout: Optional[float] = None,
-    ) -> SampleResult:
-        """Samples ``num_samples`` elements from every row of ``labels``.
+    # Arguments of sample() that a request of sample_stream may carry.
+    _SAMPLE_ARGS = ("labels", "features", "num_samples", "dataset", "rows", "return_features",
+                    "positive_fraction", "positive_label", "negative_label", "fill", "seed",
+                    "row_splits")
 
-        Args:
-            labels: integer or bool labels, ``[N]``, ``[B, N]``, or ``[total]`` with
-                ``row_splits``; a numpy array, a torch tensor or anything ``np.asarray``
-                takes. Elements equal to ``positive_label`` are positives, equal to
-                ``negative_label`` negatives, all others ignored.
-            features: optional ``[N, ...]`` / ``[B, N, ...]`` / ``[total, ...]`` of any dtype
-                (bfloat16 included); the result then carries the sampled feature rows.
-            num_samples: K, the fixed number of output slots per row.
-            positive_fraction: share of K for positives (``floor(K * f)``), in [0, 1].
-            fill: ``"both"`` (either class fills the other's shortfall),
-                ``"negatives_only"`` (Detectron2) or ``"none"`` (strict ratio, padding).
-            seed: Philox seed; the server draws one when None (returned in the result).
-            row_splits: int ``[B+1]`` offsets for ragged rows.
-            dataset: sample a resident dataset (``create_dataset``) instead of sending
-                ``labels``: the request is a few bytes, and the answer is exactly the one
-                for sending those rows inline. ``labels``, ``features`` and ``row_splits``
-                must then be None.
-            rows: with ``dataset``, which dataset rows to sample, in this order (int
-                ``[B']``); None samples every row (``[K]`` outputs for a dataset uploaded
-                without ``row_splits``).
-            return_features: with ``dataset``, also return the K feature rows of each
-                output row (gathered where the dataset is kept).
-            timeout: deadline in seconds; defaults to the client's.
-
-        Every argument is checked before anything is sent: integers must be integers
-        (``num_samples=2.5`` or ``"256"`` is a TypeError), and each message names its
-        argument. The sampling rules are in ``docs/semantics.md``.
-
-        Returns:
-            A SampleResult whose arrays are numpy if ``labels`` was numpy (or a list) and
-            torch (on the same device) if it was a torch tensor; ``features`` follows the kind
-            of ``features``.
-
-        Raises:
-            InvalidArgumentError, ResourceExhaustedError, UnavailableError,
-            DeadlineExceededError, ... (see gpusampler.errors); TypeError for an argument of
-            the wrong type or a dtype the wire format cannot carry; ValueError for a value out
-            of range (``seed=-1``) or an unknown ``fill``.
-        """
-        timeout = _check_timeout("timeout", timeout)
-        spec = dict(num_samples=num_samples, positive_fraction=positive_fraction,
-                    positive_label=positive_label, negative_label=negative_label, fill=fill,
-                    seed=seed)
-        if dataset is not None:
-            request, kinds = self._build_dataset(dataset, rows, return_features,
+    def _prepare(self, args: Dict[str, Any]) -> Tuple[pb.SampleRequest, _Kinds]:
+        """The request for sample()'s arguments (a dict of them), checked."""
+        if "num_samples" not in args:
+            raise TypeError("num_samples is required")
+        spec = {k: args[k] for k in ("num_samples", "positive_fraction", "positive_label",
+                                     "negative_label", "fill", "seed") if k in args}
+        labels, features = args.get("labels"), args.get("features")
+        row_splits, rows = args.get("row_splits"), args.get("rows")
+        return_features = args.get("return_features", False)
+        if args.get("dataset") is not None:
+            request, kinds = self._build_dataset(args["dataset"], rows, return_features,
                                                  (labels, features, row_splits), **spec)
         else:
             if rows is not None or return_features:
@@ -462,240 +448,55 @@ class Client:
                                 "gets features back when it sends them")
             request, kinds = self._build(labels, features, row_splits=row_splits, **spec)
         self._check_size(request)
-        stub = self._stubs[next(self._next) % len(self._stubs)]
-        start = time.perf_counter()
+        return request, kinds
+
+    def _check_stream_defaults(self, defaults: Dict[str, Any]) -> None:
+        unknown = sorted(set(defaults) - set(self._SAMPLE_ARGS))
+        if unknown:
+            raise TypeError(f"sample_stream got unknown keyword argument(s) {unknown}; a "
+                            f"request takes sample()'s arguments: {list(self._SAMPLE_ARGS)}")
+
+    def _stream_request(self, index: int, item: Any,
+                        defaults: Dict[str, Any]) -> Tuple[pb.SampleRequest, _Kinds]:
+        """Request ``index`` of sample_stream: a mapping of sample() arguments (inline
+        ``labels`` or a ``dataset``), or just the labels; ``defaults`` fill in the rest.
+        Errors name the request and sample()'s arguments."""
+        args = dict(defaults)
+        if isinstance(item, Mapping):
+            unknown = sorted(str(k) for k in item if k not in self._SAMPLE_ARGS and k != "timeout")
+            if unknown:
+                raise TypeError(f"sample_stream: request {index} has unknown key(s) {unknown}; "
+                                f"a request takes sample()'s arguments: "
+                                f"{list(self._SAMPLE_ARGS)}")
+            args.update(item)
+            # The item's own kind of request (inline or dataset) beats a default's.
+            if "dataset" in item and "labels" not in item:
+                args.pop("labels", None)
+            elif "labels" in item and "dataset" not in item:
+                args.pop("dataset", None)
+        else:
+            args["labels"] = item
+            args.pop("dataset", None)
+        args.pop("timeout", None)
+        if args.get("labels") is None and args.get("dataset") is None:
+            raise TypeError(f"sample_stream: request {index} has neither 'labels' nor "
+                            "'dataset'")
         try:
-            response = stub.Sample(
-                request,
-                timeout=self._timeout(timeout),
-                metadata=self._metadata,
-                wait_for_ready=self._wait_for_ready,
-            )
-        except grpc.RpcError as e:
-            raise self._error(e) from None
-        return self._result(response, request, kinds, int((time.perf_counter() - start) * 1e6))
+            return self._prepare(args)
+        except (TypeError, ValueError) as e:
+            if type(e) not in (TypeError, ValueError):
+                raise
+            raise type(e)(f"sample_stream: request {index}: {e}") from None
 
-    def sample_stream(
-        self,
-        requests: Iterable[Any],
-        *,
-        window: int = 8,
-        timeout: Optional[float] = None,
-        stream_timeout: Optional[float] = None,
-        **defaults: Any,
-    ) -> Iterator[SampleResult]:
-        """Samples many requests over one SampleStream, with at most ``window`` in flight.
-
-        Each item of ``requests`` is either a mapping of ``sample()`` arguments (``labels``,
-        ``features``, ``num_samples``, ...) or just the labels; ``defaults`` fill in what an
-        item leaves out. Items are read lazily, so ``requests`` may be an endless generator.
-        Results come in request order. A failing request raises its error after the results
-        of all earlier requests.
-
-        Deadlines: ``timeout`` (default: the client's, 30 s unless set) is per message: each
-        response must arrive within ``timeout`` seconds of its request being sent, else the
-        stream is cancelled and DeadlineExceededError raised, so a frozen server cannot hang
-        the loop. Time spent in your own loop body or waiting for your ``requests`` iterable
-        does not count. ``stream_timeout`` (default: none) bounds the whole stream.
-
-        Timing: ``round_trip_us`` runs from handing a request to gRPC until its response
-        arrived; ``wait_us`` is how long the response then waited for you to ask for it
-        (with a window, responses run ahead of a slower training step).
-
-        Example::
-
-            for out in client.sample_stream(({"labels": y} for y in batches), num_samples=64):
-                train_step(out.features, out.labels)
-        """
-        window = _check_int("window", window, 1)
-        per_message = self._timeout(_check_timeout("timeout", timeout))
-        stream_timeout = _check_timeout("stream_timeout", stream_timeout)
-        defaults.pop("timeout", None)
-        slots = threading.Semaphore(window)
-        lock = threading.Lock()
-        # (request, kinds, sent time) of every request sent whose response has not arrived,
-        # in order; the reader moves each to the inbox with its response.
-        sent: "collections.deque[Tuple[pb.SampleRequest, Any, float]]" = collections.deque()
-        inbox: "queue.Queue[Tuple[str, Any, float, Any]]" = queue.Queue()
-        done = threading.Event()
-        failure: List[BaseException] = []
-
-        def produce() -> Iterator[pb.SampleRequest]:
-            try:
-                for item in requests:
-                    args = dict(defaults)
-                    if isinstance(item, Mapping):
-                        args.update(item)
-                    else:
-                        args["labels"] = item
-                    args.pop("timeout", None)
-                    if "labels" not in args:
-                        raise TypeError("sample_stream: a request mapping has no 'labels'")
-                    labels = args.pop("labels")
-                    features = args.pop("features", None)
-                    request, kinds = self._build(labels, features, **args)
-                    self._check_size(request)
-                    # Blocks gRPC's sending thread while the window is full; wakes up to
-                    # notice a consumer that went away.
-                    while not slots.acquire(timeout=0.1):
-                        if done.is_set():
-                            return
-                    if done.is_set():
-                        return
-                    with lock:
-                        sent.append((request, kinds, time.perf_counter()))
-                    yield request
-            except Exception as e:  # surfaced to the consumer once earlier results are out
-                failure.append(e)
-                inbox.put(("client_error", e, time.perf_counter(), None))
-
-        stub = self._stubs[next(self._next) % len(self._stubs)]
-        call = stub.SampleStream(
-            produce(),
-            timeout=stream_timeout,
-            metadata=self._metadata,
-            wait_for_ready=self._wait_for_ready,
-        )
-
-        def read() -> None:
-            # Stamps each response as it arrives, so that round_trip_us leaves out the time
-            # it then waits for the consumer. At most `window` responses are ever buffered.
-            try:
-                for response in call:
-                    arrived = time.perf_counter()
-                    with lock:
-                        origin = sent.popleft()
-                    inbox.put(("response", response, arrived, origin))
-                inbox.put(("end", None, time.perf_counter(), None))
-            except grpc.RpcError as e:
-                inbox.put(("rpc_error", e, time.perf_counter(), None))
-
-        reader = threading.Thread(target=read, name="gpusampler-stream-reader", daemon=True)
-        reader.start()
-        try:
-            while True:
-                with lock:
-                    oldest = sent[0] if sent else None
-                if per_message is not None and oldest is not None:
-                    left = oldest[2] + per_message - time.perf_counter()
-                    if left <= 0:
-                        call.cancel()
-                        raise DeadlineExceededError(
-                            grpc.StatusCode.DEADLINE_EXCEEDED,
-                            f"sample_stream: no response within timeout={per_message:g} s of "
-                            f"sending request {oldest[0].request_id!r} (per-message deadline); "
-                            f"the stream was cancelled")
-                    wait = min(left, 0.1)
-                else:
-                    wait = 0.1  # nothing in flight: wait for the producer, re-checking
-                try:
-                    kind, value, arrived, origin = inbox.get(timeout=wait)
-                except queue.Empty:
-                    continue
-                if kind == "response":
-                    request, kinds, sent_at = origin
-                    slots.release()
-                    result = self._result(value, request, kinds, int((arrived - sent_at) * 1e6))
-                    result.timing.wait_us = int((time.perf_counter() - arrived) * 1e6)
-                    yield result
-                elif kind == "end":
-                    break
-                elif kind == "rpc_error":
-                    if failure:
-                        raise failure[0]
-                    raise self._error(value) from None
-                else:  # client_error: the producer stopped; the rest of the responses first
-                    continue
-        finally:
-            done.set()
-            call.cancel()
-        if failure:
-            raise failure[0]
-
-    def health(self, service: str = "", *, timeout: Optional[float] = None) -> str:
-        """grpc.health.v1 status of ``service`` ("" = the whole server): "SERVING",
-        "NOT_SERVING", "UNKNOWN" or "SERVICE_UNKNOWN"."""
-        check = self._health[next(self._next) % len(self._health)]
-        try:
-            status = check(
-                service,
-                timeout=self._timeout(timeout),
-                metadata=self._metadata,
-                wait_for_ready=self._wait_for_ready,
-            )
-        except grpc.RpcError as e:
-            raise self._error(e) from None
-        return _HEALTH.get(status, "UNKNOWN")
-
-    def info(self, *, timeout: Optional[float] = None) -> ServerInfo:
-        """The server's version, devices, backend and limits."""
-        stub = self._stubs[next(self._next) % len(self._stubs)]
-        try:
-            r = stub.GetServerInfo(
-                pb.GetServerInfoRequest(),
-                timeout=self._timeout(timeout),
-                metadata=self._metadata,
-                wait_for_ready=self._wait_for_ready,
-            )
-        except grpc.RpcError as e:
-            raise self._error(e) from None
-        lim = r.limits
-        return ServerInfo(
-            version=r.version,
-            revision=r.revision,
-            backend=r.backend,
-            devices=[DeviceInfo(d.id, d.name, d.memory_bytes) for d in r.devices],
-            limits=Limits(
-                lim.max_message_bytes,
-                lim.max_rows,
-                lim.max_elements,
-                lim.max_row_elements,
-                lim.max_num_samples,
-                lim.max_batch_rows,
-            )
-            if r.HasField("limits")
-            else None,
-        )
-
-    # ------------------------------------------------------------------ datasets
-    def create_dataset(
-        self,
-        name: str,
-        labels: Any,
-        features: Any = None,
-        row_splits: Any = None,
-        *,
-        replace: bool = False,
-        chunk_bytes: Optional[int] = None,
-        progress: Optional[bool] = None,
-        timeout: Optional[float] = None,
-    ) -> DatasetInfo:
-        """Uploads a resident dataset, which ``sample(dataset=name, ...)`` then samples.
-
-        Args:
-            name: ``[A-Za-z0-9._-]{1,128}``.
-            labels: 1-D integer or bool labels ``[total]`` (numpy, torch, or a sequence).
-            features: optional ``[total, ...]`` feature rows of any dtype.
-            row_splits: optional int ``[B+1]`` row offsets; None makes one row of all.
-            replace: overwrite a dataset of the same name (requests already accepted
-                finish against the old one).
-            chunk_bytes: bytes per upload message; default a quarter of
-                ``max_message_bytes`` (at most 16 MiB), so any size uploads.
-            progress: print a progress bar to stderr; default when stderr is a terminal
-                and the upload is over 64 MiB.
-            timeout: deadline in seconds of the whole upload; defaults to the client's.
-
-        The upload is atomic: if it fails or is cancelled the server keeps nothing.
-
-        Raises:
-            AlreadyExistsError, InvalidArgumentError (naming the field),
-            ResourceExhaustedError (the server's ``--max-dataset-bytes``), ...
-        """
+    def _dataset_chunks(self, name: str, labels: Any, features: Any, row_splits: Any,
+                        replace: bool, chunk_bytes: Optional[int],
+                        progress: Optional[bool]) -> Callable[[], Iterator[pb.DatasetChunk]]:
+        """create_dataset's arguments, checked, as a maker of the upload's chunk stream (one
+        fresh stream per replica uploaded to)."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty string, got {name!r}")
         if not isinstance(replace, bool):
             raise TypeError(f"replace must be a bool, got {type(replace).__name__} {replace!r}")
-        timeout = _check_timeout("timeout", timeout)
         if chunk_bytes is None:
             chunk_bytes = min(16 << 20, self.max_message_bytes // 4)
         chunk_bytes = _check_int("chunk_bytes", chunk_bytes, 1, self.max_message_bytes)
@@ -754,50 +555,61 @@ class Client:
             if progress:
                 sys.stderr.write("\n")
 
-        # Every channel: with several servers each keeps its own copy, so that a request
-        # sent to any of them finds it. (Addresses balanced inside one channel cannot be
-        # reached one by one: preload those with the server's --dataset-dir.)
-        info = None
-        for stub in self._stubs:
-            try:
-                info = stub.CreateDataset(chunks(), timeout=self._timeout(timeout),
-                                          metadata=self._metadata,
-                                          wait_for_ready=self._wait_for_ready)
-            except grpc.RpcError as e:
-                raise self._error(e) from None
-        return DatasetInfo._from_pb(info)
+        return chunks
 
-    def delete_dataset(self, name: str, *, timeout: Optional[float] = None) -> None:
-        """Deletes a resident dataset (requests already accepted still complete).
+    def _fanout_error(self, what: str, failed: Mapping[str, GpuSamplerError],
+                      succeeded: Sequence[str]) -> GpuSamplerError:
+        """One error for a dataset call that failed on some of the addresses it had to reach:
+        the class of the first failure, a message naming every failed address and why, and
+        ``failed`` / ``succeeded`` attributes for code that wants to act on them."""
+        first = next(iter(failed.values()))
+        n = len(failed) + len(succeeded)
+        text = "; ".join(f"{a}: {e}" for a, e in failed.items())
+        tail = f"; it succeeded on {', '.join(succeeded)}" if succeeded else ""
+        error = type(first)(first.code, f"{what} failed on {len(failed)} of {n} addresses "
+                            f"(no shared dataset repository, so each keeps its own copy): "
+                            f"{text}{tail}")
+        error.failed = dict(failed)
+        error.succeeded = list(succeeded)
+        return error
 
-        Raises NotFoundError when there is none of that name.
-        """
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a string, got {type(name).__name__} {name!r}")
-        timeout = _check_timeout("timeout", timeout)
-        for stub in self._stubs:
-            try:
-                stub.DeleteDataset(pb.DeleteDatasetRequest(name=name),
-                                   timeout=self._timeout(timeout), metadata=self._metadata,
-                                   wait_for_ready=self._wait_for_ready)
-            except grpc.RpcError as e:
-                raise self._error(e) from None
+    @staticmethod
+    def _merge_lists(lists: Sequence[Tuple[str, Sequence[pb.DatasetInfo]]]) -> List[DatasetInfo]:
+        """Per-address dataset lists as one: a version (name and sha256) once, with the
+        addresses that hold it."""
+        order: List[Tuple[str, str]] = []
+        first: Dict[Tuple[str, str], pb.DatasetInfo] = {}
+        holders: Dict[Tuple[str, str], List[str]] = {}
+        for address, infos in lists:
+            for d in infos:
+                key = (d.name, d.sha256)
+                if key not in first:
+                    order.append(key)
+                    first[key] = d
+                    holders[key] = []
+                holders[key].append(address)
+        return [DatasetInfo._from_pb(first[k], tuple(holders[k])) for k in order]
 
-    def list_datasets(self, *, timeout: Optional[float] = None) -> List[DatasetInfo]:
-        """The resident datasets of the (first) server."""
-        timeout = _check_timeout("timeout", timeout)
-        try:
-            r = self._stubs[0].ListDatasets(pb.ListDatasetsRequest(),
-                                            timeout=self._timeout(timeout),
-                                            metadata=self._metadata,
-                                            wait_for_ready=self._wait_for_ready)
-        except grpc.RpcError as e:
-            raise self._error(e) from None
-        return [DatasetInfo._from_pb(d) for d in r.datasets]
+    def _check_deleted(self, name: str, done: List[str],
+                       failed: Dict[str, GpuSamplerError]) -> None:
+        """delete_dataset's outcome over the addresses it reached: an address without the
+        dataset is done; NOT_FOUND only when none held it."""
+        missing = {a: e for a, e in failed.items() if isinstance(e, NotFoundError)}
+        others = {a: e for a, e in failed.items() if a not in missing}
+        if others:
+            raise self._fanout_error(f"delete_dataset({name!r})", others, done + list(missing))
+        if missing and not done:
+            if len(missing) == 1:
+                raise next(iter(missing.values()))
+            raise self._fanout_error(f"delete_dataset({name!r})", missing, [])
 
-    # ------------------------------------------------------------------ helpers
-    def _timeout(self, timeout: Optional[float]) -> Optional[float]:
-        return self.timeout if timeout is None else timeout
+    def _listed(self, lists: Sequence[Tuple[str, Sequence[pb.DatasetInfo]]],
+                failed: Dict[str, GpuSamplerError]) -> List[DatasetInfo]:
+        if failed:
+            raise self._fanout_error("list_datasets()", failed, [a for a, _ in lists])
+        if len(lists) == 1 and not lists[0][0]:
+            return [DatasetInfo._from_pb(d) for d in lists[0][1]]
+        return self._merge_lists(lists)
 
     def _build(
         self,
@@ -939,6 +751,7 @@ class Client:
             ),
             device=r.device,
             request_id=r.request_id,
+            dataset_sha256=r.dataset_sha256,
         )
 
     def _check_quality(self, r: pb.SampleResponse, spec: pb.SamplingSpec) -> None:
@@ -962,6 +775,399 @@ class Client:
                               "client; see gpusampler_short_rows_total and "
                               "gpusampler_positive_fraction on the server)",
                               SamplingQualityWarning, stacklevel=4)
+
+
+
+class Client(_ClientBase):
+    __doc__ = _ClientBase.__doc__
+
+    def _open(self) -> None:
+        self._channels: List[grpc.Channel] = [
+            self._new_channel(grpc, t) for t in channel_targets(self._targets)]
+        self._stubs = [pb_grpc.SamplerStub(c) for c in self._channels]
+        self._health = [
+            c.unary_unary(
+                "/grpc.health.v1.Health/Check",
+                request_serializer=_encode_health_request,
+                response_deserializer=_decode_health_response,
+            )
+            for c in self._channels
+        ]
+        # One channel per address given, for the dataset calls that must reach each of them
+        # (made on first use, when several IP literals share one balanced channel).
+        self._address_channels: List[grpc.Channel] = []
+        self._address_stubs: Optional[List[Any]] = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Closes the channels. Calls in flight are cancelled."""
+        for c in self._channels + self._address_channels:
+            c.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ calls
+    def sample(
+        self,
+        labels: Any = None,
+        features: Any = None,
+        *,
+        num_samples: int,
+        dataset: Optional[str] = None,
+        rows: Any = None,
+        return_features: bool = False,
+        positive_fraction: float = 0.5,
+        positive_label: int = 1,
+        negative_label: int = 0,
+        fill: str = "both",
+        seed: Optional[int] = None,
+        row_splits: Any = None,
+        timeout: Optional[float] = None,
+    ) -> SampleResult:
+        """Samples ``num_samples`` elements from every row of ``labels``.
+
+        Args:
+            labels: integer or bool labels, ``[N]``, ``[B, N]``, or ``[total]`` with
+                ``row_splits``; a numpy array, a torch tensor or anything ``np.asarray``
+                takes. Elements equal to ``positive_label`` are positives, equal to
+                ``negative_label`` negatives, all others ignored.
+            features: optional ``[N, ...]`` / ``[B, N, ...]`` / ``[total, ...]`` of any dtype
+                (bfloat16 included); the result then carries the sampled feature rows.
+            num_samples: K, the fixed number of output slots per row.
+            positive_fraction: share of K for positives (``floor(K * f)``), in [0, 1].
+            fill: ``"both"`` (either class fills the other's shortfall),
+                ``"negatives_only"`` (Detectron2) or ``"none"`` (strict ratio, padding).
+            seed: Philox seed; the server draws one when None (returned in the result).
+            row_splits: int ``[B+1]`` offsets for ragged rows.
+            dataset: sample a resident dataset (``create_dataset``) instead of sending
+                ``labels``: the request is a few bytes, and the answer is exactly the one
+                for sending those rows inline. ``labels``, ``features`` and ``row_splits``
+                must then be None.
+            rows: with ``dataset``, which dataset rows to sample, in this order (int
+                ``[B']``); None samples every row (``[K]`` outputs for a dataset uploaded
+                without ``row_splits``).
+            return_features: with ``dataset``, also return the K feature rows of each
+                output row (gathered where the dataset is kept).
+            timeout: deadline in seconds; defaults to the client's.
+
+        Every argument is checked before anything is sent: integers must be integers
+        (``num_samples=2.5`` or ``"256"`` is a TypeError), and each message names its
+        argument. The sampling rules are in ``docs/semantics.md``.
+
+        Returns:
+            A SampleResult whose arrays are numpy if ``labels`` was numpy (or a list) and
+            torch (on the same device) if it was a torch tensor; ``features`` follows the kind
+            of ``features``.
+
+        Raises:
+            InvalidArgumentError, ResourceExhaustedError, UnavailableError,
+            DeadlineExceededError, ... (see gpusampler.errors); TypeError for an argument of
+            the wrong type or a dtype the wire format cannot carry; ValueError for a value out
+            of range (``seed=-1``) or an unknown ``fill``.
+        """
+        timeout = _check_timeout("timeout", timeout)
+        request, kinds = self._prepare(dict(
+            labels=labels, features=features, num_samples=num_samples, dataset=dataset,
+            rows=rows, return_features=return_features, positive_fraction=positive_fraction,
+            positive_label=positive_label, negative_label=negative_label, fill=fill, seed=seed,
+            row_splits=row_splits))
+        stub = self._stubs[next(self._next) % len(self._stubs)]
+        start = time.perf_counter()
+        try:
+            response = stub.Sample(
+                request,
+                timeout=self._timeout(timeout),
+                metadata=self._metadata,
+                wait_for_ready=self._wait_for_ready,
+            )
+        except grpc.RpcError as e:
+            raise self._error(e) from None
+        return self._result(response, request, kinds, int((time.perf_counter() - start) * 1e6))
+
+    def sample_stream(
+        self,
+        requests: Iterable[Any],
+        *,
+        window: int = 8,
+        timeout: Optional[float] = None,
+        stream_timeout: Optional[float] = None,
+        **defaults: Any,
+    ) -> Iterator[SampleResult]:
+        """Samples many requests over one SampleStream, with at most ``window`` in flight.
+
+        Each item of ``requests`` is either a mapping of ``sample()`` arguments (``labels``,
+        ``features``, ``num_samples``, ...) or just the labels; ``defaults`` fill in what an
+        item leaves out. Items are read lazily, so ``requests`` may be an endless generator.
+        Results come in request order. A failing request raises its error after the results
+        of all earlier requests.
+
+        Deadlines: ``timeout`` (default: the client's, 30 s unless set) is per message: each
+        response must arrive within ``timeout`` seconds of its request being sent, else the
+        stream is cancelled and DeadlineExceededError raised, so a frozen server cannot hang
+        the loop. Time spent in your own loop body or waiting for your ``requests`` iterable
+        does not count. ``stream_timeout`` (default: none) bounds the whole stream.
+
+        Timing: ``round_trip_us`` runs from handing a request to gRPC until its response
+        arrived; ``wait_us`` is how long the response then waited for you to ask for it
+        (with a window, responses run ahead of a slower training step).
+
+        Example::
+
+            for out in client.sample_stream(({"labels": y} for y in batches), num_samples=64):
+                train_step(out.features, out.labels)
+        """
+        window = _check_int("window", window, 1)
+        per_message = self._timeout(_check_timeout("timeout", timeout))
+        stream_timeout = _check_timeout("stream_timeout", stream_timeout)
+        self._check_stream_defaults(defaults)
+        slots = threading.Semaphore(window)
+        lock = threading.Lock()
+        # (request, kinds, sent time) of every request sent whose response has not arrived,
+        # in order; the reader moves each to the inbox with its response.
+        sent: "collections.deque[Tuple[pb.SampleRequest, Any, float]]" = collections.deque()
+        inbox: "queue.Queue[Tuple[str, Any, float, Any]]" = queue.Queue()
+        done = threading.Event()
+        failure: List[BaseException] = []
+
+        def produce() -> Iterator[pb.SampleRequest]:
+            try:
+                for index, item in enumerate(requests):
+                    request, kinds = self._stream_request(index, item, defaults)
+                    # Blocks gRPC's sending thread while the window is full; wakes up to
+                    # notice a consumer that went away.
+                    while not slots.acquire(timeout=0.1):
+                        if done.is_set():
+                            return
+                    if done.is_set():
+                        return
+                    with lock:
+                        sent.append((request, kinds, time.perf_counter()))
+                    yield request
+            except Exception as e:  # surfaced to the consumer once earlier results are out
+                failure.append(e)
+                inbox.put(("client_error", e, time.perf_counter(), None))
+
+        stub = self._stubs[next(self._next) % len(self._stubs)]
+        call = stub.SampleStream(
+            produce(),
+            timeout=stream_timeout,
+            metadata=self._metadata,
+            wait_for_ready=self._wait_for_ready,
+        )
+
+        def read() -> None:
+            # Stamps each response as it arrives, so that round_trip_us leaves out the time
+            # it then waits for the consumer. At most `window` responses are ever buffered.
+            try:
+                for response in call:
+                    arrived = time.perf_counter()
+                    with lock:
+                        origin = sent.popleft()
+                    inbox.put(("response", response, arrived, origin))
+                inbox.put(("end", None, time.perf_counter(), None))
+            except grpc.RpcError as e:
+                inbox.put(("rpc_error", e, time.perf_counter(), None))
+
+        reader = threading.Thread(target=read, name="gpusampler-stream-reader", daemon=True)
+        reader.start()
+        try:
+            while True:
+                with lock:
+                    oldest = sent[0] if sent else None
+                if per_message is not None and oldest is not None:
+                    left = oldest[2] + per_message - time.perf_counter()
+                    if left <= 0:
+                        call.cancel()
+                        raise DeadlineExceededError(
+                            grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"sample_stream: no response within timeout={per_message:g} s of "
+                            f"sending request {oldest[0].request_id!r} (per-message deadline); "
+                            f"the stream was cancelled")
+                    wait = min(left, 0.1)
+                else:
+                    wait = 0.1  # nothing in flight: wait for the producer, re-checking
+                try:
+                    kind, value, arrived, origin = inbox.get(timeout=wait)
+                except queue.Empty:
+                    continue
+                if kind == "response":
+                    request, kinds, sent_at = origin
+                    slots.release()
+                    result = self._result(value, request, kinds, int((arrived - sent_at) * 1e6))
+                    result.timing.wait_us = int((time.perf_counter() - arrived) * 1e6)
+                    yield result
+                elif kind == "end":
+                    break
+                elif kind == "rpc_error":
+                    if failure:
+                        raise failure[0]
+                    raise self._error(value) from None
+                else:  # client_error: the producer stopped; the rest of the responses first
+                    continue
+        finally:
+            done.set()
+            call.cancel()
+        if failure:
+            raise failure[0]
+
+    def health(self, service: str = "", *, timeout: Optional[float] = None) -> str:
+        """grpc.health.v1 status of ``service`` ("" = the whole server): "SERVING",
+        "NOT_SERVING", "UNKNOWN" or "SERVICE_UNKNOWN"."""
+        check = self._health[next(self._next) % len(self._health)]
+        try:
+            status = check(
+                service,
+                timeout=self._timeout(timeout),
+                metadata=self._metadata,
+                wait_for_ready=self._wait_for_ready,
+            )
+        except grpc.RpcError as e:
+            raise self._error(e) from None
+        return _HEALTH.get(status, "UNKNOWN")
+
+    def info(self, *, timeout: Optional[float] = None) -> ServerInfo:
+        """The server's version, devices, backend and limits."""
+        stub = self._stubs[next(self._next) % len(self._stubs)]
+        try:
+            r = stub.GetServerInfo(
+                pb.GetServerInfoRequest(),
+                timeout=self._timeout(timeout),
+                metadata=self._metadata,
+                wait_for_ready=self._wait_for_ready,
+            )
+        except grpc.RpcError as e:
+            raise self._error(e) from None
+        return ServerInfo._from_pb(r)
+
+    # ------------------------------------------------------------------ datasets
+    def create_dataset(
+        self,
+        name: str,
+        labels: Any,
+        features: Any = None,
+        row_splits: Any = None,
+        *,
+        replace: bool = False,
+        chunk_bytes: Optional[int] = None,
+        progress: Optional[bool] = None,
+        timeout: Optional[float] = None,
+    ) -> DatasetInfo:
+        """Uploads a resident dataset, which ``sample(dataset=name, ...)`` then samples.
+
+        Args:
+            name: ``[A-Za-z0-9._-]{1,128}``.
+            labels: 1-D integer or bool labels ``[total]`` (numpy, torch, or a sequence).
+            features: optional ``[total, ...]`` feature rows of any dtype.
+            row_splits: optional int ``[B+1]`` row offsets; None makes one row of all.
+            replace: overwrite a dataset of the same name (requests already accepted
+                finish against the old one).
+            chunk_bytes: bytes per upload message; default a quarter of
+                ``max_message_bytes`` (at most 16 MiB), so any size uploads.
+            progress: print a progress bar to stderr; default when stderr is a terminal
+                and the upload is over 64 MiB.
+            timeout: deadline in seconds of the whole upload; defaults to the client's.
+
+        The upload is atomic: if it fails or is cancelled the server keeps nothing.
+
+        Raises:
+            AlreadyExistsError, InvalidArgumentError (naming the field),
+            ResourceExhaustedError (the server's ``--max-dataset-bytes``), ...
+        """
+        timeout = _check_timeout("timeout", timeout)
+        make_chunks = self._dataset_chunks(name, labels, features, row_splits, replace,
+                                           chunk_bytes, progress)
+        targets = self._dataset_targets(timeout)
+        if targets is None:  # any one replica: one address, or a shared repository
+            stub = self._stubs[next(self._next) % len(self._stubs)]
+            try:
+                return DatasetInfo._from_pb(stub.CreateDataset(
+                    make_chunks(), timeout=self._timeout(timeout), metadata=self._metadata,
+                    wait_for_ready=self._wait_for_ready))
+            except grpc.RpcError as e:
+                raise self._error(e) from None
+        # No repository: every address keeps its own copy, so that a request sent to any of
+        # them finds it.
+        infos: Dict[str, pb.DatasetInfo] = {}
+        failed: Dict[str, GpuSamplerError] = {}
+        for address, stub in targets:
+            try:
+                infos[address] = stub.CreateDataset(
+                    make_chunks(), timeout=self._timeout(timeout), metadata=self._metadata,
+                    wait_for_ready=self._wait_for_ready)
+            except grpc.RpcError as e:
+                failed[address] = self._error(e)
+        if failed:
+            raise self._fanout_error(f"create_dataset({name!r})", failed, list(infos))
+        return DatasetInfo._from_pb(next(iter(infos.values())), tuple(infos))
+
+    def delete_dataset(self, name: str, *, timeout: Optional[float] = None) -> None:
+        """Deletes a resident dataset (requests already accepted still complete).
+
+        Without a shared repository and with several addresses, deletes it on every address;
+        an address that does not hold it counts as done, and NotFoundError comes only when
+        none held it. With a repository, any one replica deletes it for all.
+
+        Raises NotFoundError when there is none of that name; when some addresses fail, the
+        error of the first names each failed address (``error.failed``).
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a string, got {type(name).__name__} {name!r}")
+        timeout = _check_timeout("timeout", timeout)
+        request = pb.DeleteDatasetRequest(name=name)
+        targets = self._dataset_targets(timeout)
+        if targets is None:
+            targets = [("", self._stubs[next(self._next) % len(self._stubs)])]
+        done: List[str] = []
+        failed: Dict[str, GpuSamplerError] = {}
+        for address, stub in targets:
+            try:
+                stub.DeleteDataset(request, timeout=self._timeout(timeout),
+                                   metadata=self._metadata, wait_for_ready=self._wait_for_ready)
+                done.append(address)
+            except grpc.RpcError as e:
+                failed[address] = self._error(e)
+        self._check_deleted(name, done, failed)
+
+    def list_datasets(self, *, timeout: Optional[float] = None) -> List[DatasetInfo]:
+        """The resident datasets. Without a shared repository and with several addresses,
+        the union over every address: each version once, ``replicas`` naming the addresses
+        that hold it (an address that fails raises, naming it)."""
+        timeout = _check_timeout("timeout", timeout)
+        targets = self._dataset_targets(timeout)
+        if targets is None:
+            targets = [("", self._stubs[next(self._next) % len(self._stubs)])]
+        lists: List[Tuple[str, Sequence[pb.DatasetInfo]]] = []
+        failed: Dict[str, GpuSamplerError] = {}
+        for address, stub in targets:
+            try:
+                r = stub.ListDatasets(pb.ListDatasetsRequest(), timeout=self._timeout(timeout),
+                                      metadata=self._metadata,
+                                      wait_for_ready=self._wait_for_ready)
+                lists.append((address, list(r.datasets)))
+            except grpc.RpcError as e:
+                failed[address] = self._error(e)
+        return self._listed(lists, failed)
+
+    def _dataset_targets(self, timeout: Optional[float]) -> Optional[List[Tuple[str, Any]]]:
+        """None when one call to any replica is enough (one address, or servers sharing a
+        dataset repository); else every address given, each with its own stub."""
+        if len(self._targets) < 2:
+            return None
+        if self._repository is None:
+            self._repository = self.info(timeout=timeout).dataset_repository
+        if self._repository:
+            return None
+        if self._address_stubs is None:
+            if channel_targets(self._targets) == self._targets:
+                self._address_stubs = list(self._stubs)
+            else:
+                self._address_channels = [self._new_channel(grpc, t) for t in self._targets]
+                self._address_stubs = [pb_grpc.SamplerStub(c) for c in self._address_channels]
+        return list(zip(self._targets, self._address_stubs))
 
 
 __all__ = [

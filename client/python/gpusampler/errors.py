@@ -4,7 +4,7 @@ the server's message."""
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import Dict, List, Optional, Type
 
 import grpc
 
@@ -16,6 +16,10 @@ class GpuSamplerError(Exception):
         super().__init__(f"{code.name}: {details}")
         self.code = code
         self.details = details
+        #: Dataset calls that must reach several addresses (no shared repository): the
+        #: addresses that failed, each with its error, and those that succeeded.
+        self.failed: Dict[str, "GpuSamplerError"] = {}
+        self.succeeded: List[str] = []
 
 
 class InvalidArgumentError(GpuSamplerError, ValueError):
@@ -67,6 +71,11 @@ class AlreadyExistsError(GpuSamplerError):
     """A dataset of that name exists; pass ``replace=True`` to overwrite it."""
 
 
+class FailedPreconditionError(GpuSamplerError):
+    """FAILED_PRECONDITION: the server cannot do this in its present state, e.g. a dataset
+    upload or delete on a replica whose shared repository (``--dataset-dir``) is read-only."""
+
+
 class SamplingQualityWarning(UserWarning):
     """Issued (once per client and kind, with ``Client(warn_quality=True)``) when rows come
     back short of ``num_samples`` or with fewer positives than the asked fraction."""
@@ -85,6 +94,7 @@ _BY_CODE: Dict[grpc.StatusCode, Type[GpuSamplerError]] = {
     grpc.StatusCode.INTERNAL: InternalError,
     grpc.StatusCode.NOT_FOUND: NotFoundError,
     grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
 }
 
 

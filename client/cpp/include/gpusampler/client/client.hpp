@@ -138,6 +138,8 @@ class SampleSession {
   int in_flight_ = 0;
   bool broken_ = false;
   bool send_closed_ = false;
+  bool started_ = false;  // a request was written: the (corked) call has started
+  bool empty_ = false;    // closed before any request: the call never started
   bool read_done_ = false;
   bool finished_ = false;
   const std::chrono::milliseconds message_timeout_;         // zero: none
@@ -171,6 +173,15 @@ class Client {
   // `chunk_bytes` (0: a quarter of max_send_message_bytes, at most 16 MiB); the server keeps
   // nothing unless the whole upload succeeds. `call.timeout` bounds the whole upload.
   // Sample a dataset with Sample() and a request whose `dataset` field names it.
+  //
+  // Several targets: when the servers share a dataset repository
+  // (ServerInfo.dataset_repository, asked once per Client), one replica is enough and these
+  // calls go to any one. Without a repository every server keeps its own datasets, so
+  // CreateDataset and DeleteDataset go to every target given, and ListDatasets lists every
+  // target (each version of a dataset once). When some targets fail, the status is the
+  // first failure's code, and its message names every failed target and why (and the ones
+  // that succeeded, which keep their copy). DeleteDataset counts a target that does not
+  // hold the dataset as done; NOT_FOUND only when none held it.
   grpc::Status CreateDataset(const std::string& name, const v1::Tensor& labels,
                              const v1::Tensor* features, const v1::Tensor* row_splits, bool replace,
                              v1::DatasetInfo* info, const CallOptions& call = {},
@@ -199,9 +210,18 @@ class Client {
   // gRPC's own size-limit message, with the limit that produced it named.
   grpc::Status Explain(grpc::Status status) const;
 
+  // The targets that dataset calls must reach one by one (see CreateDataset): empty when
+  // any one replica is enough, else each target with its stub; or a failed GetServerInfo.
+  grpc::Status DatasetTargets(const CallOptions& call,
+                              std::vector<std::pair<std::string, v1::Sampler::Stub*>>* out);
+
   ClientOptions options_;
   std::vector<Channel> channels_;
+  // One channel per target given, for dataset calls without a repository: channels_ itself
+  // when each target has its own, else channels made here (gRPC connects them on first use).
+  std::vector<Channel> address_channels_;
   std::atomic<uint64_t> next_{0};
+  std::atomic<int> repository_{-1};  // -1 not asked yet, else ServerInfo.dataset_repository
 };
 
 // Targets for one gRPC channel: several IPv4 (or several IPv6) literals "a:p,b:q" become
