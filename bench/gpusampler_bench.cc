@@ -10,10 +10,11 @@
 //
 // cuda-sim is the CUDA pipeline run on the host (slow; its time is not a GPU's): what it
 // reports is the model of the GPU's work of the last timed Sample (Backend::last_launch_stats):
-// stream operations (launches), global-memory bytes read and written, feature-row bytes
+// kernel launches, global-memory bytes read and written, feature-row bytes
 // (counted apart), Philox calls, and (read + written) / label elements. --json adds them as
 // launches, bytes_read, bytes_written, feature_bytes, philox_calls, label_elements and
-// bytes_per_element, with stream_ops (stream operations of the last timed launch: upload,
+// bytes_per_element, smem_bytes_per_element (shared-memory bytes per label element; -1 where
+// the build does not count them), stream_ops (stream operations of the last timed launch: upload,
 // graph, download, completion), graph, upload_bytes and download_bytes; the text output prints
 // them on a line.
 //
@@ -31,20 +32,37 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "cpu_select.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/gather.hpp"
-#include "gpusampler/kernels/staged_launch.hpp"
 #include "gpusampler/kernels/philox.hpp"
 #include "gpusampler/kernels/sampler.hpp"
+#include "gpusampler/kernels/staged_launch.hpp"
 #include "thread_pool.hpp"
 
 namespace gk = gpusampler::kernels;
 
 namespace {
+
+// Shared-memory bytes per label element, where this build's LaunchStats counts them
+// (cuda-sim's shared-memory accounting); a negative value where it does not.
+template <class S, class = void>
+struct HasSmem : std::false_type {};
+template <class S>
+struct HasSmem<S, std::void_t<decltype(std::declval<const S&>().smem_bytes_per_element())>>
+    : std::true_type {};
+template <class S>
+double SmemBytesPerElement(const S& stats) {
+  if constexpr (HasSmem<S>::value) {
+    return stats.smem_bytes_per_element();
+  } else {
+    return -1.0;
+  }
+}
 
 struct Options {
   std::string backend = "cpu";
@@ -355,20 +373,20 @@ int main(int argc, char** argv) {
   const int64_t stream_ops = launch ? launch->last_stats().stream_ops : -1;
   char stats_json[512] = "";
   if (has_stats) {
-    std::snprintf(stats_json, sizeof(stats_json),
-                  ", \"launches\": %lld, \"bytes_read\": %lld, \"bytes_written\": %lld, "
-                  "\"feature_bytes\": %lld, \"philox_calls\": %lld, \"label_elements\": %lld, "
-                  "\"bytes_per_element\": %.6f, \"stream_ops\": %lld, \"graph\": %s, "
-                  "\"upload_bytes\": %lld, \"download_bytes\": %lld",
-                  static_cast<long long>(stats.launches), static_cast<long long>(stats.bytes_read),
-                  static_cast<long long>(stats.bytes_written),
-                  static_cast<long long>(stats.feature_bytes),
-                  static_cast<long long>(stats.philox_calls),
-                  static_cast<long long>(stats.label_elements), stats.bytes_per_element(),
-                  static_cast<long long>(stream_ops),
-                  launch && launch->last_stats().graph ? "true" : "false",
-                  static_cast<long long>(launch ? launch->last_stats().upload_bytes : 0),
-                  static_cast<long long>(launch ? launch->last_stats().download_bytes : 0));
+    std::snprintf(
+        stats_json, sizeof(stats_json),
+        ", \"launches\": %lld, \"bytes_read\": %lld, \"bytes_written\": %lld, "
+        "\"feature_bytes\": %lld, \"philox_calls\": %lld, \"label_elements\": %lld, "
+        "\"bytes_per_element\": %.6f, \"smem_bytes_per_element\": %.6f, "
+        "\"stream_ops\": %lld, \"graph\": %s, "
+        "\"upload_bytes\": %lld, \"download_bytes\": %lld",
+        static_cast<long long>(stats.launches), static_cast<long long>(stats.bytes_read),
+        static_cast<long long>(stats.bytes_written), static_cast<long long>(stats.feature_bytes),
+        static_cast<long long>(stats.philox_calls), static_cast<long long>(stats.label_elements),
+        stats.bytes_per_element(), SmemBytesPerElement(stats), static_cast<long long>(stream_ops),
+        launch && launch->last_stats().graph ? "true" : "false",
+        static_cast<long long>(launch ? launch->last_stats().upload_bytes : 0),
+        static_cast<long long>(launch ? launch->last_stats().download_bytes : 0));
   }
 
   const double median = Percentile(ms, 0.5), p90 = Percentile(ms, 0.9);

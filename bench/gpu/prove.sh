@@ -93,8 +93,6 @@ steps="$logs/steps.tsv"
 records="$logs/bench.jsonl"
 : >"$records"
 
-# A carried binary with the bundle's libraries, for that command only.
-carried() { env LD_LIBRARY_PATH="$carry/lib" "$@"; }
 
 left() { echo $(( budget - SECONDS )); }
 # step NAME SECONDS CMD...: runs CMD with a timeout of min(SECONDS, what is left - 10), logs
@@ -134,8 +132,15 @@ step() {
   [[ -d "$carry/bin" ]] && echo "bundle: $(du -sh "$carry" | cut -f1)" || echo "no bundle at $carry"
 } >"$logs/machine.txt" 2>&1
 
-test_bin="$carry/bin/gpusampler_kernels_test"
-bench_bin="$carry/bin/gpusampler-bench"
+# Each carried binary runs through a wrapper that gives it (and only it) the bundle's
+# libraries; ncu and compute-sanitizer follow the wrapper into the binary.
+mkdir -p "$logs/wrap"
+for b in gpusampler_kernels_test gpusampler-bench; do
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s/lib" exec "%s/bin/%s" "$@"\n' "$carry" "$carry" "$b" >"$logs/wrap/$b"
+  chmod +x "$logs/wrap/$b"
+done
+test_bin="$logs/wrap/gpusampler_kernels_test"
+bench_bin="$logs/wrap/gpusampler-bench"
 # The carried test binary reads tests/data at the path it was built with; point that at ours.
 if [[ -f "$carry/source-root" ]]; then
   src="$(cat "$carry/source-root")"
@@ -146,8 +151,8 @@ fi
 
 # 1. The CUDA kernel tests (on the rehearsal the same cases skip or run on cuda-sim).
 cuda_filter='*cuda*:*Cuda*:*CUDA*:*StagedLaunch*'
-if [[ -x "$test_bin" ]]; then
-  step tests-cuda 60 carried "$test_bin" --gtest_filter="$cuda_filter" || true
+if [[ -x "$carry/bin/gpusampler_kernels_test" ]]; then
+  step tests-cuda 60 "$test_bin" --gtest_filter="$cuda_filter" || true
 else
   printf 'tests-cuda\tno test binary in the bundle\t0\n' >>"$steps"
 fi
@@ -158,7 +163,7 @@ cell_iters() { local e=$(( $1 * $2 )); (( e <= 100000 )) && echo 200 || { (( e <
 for cell in $cells; do
   IFS=: read -r b n k d <<<"$cell"
   name="bench-${b}x${n}"
-  if step "$name" 30 carried "$bench_bin" --backend "$backend" --rows "$b" --n "$n" --k "$k" \
+  if step "$name" 30 "$bench_bin" --backend "$backend" --rows "$b" --n "$n" --k "$k" \
        --dim "$d" --iters "$(cell_iters "$b" "$n")" --warmup 3 --json; then
     grep '^{' "$logs/$name.log" >>"$records" || true
   fi
@@ -172,7 +177,7 @@ if command -v ncu >/dev/null 2>&1 && [[ "$rehearse" != 1 ]]; then
   for cell in $ncu_cells; do
     IFS=: read -r b n k d <<<"$cell"
     name="ncu-${b}x${n}"
-    step "$name" 40 carried ncu --clock-control none --csv --metrics "$metrics" \
+    step "$name" 40 ncu --clock-control none --csv --metrics "$metrics" \
       --launch-count 16 "$bench_bin" --backend cuda --rows "$b" --n "$n" \
       --k "$k" --dim "$d" --iters 1 --warmup 1 || true
     grep '^"' "$logs/$name.log" | sed "s/^/\"${b}x${n}\",/" >>"$logs/ncu.csv" || true
@@ -183,9 +188,9 @@ fi
 
 # 4. compute-sanitizer on the CUDA tests (small launches: graphs, faults, keys, staged launch).
 san_filter='CudaGraphTest.*:KeysTest.CudaKernel:CudaErrorTest.*:*StagedLaunchTest*cuda0'
-if command -v compute-sanitizer >/dev/null 2>&1 && [[ -x "$test_bin" && "$rehearse" != 1 ]]; then
+if command -v compute-sanitizer >/dev/null 2>&1 && [[ -x "$carry/bin/gpusampler_kernels_test" && "$rehearse" != 1 ]]; then
   for tool in memcheck racecheck synccheck initcheck; do
-    step "sanitizer-$tool" 35 carried compute-sanitizer --tool "$tool" --error-exitcode 99 \
+    step "sanitizer-$tool" 35 compute-sanitizer --tool "$tool" --error-exitcode 99 \
       "$test_bin" --gtest_filter="$san_filter" || true
   done
 else
@@ -199,10 +204,10 @@ for cell in $(printf '%s\n' $cells | awk -F: '{printf "%d:%s\n", $1 * $2, $0}' |
               sort -t: -k1,1nr | cut -d: -f2-); do
   IFS=: read -r b n k d <<<"$cell"
   name="torch-${b}x${n}"
-  if step "$name" 60 "$py" "$root/bench/pytorch_baselines.py" --sampler all --device "$torch_device" \
-       --rows "$b" --n "$n" --k "$k" --dim "$d" --iters "$(cell_iters "$b" "$n")" --warmup 3 --json; then
-    :
-  fi
+  # The baselines take D >= 1: a D = 0 cell runs them with D = 1 (a 4-byte gather per slot).
+  step "$name" 60 "$py" "$root/bench/pytorch_baselines.py" --sampler all --device "$torch_device" \
+    --rows "$b" --n "$n" --k "$k" --dim "$(( d > 0 ? d : 1 ))" --iters "$(cell_iters "$b" "$n")" \
+    --warmup 3 --json || true
   grep '^{' "$logs/$name.log" >>"$records" 2>/dev/null || true
 done
 

@@ -28,7 +28,7 @@ int64_t Part(int64_t bytes) { return (bytes + kPart - 1) / kPart * kPart; }
 
 // The byte sizes of a launch's two regions, section by section.
 struct Regions {
-  size_t rows = 0, labels = 0;                       // in: row table, staged labels
+  size_t rows = 0, labels = 0;                     // in: row table, staged labels
   size_t idx = 0, olab = 0, counts = 0, feat = 0;  // out: indices, labels, 2 x counts, features
   size_t in() const { return rows + labels; }
   size_t out() const { return idx + olab + 2 * counts + feat; }
@@ -44,13 +44,13 @@ struct StagedLaunch::Plan {
   int64_t max_samples = 0;
   int64_t staged_label_bytes = 0;  // labels uploaded from the host
   int64_t out_label_bytes = 0;
-  int64_t out_feature_bytes = 0;  // features the kernels write
+  int64_t out_feature_bytes = 0;   // features the kernels write
   int64_t host_feature_bytes = 0;  // features gathered on the host afterwards
   struct Request {
     int64_t first_row = 0;
     int64_t first_slot = 0;
-    const uint8_t* in_place_labels = nullptr;  // read where they are; null: staged
-    int64_t stage_at = -1;                     // byte offset in the staged labels
+    const uint8_t* in_place_labels = nullptr;    // read where they are; null: staged
+    int64_t stage_at = -1;                       // byte offset in the staged labels
     const uint8_t* in_place_features = nullptr;  // written by the kernels from here
     int64_t out_label_at = 0;
     int64_t out_feature_at = -1;   // in the kernels' feature output; -1: none
@@ -134,8 +134,8 @@ const std::vector<LaunchOutput>& StagedLaunch::Run(const std::vector<LaunchReque
     if (q.num_rows > 0 && q.row_offsets == nullptr) Invalid(j, "null row_offsets");
     const size_t item = ItemSize(q.label_dtype);
     if (!IsLabelDType(q.label_dtype)) {
-      Invalid(j, std::string("label dtype ") + DTypeName(q.label_dtype) +
-                     " is not an integer type");
+      Invalid(j,
+              std::string("label dtype ") + DTypeName(q.label_dtype) + " is not an integer type");
     }
     if (q.spec.num_samples < 0) {
       Invalid(j, "num_samples " + std::to_string(q.spec.num_samples) + " < 0");
@@ -178,8 +178,7 @@ const std::vector<LaunchOutput>& StagedLaunch::Run(const std::vector<LaunchReque
         pr.host_feature_at = Part(plan.host_feature_bytes);
         plan.host_feature_bytes = pr.host_feature_at + feature_out;
       } else if (elements > 0) {
-        Invalid(j, "feature_row_bytes " + std::to_string(q.feature_row_bytes) +
-                       " but no features");
+        Invalid(j, "feature_row_bytes " + std::to_string(q.feature_row_bytes) + " but no features");
       }
     }
   }
@@ -211,11 +210,10 @@ uintptr_t LowestOf(const std::vector<uintptr_t>& addresses) {
 // The rows of every request, with their offsets from the launch's base pointers: labels from
 // `label_base` (a staged request's from `staged`), features from `feature_base`.
 void FillRows(const std::vector<LaunchRequest>& requests,
-                     const std::vector<uintptr_t>& in_place_labels, uintptr_t staged,
-                     uintptr_t label_base, uintptr_t feature_base,
-                     const std::vector<const uint8_t*>& in_place_features,
-                     const std::vector<int64_t>& stage_at, const std::vector<int64_t>& out_label_at,
-                     const std::vector<int64_t>& out_feature_at, std::vector<RowDesc>* rows) {
+              const std::vector<uintptr_t>& in_place_labels, uintptr_t staged, uintptr_t label_base,
+              uintptr_t feature_base, const std::vector<const uint8_t*>& in_place_features,
+              const std::vector<int64_t>& stage_at, const std::vector<int64_t>& out_label_at,
+              const std::vector<int64_t>& out_feature_at, std::vector<RowDesc>* rows) {
   rows->clear();
   int64_t slot = 0;
   for (size_t j = 0; j < requests.size(); ++j) {
@@ -247,8 +245,7 @@ void FillRows(const std::vector<LaunchRequest>& requests,
       if (in_place_features[j] != nullptr) {
         row.feature_row_bytes = q.feature_row_bytes;
         row.feature_offset =
-            static_cast<int64_t>(reinterpret_cast<uintptr_t>(in_place_features[j]) -
-                                 feature_base) +
+            static_cast<int64_t>(reinterpret_cast<uintptr_t>(in_place_features[j]) - feature_base) +
             start * q.feature_row_bytes;
         row.out_feature_offset = out_feature_at[j] + r * k * q.feature_row_bytes;
       }
@@ -262,37 +259,17 @@ void FillRows(const std::vector<LaunchRequest>& requests,
 
 }  // namespace
 
-void StagedLaunch::RunHost(const std::vector<LaunchRequest>& requests, Plan& plan) {
+// The launch of `plan` over `rows` (host_rows: their host copy), with every output in the
+// region at `out` (host memory, or the device's).
+Batch StagedLaunch::BatchOf(const Plan& plan, const Bases& bases, const RowDesc* rows,
+                            const RowDesc* host_rows, uint8_t* out) {
   const Regions& reg = plan.regions;
-  std::vector<uintptr_t> label_src(requests.size(), 0), sources;
-  std::vector<const uint8_t*> feature_src(requests.size(), nullptr);
-  std::vector<uintptr_t> feature_sources;
-  std::vector<int64_t> stage_at(requests.size()), olab_at(requests.size()),
-      ofeat_at(requests.size());
-  for (size_t j = 0; j < requests.size(); ++j) {
-    const Plan::Request& pr = plan.requests[j];
-    label_src[j] = reinterpret_cast<uintptr_t>(pr.in_place_labels);
-    if (label_src[j] != 0) sources.push_back(label_src[j]);
-    feature_src[j] = pr.in_place_features;
-    if (feature_src[j] != nullptr) {
-      feature_sources.push_back(reinterpret_cast<uintptr_t>(feature_src[j]));
-    }
-    stage_at[j] = pr.stage_at;
-    olab_at[j] = pr.out_label_at;
-    ofeat_at[j] = pr.out_feature_at;
-  }
-  const uintptr_t label_base = LowestOf(sources);
-  const uintptr_t feature_base = LowestOf(feature_sources);
-  FillRows(requests, label_src, 0, label_base, feature_base, feature_src, stage_at, olab_at,
-           ofeat_at, &rows_);
-  host_out_.resize(reg.out() + kSection);
-  uint8_t* out = host_out_.data();
   Batch batch;
-  batch.rows = rows_.data();
-  batch.host_rows = rows_.data();
+  batch.rows = rows;
+  batch.host_rows = host_rows;
   batch.num_rows = plan.num_rows;
-  batch.labels = reinterpret_cast<const uint8_t*>(label_base);
-  batch.features = reinterpret_cast<const uint8_t*>(feature_base);
+  batch.labels = reinterpret_cast<const uint8_t*>(bases.labels);
+  batch.features = reinterpret_cast<const uint8_t*>(bases.features);
   batch.out_indices = reinterpret_cast<int64_t*>(out);
   batch.out_labels = out + reg.idx;
   batch.out_num_positive = reinterpret_cast<int32_t*>(out + reg.idx + reg.olab);
@@ -302,32 +279,17 @@ void StagedLaunch::RunHost(const std::vector<LaunchRequest>& requests, Plan& pla
   batch.total_slots = plan.total_slots;
   batch.max_length = plan.max_length;
   batch.max_samples = plan.max_samples;
-  if (plan.num_rows > 0) host_backend_->Sample(batch);
-  Carve(requests, plan, out);
+  return batch;
 }
 
-void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& plan) {
-  const Regions& reg = plan.regions;
-  // Within the reserved sizes this allocates nothing; beyond them it is one deliberate growth
-  // before anything of this launch is enqueued (the previous launch has finished).
-  const LaunchSizes want =
-      SizesOf(reg, plan.num_rows, plan.total_elements, plan.total_slots);
-  if (!launcher_->Holds(want)) {
-    if (graph_ != nullptr) static_cast<StreamGraph*>(graph_)->Reset();
-    launcher_->backend().ReleaseGraphs();
-    launcher_->Reserve(want);
-  }
-  uint8_t* h_in = launcher_->h_in();
-  uint8_t* d_in = launcher_->d_in();
-  uint8_t* h_out = launcher_->h_out();
-  uint8_t* d_out = launcher_->d_out();
-
-  std::vector<uintptr_t> label_src(requests.size(), 0), sources;
+// rows_ for `plan`, with the staged labels (if any) at `staged`, and the bases of the label and
+// feature offsets: the lowest address among the sources in use.
+StagedLaunch::Bases StagedLaunch::PlaceRows(const std::vector<LaunchRequest>& requests,
+                                            const Plan& plan, uintptr_t staged) {
+  std::vector<uintptr_t> label_src(requests.size(), 0), sources, feature_sources;
   std::vector<const uint8_t*> feature_src(requests.size(), nullptr);
-  std::vector<uintptr_t> feature_sources;
   std::vector<int64_t> stage_at(requests.size()), olab_at(requests.size()),
       ofeat_at(requests.size());
-  const uintptr_t staged = reinterpret_cast<uintptr_t>(d_in + reg.rows);
   if (plan.staged_label_bytes > 0) sources.push_back(staged);
   for (size_t j = 0; j < requests.size(); ++j) {
     const Plan::Request& pr = plan.requests[j];
@@ -341,10 +303,40 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
     olab_at[j] = pr.out_label_at;
     ofeat_at[j] = pr.out_feature_at;
   }
-  const uintptr_t label_base = LowestOf(sources);
-  const uintptr_t feature_base = LowestOf(feature_sources);
-  FillRows(requests, label_src, staged, label_base, feature_base, feature_src, stage_at,
+  Bases bases;
+  bases.labels = LowestOf(sources);
+  bases.features = LowestOf(feature_sources);
+  FillRows(requests, label_src, staged, bases.labels, bases.features, feature_src, stage_at,
            olab_at, ofeat_at, &rows_);
+  return bases;
+}
+
+void StagedLaunch::RunHost(const std::vector<LaunchRequest>& requests, Plan& plan) {
+  const Regions& reg = plan.regions;
+  const Bases bases = PlaceRows(requests, plan, 0);
+  host_out_.resize(reg.out() + kSection);
+  uint8_t* out = host_out_.data();
+  const Batch batch = BatchOf(plan, bases, rows_.data(), rows_.data(), out);
+  if (plan.num_rows > 0) host_backend_->Sample(batch);
+  Carve(requests, plan, out);
+}
+
+void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& plan) {
+  const Regions& reg = plan.regions;
+  // Within the reserved sizes this allocates nothing; beyond them it is one deliberate growth
+  // before anything of this launch is enqueued (the previous launch has finished).
+  const LaunchSizes want = SizesOf(reg, plan.num_rows, plan.total_elements, plan.total_slots);
+  if (!launcher_->Holds(want)) {
+    if (graph_ != nullptr) static_cast<StreamGraph*>(graph_)->Reset();
+    launcher_->backend().ReleaseGraphs();
+    launcher_->Reserve(want);
+  }
+  uint8_t* h_in = launcher_->h_in();
+  uint8_t* d_in = launcher_->d_in();
+  uint8_t* h_out = launcher_->h_out();
+  uint8_t* d_out = launcher_->d_out();
+
+  const Bases bases = PlaceRows(requests, plan, reinterpret_cast<uintptr_t>(d_in + reg.rows));
   // Checked here, before anything is enqueued or captured (the backend checks them again).
   ValidateRows(rows_.data(), plan.num_rows);
 
@@ -373,23 +365,10 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
   // One upload (tables and staged labels are adjacent), the kernels, one download of every
   // output up to the last section in use.
   const size_t upload = reg.rows + static_cast<size_t>(plan.staged_label_bytes);
-  const size_t download = reg.idx + reg.olab + 2 * reg.counts +
-                          static_cast<size_t>(plan.out_feature_bytes);
-  Batch batch;
-  batch.rows = reinterpret_cast<const RowDesc*>(d_in);
-  batch.host_rows = rows_.data();
-  batch.num_rows = plan.num_rows;
-  batch.labels = reinterpret_cast<const uint8_t*>(label_base);
-  batch.features = reinterpret_cast<const uint8_t*>(feature_base);
-  batch.out_indices = reinterpret_cast<int64_t*>(d_out);
-  batch.out_labels = d_out + reg.idx;
-  batch.out_num_positive = reinterpret_cast<int32_t*>(d_out + reg.idx + reg.olab);
-  batch.out_num_negative = reinterpret_cast<int32_t*>(d_out + reg.idx + reg.olab + reg.counts);
-  batch.out_features = d_out + reg.idx + reg.olab + 2 * reg.counts;
-  batch.total_elements = plan.total_elements;
-  batch.total_slots = plan.total_slots;
-  batch.max_length = plan.max_length;
-  batch.max_samples = plan.max_samples;
+  const size_t download =
+      reg.idx + reg.olab + 2 * reg.counts + static_cast<size_t>(plan.out_feature_bytes);
+  const Batch batch =
+      BatchOf(plan, bases, reinterpret_cast<const RowDesc*>(d_in), rows_.data(), d_out);
 
   void* stream = launcher_->stream();
   Backend& backend = launcher_->backend();
@@ -413,8 +392,10 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
           throw;
         }
         // Capture is an optimization: a device or driver that refuses it still samples.
-        std::fprintf(stderr, "gpusampler: %s: CUDA graph capture failed (%s); launching "
-                     "without graphs from now on\n", name_.c_str(), e.what());
+        std::fprintf(stderr,
+                     "gpusampler: %s: CUDA graph capture failed (%s); launching "
+                     "without graphs from now on\n",
+                     name_.c_str(), e.what());
         use_graphs_ = false;
         static_cast<StreamGraph*>(graph_)->Reset();
       }
@@ -445,7 +426,8 @@ void StagedLaunch::Carve(const std::vector<LaunchRequest>& requests, const Plan&
     o.num_positive = reinterpret_cast<const int32_t*>(out + reg.idx + reg.olab) + pr.first_row;
     o.num_negative =
         reinterpret_cast<const int32_t*>(out + reg.idx + reg.olab + reg.counts) + pr.first_row;
-    if (pr.out_feature_at >= 0) o.features = out + reg.idx + reg.olab + 2 * reg.counts + pr.out_feature_at;
+    if (pr.out_feature_at >= 0)
+      o.features = out + reg.idx + reg.olab + 2 * reg.counts + pr.out_feature_at;
   }
 }
 

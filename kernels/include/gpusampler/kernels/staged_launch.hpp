@@ -70,11 +70,11 @@ struct LaunchRequest {
 struct LaunchOutput {
   int64_t num_rows = 0;
   int64_t k = 0;
-  const int64_t* indices = nullptr;      // [num_rows * k], -1 for padding
-  const uint8_t* labels = nullptr;       // [num_rows * k] in the request's label dtype
+  const int64_t* indices = nullptr;       // [num_rows * k], -1 for padding
+  const uint8_t* labels = nullptr;        // [num_rows * k] in the request's label dtype
   const int32_t* num_positive = nullptr;  // [num_rows]
   const int32_t* num_negative = nullptr;  // [num_rows]
-  const uint8_t* features = nullptr;     // [num_rows * k * feature_row_bytes]; null without
+  const uint8_t* features = nullptr;      // [num_rows * k * feature_row_bytes]; null without
 };
 
 // What the last Run did, for metrics and benchmarks.
@@ -136,6 +136,13 @@ class StagedLaunch {
 
  private:
   struct Plan;
+  struct Bases {
+    uintptr_t labels = 0;
+    uintptr_t features = 0;
+  };
+  static Batch BatchOf(const Plan& plan, const Bases& bases, const RowDesc* rows,
+                       const RowDesc* host_rows, uint8_t* out);
+  Bases PlaceRows(const std::vector<LaunchRequest>& requests, const Plan& plan, uintptr_t staged);
   void RunHost(const std::vector<LaunchRequest>& requests, Plan& plan);
   void RunDevice(const std::vector<LaunchRequest>& requests, Plan& plan);
   void Carve(const std::vector<LaunchRequest>& requests, const Plan& plan, const uint8_t* out);
