@@ -388,9 +388,8 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
         graphed = true;
         return;
       } catch (const Error& e) {
-        if (e.code() == Error::Code::kInvalidArgument || e.code() == Error::Code::kOutOfMemory) {
-          throw;
-        }
+        // Bad input, no memory, a device fault: the same without a graph.
+        if (e.code() != Error::Code::kInternal) throw;
         // Capture is an optimization: a device or driver that refuses it still samples.
         std::fprintf(stderr,
                      "gpusampler: %s: CUDA graph capture failed (%s); launching "
