@@ -24,8 +24,9 @@
 // plain non-negative offsets.
 //
 // A device launch is at most three stream operations: on CUDA the upload, the kernels and
-// the download are captured into one CUDA graph (one operation) and completion is one host
-// callback; the cuda-sim device models capture the same way (one queued operation), and
+// the download are captured into one CUDA graph (one operation; one instantiated graph per
+// stage set of the pipeline, updated in place by each launch of that set) and completion is
+// one host callback; the cuda-sim device models capture the same way (one queued operation), and
 // counts the operations (StreamOperations in device.hpp). Not thread-safe: one caller at a
 // time (a server worker owns one).
 #pragma once
