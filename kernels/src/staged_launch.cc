@@ -10,6 +10,7 @@
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/gather.hpp"
 #include "gpusampler/kernels/launcher.hpp"
+#include "pipeline/pipeline.hpp"
 
 namespace gpusampler::kernels {
 namespace {
@@ -73,17 +74,22 @@ StagedLaunch::StagedLaunch(int device, std::chrono::milliseconds timeout)
       name_(launcher_->name()),
       device_(device) {}
 
-// The graph goes before the launcher: it refers to the launcher's buffers and stream.
-StagedLaunch::~StagedLaunch() {
-  if (graph_ != nullptr) delete static_cast<StreamGraph*>(graph_);
-  graph_ = nullptr;
-}
+// The graphs go before the launcher (declared after it): they refer to its buffers and stream.
+StagedLaunch::~StagedLaunch() = default;
 
 Backend& StagedLaunch::backend() { return launcher_ ? launcher_->backend() : *host_backend_; }
 
 bool StagedLaunch::faulted() const { return launcher_ && launcher_->faulted(); }
 
 namespace {
+
+// The pipeline's stage set for these rows (1: fused rows only, 2: large rows only, 3: both):
+// launches of one class capture the same graph topology.
+size_t GraphClass(const std::vector<RowDesc>& rows) {
+  size_t c = 0;
+  for (const RowDesc& row : rows) c |= row.length <= pipeline::kSmallRowMax ? 1 : 2;
+  return c;
+}
 
 // Launch sizes of the CUDA launcher for these regions and counts.
 LaunchSizes SizesOf(const Regions& r, int64_t rows, int64_t elements, int64_t slots) {
@@ -113,7 +119,9 @@ void StagedLaunch::Reserve(const StagedSizes& sizes) {
   const LaunchSizes want = SizesOf(r, sizes.rows, sizes.elements, sizes.slots);
   if (launcher_->Holds(want)) return;
   // The buffers and the scratch may move: the captured graph refers to them.
-  if (graph_ != nullptr) static_cast<StreamGraph*>(graph_)->Reset();
+  for (auto& graph : graphs_) {
+    if (graph) graph->Reset();
+  }
   launcher_->backend().ReleaseGraphs();
   launcher_->Reserve(want);
 }
@@ -327,7 +335,9 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
   // before anything of this launch is enqueued (the previous launch has finished).
   const LaunchSizes want = SizesOf(reg, plan.num_rows, plan.total_elements, plan.total_slots);
   if (!launcher_->Holds(want)) {
-    if (graph_ != nullptr) static_cast<StreamGraph*>(graph_)->Reset();
+    for (auto& graph : graphs_) {
+      if (graph) graph->Reset();
+    }
     launcher_->backend().ReleaseGraphs();
     launcher_->Reserve(want);
   }
@@ -382,22 +392,22 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
   launcher_->Launch([&] {
     if (plan.num_rows == 0) return;
     if (use_graphs_) {
-      if (graph_ == nullptr) graph_ = new StreamGraph(stream);
+      auto& graph = graphs_[GraphClass(rows_)];
+      if (!graph) graph = std::make_unique<StreamGraph>(stream);
       try {
-        static_cast<StreamGraph*>(graph_)->Launch(work);
+        graph->Launch(work);
         graphed = true;
         return;
       } catch (const Error& e) {
-        if (e.code() == Error::Code::kInvalidArgument || e.code() == Error::Code::kOutOfMemory) {
-          throw;
-        }
+        // Bad input, no memory, a device fault: the same without a graph.
+        if (e.code() != Error::Code::kInternal) throw;
         // Capture is an optimization: a device or driver that refuses it still samples.
         std::fprintf(stderr,
                      "gpusampler: %s: CUDA graph capture failed (%s); launching "
                      "without graphs from now on\n",
                      name_.c_str(), e.what());
         use_graphs_ = false;
-        static_cast<StreamGraph*>(graph_)->Reset();
+        graph->Reset();
       }
     }
     work();

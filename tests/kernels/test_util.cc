@@ -1,6 +1,7 @@
 #include "test_util.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -8,6 +9,7 @@
 
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/philox.hpp"
+#include "gpusampler/kernels/staged_launch.hpp"
 #include "sim/sim_backend.hpp"
 
 namespace gpusampler::kernels::testing {
@@ -19,7 +21,8 @@ uint8_t FeatureByte(uint32_t r, int64_t i, int64_t b) {
 }
 
 std::vector<std::string> AllBackends() {
-  return {"cpu:1", "cpu:3", "cpusplit:3", "cpumiss:2", "cudasim", "cudasimlarge", "cudasimdevice", "cuda"};
+  return {"cpu:1",   "cpu:3",        "cpusplit:3",    "cpumiss:2",
+          "cudasim", "cudasimlarge", "cudasimdevice", "cuda"};
 }
 
 bool BackendAvailable(const std::string& backend) {
@@ -103,6 +106,19 @@ Backend* CachedBackend(const std::string& name) {
   return cache.back().second.get();
 }
 
+// The devices' launches, cached like the backends.
+StagedLaunch& CachedLaunch(const std::string& name) {
+  static std::vector<std::pair<std::string, std::unique_ptr<StagedLaunch>>> cache;
+  for (auto& [n, l] : cache) {
+    if (n == name) return *l;
+  }
+  cache.emplace_back(name, std::make_unique<StagedLaunch>(name == "cuda" ? 0 : kSimDevice,
+                                                          std::chrono::milliseconds(600000)));
+  return *cache.back().second;
+}
+
+bool IsDevice(const std::string& name) { return name == "cuda" || name == "cudasimdevice"; }
+
 }  // namespace
 
 std::vector<Result> RunFused(const std::string& backend_name, const std::vector<Case>& cases) {
@@ -137,10 +153,10 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
   std::vector<uint8_t> out_feat(static_cast<size_t>(builder.out_feature_bytes()) + 1, 0xAB);
   std::vector<int32_t> num_pos(rows.size(), -7), num_neg(rows.size(), -7);
 
-  Backend* backend = CachedBackend(backend_name);
-  Batch batch;
-  builder.FillSizes(&batch);
-  if (backend->memory_space() == MemorySpace::kHost) {
+  if (!IsDevice(backend_name)) {
+    Backend* backend = CachedBackend(backend_name);
+    Batch batch;
+    builder.FillSizes(&batch);
     batch.labels = labels.data();
     batch.features = features.data();
     batch.out_indices = out_idx.data();
@@ -150,37 +166,67 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
     batch.out_num_negative = num_neg.data();
     backend->Sample(batch);
   } else {
-    void* stream = backend->stream();
+    // A device ("cuda", "cudasimdevice"): the server's launch (kernels::StagedLaunch), one
+    // request per case. Every case's features and every other case's labels are resident
+    // in the device's memory (read in place by the kernels); the other labels are staged.
+    const int device = backend_name == "cuda" ? 0 : kSimDevice;
+    StagedLaunch& launch = CachedLaunch(backend_name);
     std::vector<void*> owned;
-    auto upload = [&](const void* src, size_t bytes) {
-      void* d = DeviceAlloc(backend_name == "cudasimdevice" ? kSimDevice : 0, bytes + 8);
+    auto resident = [&](const uint8_t* src, size_t bytes) {
+      void* d = DeviceAlloc(device, bytes + 8);
       owned.push_back(d);
-      if (bytes) CopyAsync(d, src, bytes, stream);
-      return d;
+      CopyToDevice(device, d, src, bytes);
+      return static_cast<const uint8_t*>(d);
     };
-    auto d_rows = upload(rows.data(), rows.size() * sizeof(RowDesc));
-    auto d_labels = upload(labels.data(), labels.size());
-    auto d_features = upload(features.data(), features.size());
-    auto d_idx = upload(out_idx.data(), out_idx.size() * sizeof(int64_t));
-    auto d_lab = upload(out_lab.data(), out_lab.size());
-    auto d_feat = upload(out_feat.data(), out_feat.size());
-    auto d_pos = upload(num_pos.data(), num_pos.size() * sizeof(int32_t));
-    auto d_neg = upload(num_neg.data(), num_neg.size() * sizeof(int32_t));
-    batch.rows = static_cast<const RowDesc*>(d_rows);
-    batch.labels = static_cast<const uint8_t*>(d_labels);
-    batch.features = static_cast<const uint8_t*>(d_features);
-    batch.out_indices = static_cast<int64_t*>(d_idx);
-    batch.out_labels = static_cast<uint8_t*>(d_lab);
-    batch.out_features = static_cast<uint8_t*>(d_feat);
-    batch.out_num_positive = static_cast<int32_t*>(d_pos);
-    batch.out_num_negative = static_cast<int32_t*>(d_neg);
-    backend->Sample(batch);
-    CopyAsync(out_idx.data(), d_idx, out_idx.size() * sizeof(int64_t), stream);
-    CopyAsync(out_lab.data(), d_lab, out_lab.size(), stream);
-    CopyAsync(out_feat.data(), d_feat, out_feat.size(), stream);
-    CopyAsync(num_pos.data(), d_pos, num_pos.size() * sizeof(int32_t), stream);
-    CopyAsync(num_neg.data(), d_neg, num_neg.size() * sizeof(int32_t), stream);
-    StreamSynchronize(stream);
+    std::vector<LaunchRequest> requests(cases.size());
+    std::vector<std::vector<int64_t>> offsets(cases.size());
+    size_t first = 0;
+    for (size_t j = 0; j < cases.size(); ++j) {
+      const Case& c = cases[j];
+      LaunchRequest& q = requests[j];
+      q.spec = c.spec;
+      q.seed = c.seed;
+      q.label_dtype = c.dtype;
+      q.num_rows = static_cast<int64_t>(c.rows.size());
+      q.feature_row_bytes = c.feature_row_bytes;
+      offsets[j] = {0};
+      for (const auto& row : c.rows)
+        offsets[j].push_back(offsets[j].back() + static_cast<int64_t>(row.size()));
+      q.row_offsets = offsets[j].data();
+      if (c.rows.empty()) continue;
+      const RowDesc& head = rows[first];
+      const int64_t n = offsets[j].back();
+      q.labels = labels.data() + head.label_offset;
+      if (j % 2 == 1 && n > 0) {
+        q.device_labels = resident(q.labels, static_cast<size_t>(n) * ItemSize(c.dtype));
+      }
+      if (c.feature_row_bytes > 0) {
+        q.features = features.data() + head.feature_offset;
+        if (n > 0)
+          q.device_features = resident(q.features, static_cast<size_t>(n * c.feature_row_bytes));
+      }
+      first += c.rows.size();
+    }
+    const std::vector<LaunchOutput>& outs = launch.Run(requests);
+    size_t r = 0;
+    for (size_t j = 0; j < cases.size(); ++j) {
+      const LaunchOutput& o = outs[j];
+      const size_t item = ItemSize(cases[j].dtype);
+      for (int64_t rr = 0; rr < o.num_rows; ++rr, ++r) {
+        const RowDesc& d = rows[r];
+        const int64_t k = o.k;
+        std::memcpy(out_idx.data() + d.out_slot, o.indices + rr * k, static_cast<size_t>(k) * 8);
+        std::memcpy(out_lab.data() + d.out_label_offset, o.labels + rr * k * item,
+                    static_cast<size_t>(k) * item);
+        if (d.feature_row_bytes > 0 && o.features != nullptr) {
+          std::memcpy(out_feat.data() + d.out_feature_offset,
+                      o.features + rr * k * d.feature_row_bytes,
+                      static_cast<size_t>(k * d.feature_row_bytes));
+        }
+        num_pos[r] = o.num_positive[rr];
+        num_neg[r] = o.num_negative[rr];
+      }
+    }
     for (void* p : owned) DeviceFree(p);
   }
 
@@ -212,7 +258,8 @@ Result RunOne(const std::string& backend, const Case& c) { return RunFused(backe
 
 LaunchStats LastStats(const std::string& backend) {
   LaunchStats stats;
-  if (!CachedBackend(backend)->last_launch_stats(&stats)) {
+  Backend& b = IsDevice(backend) ? CachedLaunch(backend).backend() : *CachedBackend(backend);
+  if (!b.last_launch_stats(&stats)) {
     throw std::invalid_argument(backend + " keeps no launch stats");
   }
   return stats;

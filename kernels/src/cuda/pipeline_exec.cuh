@@ -34,12 +34,32 @@ struct DeviceBlock {
     __shared__ alignas(T) unsigned char raw[sizeof(T)];
     return *reinterpret_cast<T*>(raw);
   }
+  // Shared memory: plain accesses (the counting and race checks are cuda-sim's).
+  template <class T>
+  __device__ __forceinline__ T SLoad(const T* p) {
+    return *p;
+  }
+  template <class T>
+  __device__ __forceinline__ void SStore(T* p, T value) {
+    *p = value;
+  }
+  // Block radix sorts; the temp storage is the small sort's key and counter arrays (not in
+  // use while the sort runs), so a body pays for one 41 KB buffer, not two.
   template <int kN>
-  __device__ __forceinline__ void SortKeys(Items<uint64_t, kN>& items, int end_bit) {
+  __device__ __forceinline__ void SortKeysStriped(Items<uint64_t, kN>& items, int end_bit,
+                                                  SortShared* storage) {
     using Sort = cub::BlockRadixSort<uint64_t, kThreads, kN>;
-    __shared__ typename Sort::TempStorage temp;
-    Sort(temp).Sort(items.v, 0, end_bit);
+    static_assert(
+        sizeof(typename Sort::TempStorage) <= sizeof(storage->keys) + sizeof(storage->count),
+        "cub's temp storage must fit the small sort's arrays");
+    Sort(*reinterpret_cast<typename Sort::TempStorage*>(storage->keys))
+        .SortBlockedToStriped(items.v, 0, end_bit);
     __syncthreads();
+  }
+  // A bounded step overflowed: raise the launch's error flag (the host turns it into
+  // INTERNAL); the body goes on without writing what overflowed.
+  __device__ __forceinline__ void Fail(uint32_t* flag, uint32_t code, const char* /*what*/) {
+    if (flag != nullptr) atomicOr(flag, code);
   }
   template <class T>
   __device__ __forceinline__ T Load(const T* p) {
@@ -79,6 +99,9 @@ __global__ void __launch_bounds__(kThreads) RunBody(Body body) {
 class CudaExec {
  public:
   explicit CudaExec(cudaStream_t stream) : stream_(stream) {}
+
+  // (cuda-sim poisons the scratch per launch; the device leaves it as it is)
+  void Scratch(uint8_t* /*begin*/, size_t /*bytes*/) {}
 
   template <class Body>
   void Launch(const Body& body, int64_t blocks) {

@@ -69,6 +69,11 @@ inline constexpr int64_t kSlotTile = kBlockKeys;  // Scatter tile
 inline constexpr uint32_t kPositive = 0;
 inline constexpr uint32_t kNegative = 1;
 inline constexpr uint32_t kIgnored = 2;
+// Device error flags (Params::error, OR-ed): a bounded step found more than it was sized
+// for. Never expected; the launch's results are then not to be used (INTERNAL).
+inline constexpr uint32_t kErrorCandidates = 1;  // Pass2: boundary candidates over the count
+inline constexpr uint32_t kErrorBoundary = 2;    // Boundary: candidates left over a block
+inline constexpr unsigned long long kDropped = ~0ull;
 
 GPUSAMPLER_HD uint64_t LowMask(int bits) {
   return bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
@@ -138,6 +143,7 @@ struct Params {
   uint64_t* cand = nullptr;               // [large elements]: (u << 32 | i)
   uint64_t* sel = nullptr;                // [large slots]: (v << 32 | i), unordered
   uint64_t* bucketed = nullptr;           // [large slots]: grouped by v bucket
+  uint32_t* error = nullptr;              // device error flags (kError*), OR-ed; see Layout
 };
 
 // Host-known shape of a launch, from the host copy of the rows.
@@ -160,7 +166,11 @@ Shape MakeShape(const RowDesc* host_rows, int64_t num_rows, int64_t small_max = 
 Shape BoundShape(int64_t num_rows, int64_t total_elements, int64_t total_slots);
 
 // Byte offsets of the scratch arrays in the arena; `Bind` points Params at them.
+// `error` (one word at the arena's start) is not scratch: kernels only OR into it, the host
+// zeroes it when it allocates the arena and reads it after each launch.
 struct Layout {
+  size_t error = 0;
+  size_t scratch = 0;  // scratch is [scratch, bytes): poisoned per launch by cuda-sim
   size_t large = 0, hist = 0, vhist = 0, vcursor = 0, cand = 0, sel = 0, bucketed = 0;
   size_t zero_begin = 0, zero_end = 0;  // Prepare zeroes [zero_begin, zero_end)
   size_t bytes = 0;
@@ -308,29 +318,30 @@ GPUSAMPLER_HD void ExclusiveScan(B& b, const int32_t* counters, int n, int32_t* 
     for (int k = 0; k < per; ++k) {
       const int bin = t * per + k;
       if (bin < n) {
-        out[bin] = b.Load(counters + bin);
-        sum += out[bin];
+        const int32_t c = b.Load(counters + bin);
+        b.SStore(out + bin, c);
+        sum += c;
       }
     }
-    part[t] = sum;
+    b.SStore(part + t, sum);
   });
   b.Threads([&](int t) {
     if (t == 0) {
       int32_t run = 0;
       for (int k = 0; k < kThreads; ++k) {
-        const int32_t c = part[k];
-        part[k] = run;
+        const int32_t c = b.SLoad(part + k);
+        b.SStore(part + k, run);
         run += c;
       }
     }
   });
   b.Threads([&](int t) {
-    int32_t run = part[t];
+    int32_t run = b.SLoad(part + t);
     for (int k = 0; k < per; ++k) {
       const int bin = t * per + k;
       if (bin < n) {
-        const int32_t c = out[bin];
-        out[bin] = run;
+        const int32_t c = b.SLoad(out + bin);
+        b.SStore(out + bin, run);
         run += c;
       }
     }
@@ -338,34 +349,204 @@ GPUSAMPLER_HD void ExclusiveScan(B& b, const int32_t* counters, int n, int32_t* 
 }
 
 // ---------------------------------------------------------------------------------------
+// The block's small sort. Up to kBlockKeys distinct 64-bit keys that agree on every bit
+// above `top` are sorted by a counting pass on the `digit_bits` bits below `top` (about two
+// keys per bin, in shared memory), then an insertion sort of each bin by the thread owning
+// it, and handed out in striped order (rank k * kThreads + t to thread t's k-th call:
+// coalesced writes). A bin holding more than kInsertMax keys (crafted input: a client
+// choosing labels can pile its selected keys onto a few v values' top bits) sends the whole
+// sort to cub's block radix sort instead: O(n log n) either way.
+inline constexpr int kSortBinsMax = 2048;
+inline constexpr int kInsertMax = 32;
+inline constexpr uint64_t kAbsent = ~uint64_t{0};
+
+struct SortShared {
+  uint64_t keys[kBlockKeys];
+  int32_t count[kSortBinsMax];
+  int32_t part[kThreads];
+  int32_t max_part[kThreads];
+  int32_t max_bin;
+};
+
+// Bits of the counting pass for n keys: about two keys per bin.
+GPUSAMPLER_HD int SortDigitBits(int64_t n) {
+  int bits = 1;
+  while (bits < 11 && (int64_t{2} << bits) < n) ++bits;
+  return bits;
+}
+
+// keys: thread t's kItems keys (kAbsent for none), n of them in all; write(at, key) gets the
+// key of rank `at` (< n). The keys agree on bits [top, 64).
+template <class B, class Write>
+GPUSAMPLER_HD void SmallSort(B& b, SortShared& ss,
+                             typename B::template Items<uint64_t, kItems>& keys, int64_t n, int top,
+                             Write write) {
+  if (n <= 0) return;
+  const int dbits = SortDigitBits(n) < top ? SortDigitBits(n) : top;
+  const int shift = top - dbits;
+  const int bins = 1 << dbits;
+  const uint64_t mask = static_cast<uint64_t>(bins - 1);
+  const int per = (bins + kThreads - 1) / kThreads;  // bins of thread t: [t * per, ...)
+  typename B::template Items<int32_t, kItems> local;
+  b.Threads([&](int t) {
+    for (int bin = t; bin < bins; bin += kThreads) b.SStore(&ss.count[bin], 0);
+  });
+  b.Threads([&](int t) {
+    const uint64_t* mine = b.Mine(keys, t);
+    int32_t* off = b.Mine(local, t);
+    GPUSAMPLER_UNROLL
+    for (int k = 0; k < kItems; ++k) {
+      if (mine[k] != kAbsent) {
+        off[k] = b.SharedAdd(&ss.count[static_cast<int>((mine[k] >> shift) & mask)], 1);
+      }
+    }
+  });
+  // Exclusive starts of the bins in place, and the largest bin.
+  b.Threads([&](int t) {
+    int32_t sum = 0, most = 0;
+    for (int k = 0; k < per; ++k) {
+      const int bin = t * per + k;
+      if (bin < bins) {
+        const int32_t c = b.SLoad(&ss.count[bin]);
+        sum += c;
+        most = c > most ? c : most;
+      }
+    }
+    b.SStore(&ss.part[t], sum);
+    b.SStore(&ss.max_part[t], most);
+  });
+  b.Threads([&](int t) {
+    if (t != 0) return;
+    int32_t run = 0, most = 0;
+    for (int k = 0; k < kThreads; ++k) {
+      const int32_t c = b.SLoad(&ss.part[k]);
+      const int32_t m = b.SLoad(&ss.max_part[k]);
+      b.SStore(&ss.part[k], run);
+      run += c;
+      most = m > most ? m : most;
+    }
+    b.SStore(&ss.max_bin, most);
+  });
+  if (b.SLoad(&ss.max_bin) > kInsertMax) {
+    b.SortKeysStriped(keys, 64, &ss);
+    b.Threads([&](int t) {
+      const uint64_t* mine = b.Mine(keys, t);
+      GPUSAMPLER_UNROLL
+      for (int k = 0; k < kItems; ++k) {
+        const int64_t at = static_cast<int64_t>(k) * kThreads + t;
+        if (at < n) write(at, mine[k]);
+      }
+    });
+    return;
+  }
+  b.Threads([&](int t) {
+    int32_t run = b.SLoad(&ss.part[t]);
+    for (int k = 0; k < per; ++k) {
+      const int bin = t * per + k;
+      if (bin < bins) {
+        const int32_t c = b.SLoad(&ss.count[bin]);
+        b.SStore(&ss.count[bin], run);
+        run += c;
+      }
+    }
+  });
+  b.Threads([&](int t) {
+    const uint64_t* mine = b.Mine(keys, t);
+    const int32_t* off = b.Mine(local, t);
+    GPUSAMPLER_UNROLL
+    for (int k = 0; k < kItems; ++k) {
+      if (mine[k] != kAbsent) {
+        const int bin = static_cast<int>((mine[k] >> shift) & mask);
+        b.SStore(&ss.keys[b.SLoad(&ss.count[bin]) + off[k]], mine[k]);
+      }
+    }
+  });
+  // Each thread sorts its own bins' segments.
+  b.Threads([&](int t) {
+    for (int k = 0; k < per; ++k) {
+      const int bin = t * per + k;
+      if (bin >= bins) break;
+      const int32_t lo = b.SLoad(&ss.count[bin]);
+      const int32_t hi = bin + 1 < bins ? b.SLoad(&ss.count[bin + 1]) : static_cast<int32_t>(n);
+      for (int32_t a = lo + 1; a < hi; ++a) {
+        const uint64_t x = b.SLoad(&ss.keys[a]);
+        int32_t c = a;
+        while (c > lo) {
+          const uint64_t y = b.SLoad(&ss.keys[c - 1]);
+          if (y < x) break;
+          b.SStore(&ss.keys[c], y);
+          --c;
+        }
+        if (c != a) b.SStore(&ss.keys[c], x);
+      }
+    }
+  });
+  b.Threads([&](int t) {
+    GPUSAMPLER_UNROLL
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t at = static_cast<int64_t>(k) * kThreads + t;
+      if (at < n) write(at, b.SLoad(&ss.keys[at]));
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------
 // Bodies. Each is a functor: body(block, block_index).
 
-// One block per row; rows longer than kSmallRowMax are left to the large-row stages.
+// One block per row; rows longer than small_max are left to the large-row stages. Work is
+// sized to the row: classes and u of the row's elements (registers), a radix select per
+// class of the m-th smallest (u, i) in shared memory (8-bit digits; about three rounds, each
+// over the keys still tied with the answer), v of the selected only, and the small sort of
+// the selected keys by (v, i).
 struct FusedBody {
   Params p;
   struct Shared {
     RowDesc row;
     int32_t count[2];
     int64_t m[2];
+    int32_t hist[2][256];
+    uint64_t prefix[2];  // class c's m-th smallest key, bits [lo[c], 64) found so far
+    int32_t need[2];     // its rank (1-based) among the keys that agree with prefix
+    int32_t cand[2];     // how many keys agree with prefix
+    int32_t lo[2];
+    uint64_t answer[2];  // class c's m-th smallest key
+    SortShared sort;
   };
+  // Selection key of element i of class c: u in the top half, the class at bits 30-31, i
+  // below (< 2^12). Keys of one class order as (u, i).
+  static GPUSAMPLER_HD uint64_t SelKey(uint32_t u, uint32_t c, int64_t i) {
+    return (static_cast<uint64_t>(u) << 32) | (uint64_t{c} << 30) | static_cast<uint64_t>(i);
+  }
+  // x's bits [bit, 64), shifted down (0 for bit 64).
+  static GPUSAMPLER_HD uint64_t Above(uint64_t x, int bit) { return bit >= 64 ? 0 : x >> bit; }
+  // The digit bits [lo, hi) of round r: four rounds over u, then over i's ib bits.
+  static GPUSAMPLER_HD void Round(int r, int ib, int* lo, int* hi) {
+    if (r < 4) {
+      *hi = 64 - 8 * r;
+      *lo = *hi - 8;
+    } else {
+      *hi = ib - 8 * (r - 4);
+      *lo = *hi > 8 ? *hi - 8 : 0;
+    }
+  }
   template <class B>
   GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
     Shared& sh = b.template SharedAs<Shared>();
     b.Threads([&](int t) {
       if (t == 0) {
-        sh.row = b.Load(p.rows + block);
-        sh.count[0] = sh.count[1] = 0;
+        b.SStore(&sh.row, b.Load(p.rows + block));
+        b.SStore(&sh.count[0], 0);
+        b.SStore(&sh.count[1], 0);
       }
     });
-    const RowDesc row = sh.row;
+    const RowDesc row = b.SLoad(&sh.row);
     if (row.length > p.small_max) return;
     const int ib = IndexBits(row.length);
     typename B::template Items<uint64_t, kItems> keys;
 
-    // Class and u of every element: key (class, u, i); ignored elements sort last. Thread t
-    // takes the quads (4 consecutive elements, one Philox call) t, t + 256, t + 512, t + 768:
-    // a warp reads 128 consecutive labels per step (coalesced), and the sort does not care
-    // which thread holds which key.
+    // Class and u of every element. Thread t takes the quads (4 consecutive elements, one
+    // Philox call) t, t + 256, t + 512, t + 768: a warp reads 128 consecutive labels per
+    // step (coalesced); quads past the row's end are not read.
     b.Threads([&](int t) {
       uint64_t* mine = b.Mine(keys, t);
       int32_t counts[2] = {0, 0};
@@ -387,11 +568,10 @@ struct FusedBody {
         GPUSAMPLER_UNROLL
         for (int w = 0; w < 4; ++w) {
           if (cls[w] == kIgnored) {
-            mine[g * 4 + w] = LowMask(34 + ib);
+            mine[g * 4 + w] = kAbsent;
           } else {
             ++counts[cls[w]];
-            mine[g * 4 + w] = (uint64_t{cls[w]} << (32 + ib)) |
-                              (static_cast<uint64_t>(x.v[w]) << ib) | static_cast<uint64_t>(i0 + w);
+            mine[g * 4 + w] = SelKey(x.v[w], cls[w], i0 + w);
           }
         }
       }
@@ -399,44 +579,114 @@ struct FusedBody {
       if (counts[1] != 0) b.SharedAdd(&sh.count[1], counts[1]);
     });
     b.Threads([&](int t) {
-      if (t == 0) {
-        const int64_t k = row.num_samples;
-        const Quotas q = ComputeQuotas(sh.count[0], sh.count[1], k, row.target, row.fill);
-        sh.m[0] = q.pos;
-        sh.m[1] = q.neg;
-        b.Store(p.out_num_positive + block, static_cast<int32_t>(q.pos));
-        b.Store(p.out_num_negative + block, static_cast<int32_t>(q.neg));
+      if (t < 2) {
+        const int c = t;
+        const int64_t count_c = b.SLoad(&sh.count[c]);
+        const Quotas q = ComputeQuotas(b.SLoad(&sh.count[0]), b.SLoad(&sh.count[1]),
+                                       row.num_samples, row.target, row.fill);
+        const int64_t m = c == 0 ? q.pos : q.neg;
+        b.SStore(&sh.m[c], m);
+        b.Store(c == 0 ? p.out_num_positive + block : p.out_num_negative + block,
+                static_cast<int32_t>(m));
+        // A radix select runs for a class with 0 < m < count (else it takes all or none).
+        b.SStore(&sh.prefix[c], uint64_t{static_cast<uint32_t>(c)} << 30);
+        b.SStore(&sh.need[c], static_cast<int32_t>(m));
+        b.SStore(&sh.cand[c], m > 0 && m < count_c ? static_cast<int32_t>(count_c) : 0);
+        b.SStore(&sh.lo[c], 64);
       }
     });
-    b.SortKeys(keys, 34 + ib);
-    const int64_t num_pos = sh.count[0];
-    const int64_t m_pos = sh.m[0];
-    const int64_t m_neg = sh.m[1];
-    // Positives first, then negatives, each in (u, i) order: the first m of each class are
-    // selected; their key becomes (v, i).
+    const int64_t m_pos = b.SLoad(&sh.m[0]);
+    const int64_t m_neg = b.SLoad(&sh.m[1]);
+    const bool partial[2] = {b.SLoad(&sh.cand[0]) > 0, b.SLoad(&sh.cand[1]) > 0};
+    // Rounds while a class has more than one key tied with its answer.
+    for (int r = 0;; ++r) {
+      const bool open0 = b.SLoad(&sh.cand[0]) > 1;
+      const bool open1 = b.SLoad(&sh.cand[1]) > 1;
+      int lo = 0, hi = 0;
+      Round(r, ib, &lo, &hi);
+      if ((!open0 && !open1) || hi <= 0) break;
+      const uint64_t dmask = LowMask(hi - lo);
+      b.Threads([&](int t) {
+        b.SStore(&sh.hist[0][t], 0);
+        b.SStore(&sh.hist[1][t], 0);
+      });
+      b.Threads([&](int t) {
+        const uint64_t* mine = b.Mine(keys, t);
+        const uint64_t pre[2] = {open0 ? Above(b.SLoad(&sh.prefix[0]), hi) : kAbsent,
+                                 open1 ? Above(b.SLoad(&sh.prefix[1]), hi) : kAbsent};
+        GPUSAMPLER_UNROLL
+        for (int k = 0; k < kItems; ++k) {
+          const uint64_t x = mine[k];
+          if (x == kAbsent) continue;
+          const int c = static_cast<int>((x >> 30) & 1);
+          if (Above(x, hi) == pre[c]) {
+            b.SharedAdd(&sh.hist[c][static_cast<int>((x >> lo) & dmask)], 1);
+          }
+        }
+      });
+      b.Threads([&](int t) {
+        if (t >= 2 || !(t == 0 ? open0 : open1)) return;
+        const int c = t;
+        const int32_t need = b.SLoad(&sh.need[c]);
+        int32_t below = 0;
+        int d = 0;
+        for (;; ++d) {
+          const int32_t h = b.SLoad(&sh.hist[c][d]);
+          if (below + h >= need) {
+            b.SStore(&sh.need[c], need - below);
+            b.SStore(&sh.cand[c], h);
+            break;
+          }
+          below += h;
+        }
+        b.SStore(&sh.prefix[c], b.SLoad(&sh.prefix[c]) | (static_cast<uint64_t>(d) << lo));
+        b.SStore(&sh.lo[c], lo);
+      });
+    }
+    // The one key left tied with each partial class's answer is the answer.
     b.Threads([&](int t) {
-      uint64_t* mine = b.Mine(keys, t);
+      const uint64_t* mine = b.Mine(keys, t);
+      int lo[2] = {64, 64};
+      uint64_t pre[2] = {kAbsent, kAbsent};
+      for (int c = 0; c < 2; ++c) {
+        if (!partial[c]) continue;
+        lo[c] = b.SLoad(&sh.lo[c]);
+        pre[c] = Above(b.SLoad(&sh.prefix[c]), lo[c]);
+      }
       GPUSAMPLER_UNROLL
       for (int k = 0; k < kItems; ++k) {
-        const int64_t at = static_cast<int64_t>(t) * kItems + k;
-        const bool selected = at < m_pos || (at >= num_pos && at < num_pos + m_neg);
-        if (selected) {
-          const int64_t i = static_cast<int64_t>(mine[k] & LowMask(ib));
+        const uint64_t x = mine[k];
+        if (x == kAbsent) continue;
+        const int c = static_cast<int>((x >> 30) & 1);
+        if (partial[c] && Above(x, lo[c]) == pre[c]) b.SStore(&sh.answer[c], x);
+      }
+    });
+    // The selected: all of a class taken whole, keys up to the answer of a partial class.
+    // Their key becomes (v, i).
+    b.Threads([&](int t) {
+      uint64_t* mine = b.Mine(keys, t);
+      const int64_t take[2] = {m_pos, m_neg};
+      const uint64_t limit[2] = {partial[0] ? b.SLoad(&sh.answer[0]) : kAbsent,
+                                 partial[1] ? b.SLoad(&sh.answer[1]) : kAbsent};
+      GPUSAMPLER_UNROLL
+      for (int k = 0; k < kItems; ++k) {
+        const uint64_t x = mine[k];
+        if (x == kAbsent) continue;
+        const int c = static_cast<int>((x >> 30) & 1);
+        if (take[c] > 0 && x <= limit[c]) {
+          const int64_t i = static_cast<int64_t>(x & 0xFFFu);
           b.CountPhilox(1);
-          mine[k] = (static_cast<uint64_t>(OrderKeyOf(row, i)) << ib) | static_cast<uint64_t>(i);
+          mine[k] = (static_cast<uint64_t>(OrderKeyOf(row, i)) << 32) | static_cast<uint64_t>(i);
         } else {
-          mine[k] = LowMask(32 + ib);
+          mine[k] = kAbsent;
         }
       }
     });
-    b.SortKeys(keys, 32 + ib);
     const int64_t m = m_pos + m_neg;
+    SmallSort(b, sh.sort, keys, m, 64, [&](int64_t at, uint64_t key) {
+      WriteSlot(b, p, row, at, static_cast<int64_t>(key & 0xFFFFFFFFu));
+    });
     b.Threads([&](int t) {
-      uint64_t* mine = b.Mine(keys, t);
-      for (int k = 0; k < kItems; ++k) {
-        const int64_t at = static_cast<int64_t>(t) * kItems + k;
-        if (at < m) WriteSlot(b, p, row, at, static_cast<int64_t>(mine[k] & LowMask(ib)));
-      }
       for (int64_t at = m + t; at < row.num_samples; at += kThreads) WriteSlot(b, p, row, at, -1);
     });
   }
@@ -470,55 +720,73 @@ struct PrepareBody {
     Shared& sh = b.template SharedAs<Shared>();
     b.Threads([&](int t) {
       if (t == 0) {
-        sh.base_large = sh.base_tiles = sh.base_slot_tiles = 0;
-        sh.base_elems = sh.base_slots = 0;
+        b.SStore(&sh.base_large, 0);
+        b.SStore(&sh.base_tiles, 0);
+        b.SStore(&sh.base_slot_tiles, 0);
+        b.SStore(&sh.base_elems, int64_t{0});
+        b.SStore(&sh.base_slots, int64_t{0});
       }
     });
     for (int64_t chunk = 0; chunk < p.num_rows; chunk += kThreads) {
       b.Threads([&](int t) {
         const int64_t j = chunk + t;
-        sh.flag[t] = sh.tiles[t] = sh.slot_tiles[t] = 0;
-        sh.elems[t] = sh.slots[t] = 0;
+        int32_t flag = 0, tiles = 0, slot_tiles = 0;
+        int64_t elems = 0, slots = 0;
         if (j < p.num_rows) {
           const int64_t n = b.Load(&p.rows[j].length);
           const int64_t k = b.Load(&p.rows[j].num_samples);
           if (n > p.small_max) {
-            sh.flag[t] = 1;
-            sh.tiles[t] = static_cast<int32_t>((n + p.tile_elements - 1) / p.tile_elements);
-            sh.slot_tiles[t] = static_cast<int32_t>((k + kSlotTile - 1) / kSlotTile);
-            sh.elems[t] = n;
-            sh.slots[t] = k;
+            flag = 1;
+            tiles = static_cast<int32_t>((n + p.tile_elements - 1) / p.tile_elements);
+            slot_tiles = static_cast<int32_t>((k + kSlotTile - 1) / kSlotTile);
+            elems = n;
+            slots = k;
           }
         }
+        b.SStore(&sh.flag[t], flag);
+        b.SStore(&sh.tiles[t], tiles);
+        b.SStore(&sh.slot_tiles[t], slot_tiles);
+        b.SStore(&sh.elems[t], elems);
+        b.SStore(&sh.slots[t], slots);
       });
       // A serial scan of the chunk (kThreads rows) by thread 0: rows are few next to
       // elements, and this runs once per launch.
       b.Threads([&](int t) {
         if (t != 0) return;
+        int32_t base_large = b.SLoad(&sh.base_large);
+        int32_t base_tiles = b.SLoad(&sh.base_tiles);
+        int32_t base_slot_tiles = b.SLoad(&sh.base_slot_tiles);
+        int64_t base_elems = b.SLoad(&sh.base_elems);
+        int64_t base_slots = b.SLoad(&sh.base_slots);
         for (int k = 0; k < kThreads; ++k) {
-          if (!sh.flag[k]) continue;
-          const int32_t l = sh.base_large++;
+          if (!b.SLoad(&sh.flag[k])) continue;
+          const int32_t l = base_large++;
           LargeRowState* st = p.large + l;
           b.Store(&st->row, static_cast<int32_t>(chunk + k));
-          b.Store(&st->first_tile, sh.base_tiles);
-          b.Store(&st->first_slot_tile, sh.base_slot_tiles);
-          b.Store(&st->cand_base, sh.base_elems);
-          b.Store(&st->sel_base, sh.base_slots);
+          b.Store(&st->first_tile, base_tiles);
+          b.Store(&st->first_slot_tile, base_slot_tiles);
+          b.Store(&st->cand_base, base_elems);
+          b.Store(&st->sel_base, base_slots);
           b.Store(&st->cand_cursor[0], 0ull);
           b.Store(&st->cand_cursor[1], 0ull);
           b.Store(&st->sel_cursor, 0ull);
-          sh.base_tiles += sh.tiles[k];
-          sh.base_slot_tiles += sh.slot_tiles[k];
-          sh.base_elems += sh.elems[k];
-          sh.base_slots += sh.slots[k];
+          base_tiles += b.SLoad(&sh.tiles[k]);
+          base_slot_tiles += b.SLoad(&sh.slot_tiles[k]);
+          base_elems += b.SLoad(&sh.elems[k]);
+          base_slots += b.SLoad(&sh.slots[k]);
         }
+        b.SStore(&sh.base_large, base_large);
+        b.SStore(&sh.base_tiles, base_tiles);
+        b.SStore(&sh.base_slot_tiles, base_slot_tiles);
+        b.SStore(&sh.base_elems, base_elems);
+        b.SStore(&sh.base_slots, base_slots);
       });
     }
     b.Threads([&](int t) {
       if (t == 0) {
-        LargeRowState* end = p.large + sh.base_large;
-        b.Store(&end->first_tile, sh.base_tiles);
-        b.Store(&end->first_slot_tile, sh.base_slot_tiles);
+        LargeRowState* end = p.large + b.SLoad(&sh.base_large);
+        b.Store(&end->first_tile, b.SLoad(&sh.base_tiles));
+        b.Store(&end->first_slot_tile, b.SLoad(&sh.base_slot_tiles));
       }
     });
   }
@@ -554,20 +822,22 @@ struct Pass1Body {
   GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
     Shared& sh = b.template SharedAs<Shared>();
     b.Threads([&](int t) {
-      for (int bin = t; bin < 2 * kSelectBins; bin += kThreads) sh.hist[bin] = 0;
+      for (int bin = t; bin < 2 * kSelectBins; bin += kThreads) b.SStore(&sh.hist[bin], 0);
       if (t == 0) {
         const int32_t l = LargeOfTile(b, p, block, false);
         const int32_t r = b.Load(&p.large[l].row);
-        sh.large = l;
-        sh.row = b.Load(p.rows + r);
-        sh.begin = (block - b.Load(&p.large[l].first_tile)) * p.tile_elements;
-        sh.end =
-            sh.begin + p.tile_elements < sh.row.length ? sh.begin + p.tile_elements : sh.row.length;
+        const RowDesc row = b.Load(p.rows + r);
+        const int64_t begin = (block - b.Load(&p.large[l].first_tile)) * p.tile_elements;
+        b.SStore(&sh.large, l);
+        b.SStore(&sh.row, row);
+        b.SStore(&sh.begin, begin);
+        b.SStore(&sh.end,
+                 begin + p.tile_elements < row.length ? begin + p.tile_elements : row.length);
       }
     });
-    const RowDesc row = sh.row;
-    const int64_t begin = sh.begin;
-    const int64_t end = sh.end;
+    const RowDesc row = b.SLoad(&sh.row);
+    const int64_t begin = b.SLoad(&sh.begin);
+    const int64_t end = b.SLoad(&sh.end);
     b.Threads([&](int t) {
       for (int64_t i0 = begin + 4 * t; i0 < end; i0 += kRoundElements) {
         uint32_t cls[4];
@@ -586,11 +856,11 @@ struct Pass1Body {
         }
       }
     });
-    const int32_t l = sh.large;
+    const int32_t l = b.SLoad(&sh.large);
     b.Threads([&](int t) {
       for (int bin = t; bin < 2 * kSelectBins; bin += kThreads) {
-        if (sh.hist[bin] != 0)
-          b.GlobalAdd(p.hist + int64_t{l} * 2 * kSelectBins + bin, sh.hist[bin]);
+        const int32_t h = b.SLoad(&sh.hist[bin]);
+        if (h != 0) b.GlobalAdd(p.hist + int64_t{l} * 2 * kSelectBins + bin, h);
       }
     });
   }
@@ -612,29 +882,31 @@ struct ThresholdBody {
     constexpr int kPer = kSelectBins / kThreads;
     b.Threads([&](int t) {
       if (t == 0) {
-        sh.r = b.Load(&st->row);
-        sh.row = b.Load(p.rows + sh.r);
+        const int32_t r = b.Load(&st->row);
+        b.SStore(&sh.r, r);
+        b.SStore(&sh.row, b.Load(p.rows + r));
       }
       for (int c = 0; c < 2; ++c) {
         int64_t sum = 0;
         for (int k = 0; k < kPer; ++k) sum += b.Load(hist + c * kSelectBins + t * kPer + k);
-        sh.part[c][t] = sum;
+        b.SStore(&sh.part[c][t], sum);
       }
     });
     b.Threads([&](int t) {
       if (t != 0) return;
-      const RowDesc& row = sh.row;
+      const RowDesc row = b.SLoad(&sh.row);
+      const int32_t r = b.SLoad(&sh.r);
       int64_t count[2] = {0, 0};
       for (int c = 0; c < 2; ++c) {
-        for (int k = 0; k < kThreads; ++k) count[c] += sh.part[c][k];
+        for (int k = 0; k < kThreads; ++k) count[c] += b.SLoad(&sh.part[c][k]);
       }
       const Quotas q = ComputeQuotas(count[0], count[1], row.num_samples, row.target, row.fill);
       const int64_t m[2] = {q.pos, q.neg};
-      b.Store(p.out_num_positive + sh.r, static_cast<int32_t>(q.pos));
-      b.Store(p.out_num_negative + sh.r, static_cast<int32_t>(q.neg));
+      b.Store(p.out_num_positive + r, static_cast<int32_t>(q.pos));
+      b.Store(p.out_num_negative + r, static_cast<int32_t>(q.neg));
       int64_t cand_total = 0;
       for (int c = 0; c < 2; ++c) {
-        sh.m[c] = m[c];
+        b.SStore(&sh.m[c], m[c]);
         b.Store(&st->m[c], m[c]);
         int64_t sel_below = 0, cand_bin = -1, cand_count = 0, need = 0;
         if (m[c] == count[c]) {
@@ -643,7 +915,11 @@ struct ThresholdBody {
           // The thread chunk, then the bucket, where the running count reaches m.
           int64_t below = 0;
           int k = 0;
-          while (below + sh.part[c][k] < m[c]) below += sh.part[c][k++];
+          for (;; ++k) {
+            const int64_t part = b.SLoad(&sh.part[c][k]);
+            if (below + part >= m[c]) break;
+            below += part;
+          }
           int bin = k * kPer;
           for (;; ++bin) {
             const int64_t h = b.Load(hist + c * kSelectBins + bin);
@@ -670,8 +946,8 @@ struct ThresholdBody {
         cand_total += cand_count;
       }
     });
-    const RowDesc row = sh.row;
-    const int64_t m = sh.m[0] + sh.m[1];
+    const RowDesc row = b.SLoad(&sh.row);
+    const int64_t m = b.SLoad(&sh.m[0]) + b.SLoad(&sh.m[1]);
     b.Threads([&](int t) {
       for (int64_t at = m + t; at < row.num_samples; at += kThreads) WriteSlot(b, p, row, at, -1);
     });
@@ -683,7 +959,7 @@ struct Pass2Body {
   struct Shared {
     RowDesc row;
     int64_t begin, end, cand_base, sel_base;
-    int64_t sel_below[2], cand_bin[2], cand_off[2];
+    int64_t sel_below[2], cand_bin[2], cand_off[2], cand_count[2];
     int32_t large;
     int32_t n_sel, n_cand[2];
     unsigned long long sel_at, cand_at[2];
@@ -694,34 +970,47 @@ struct Pass2Body {
     Shared& sh = b.template SharedAs<Shared>();
     const int bins = 1 << p.order_bits;
     b.Threads([&](int t) {
-      for (int bin = t; bin < bins; bin += kThreads) sh.vhist[bin] = 0;
+      for (int bin = t; bin < bins; bin += kThreads) b.SStore(&sh.vhist[bin], 0);
       if (t == 0) {
         const int32_t l = LargeOfTile(b, p, block, false);
         const LargeRowState* st = p.large + l;
-        sh.large = l;
-        sh.row = b.Load(p.rows + b.Load(&st->row));
-        sh.begin = (block - b.Load(&st->first_tile)) * p.tile_elements;
-        sh.end =
-            sh.begin + p.tile_elements < sh.row.length ? sh.begin + p.tile_elements : sh.row.length;
-        sh.cand_base = b.Load(&st->cand_base);
-        sh.sel_base = b.Load(&st->sel_base);
+        const RowDesc row = b.Load(p.rows + b.Load(&st->row));
+        const int64_t begin = (block - b.Load(&st->first_tile)) * p.tile_elements;
+        b.SStore(&sh.large, l);
+        b.SStore(&sh.row, row);
+        b.SStore(&sh.begin, begin);
+        b.SStore(&sh.end,
+                 begin + p.tile_elements < row.length ? begin + p.tile_elements : row.length);
+        b.SStore(&sh.cand_base, b.Load(&st->cand_base));
+        b.SStore(&sh.sel_base, b.Load(&st->sel_base));
         for (int c = 0; c < 2; ++c) {
-          sh.sel_below[c] = b.Load(&st->sel_below[c]);
-          sh.cand_bin[c] = b.Load(&st->cand_bin[c]);
-          sh.cand_off[c] = b.Load(&st->cand_off[c]);
-          sh.n_cand[c] = 0;
+          b.SStore(&sh.sel_below[c], b.Load(&st->sel_below[c]));
+          b.SStore(&sh.cand_bin[c], b.Load(&st->cand_bin[c]));
+          b.SStore(&sh.cand_off[c], b.Load(&st->cand_off[c]));
+          b.SStore(&sh.cand_count[c], b.Load(&st->cand_count[c]));
+          b.SStore(&sh.n_cand[c], 0);
         }
-        sh.n_sel = 0;
+        b.SStore(&sh.n_sel, 0);
       }
     });
-    const RowDesc row = sh.row;
-    LargeRowState* st = p.large + sh.large;
+    // The tile's uniform values, read once (registers).
+    const RowDesc row = b.SLoad(&sh.row);
+    const int32_t l = b.SLoad(&sh.large);
+    LargeRowState* st = p.large + l;
+    const int64_t begin = b.SLoad(&sh.begin);
+    const int64_t end = b.SLoad(&sh.end);
+    const int64_t sel_below[2] = {b.SLoad(&sh.sel_below[0]), b.SLoad(&sh.sel_below[1])};
+    const int64_t cand_bin[2] = {b.SLoad(&sh.cand_bin[0]), b.SLoad(&sh.cand_bin[1])};
+    const int64_t cand_count[2] = {b.SLoad(&sh.cand_count[0]), b.SLoad(&sh.cand_count[1])};
+    uint64_t* const sel = p.sel + b.SLoad(&sh.sel_base);
+    uint64_t* const cand[2] = {p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[0]),
+                               p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[1])};
     // Per round, each thread holds up to four keys and where they go (kind: 0 none,
     // 1 selected, 2 + c a candidate of class c; off: its place among the round's keys).
     typename B::template Items<uint64_t, 4> key;
     typename B::template Items<int32_t, 4> kind;
     typename B::template Items<int32_t, 4> off;
-    for (int64_t round = sh.begin; round < sh.end; round += kRoundElements) {
+    for (int64_t round = begin; round < end; round += kRoundElements) {
       b.Threads([&](int t) {
         uint64_t* k_ = b.Mine(key, t);
         int32_t* kind_ = b.Mine(kind, t);
@@ -729,22 +1018,24 @@ struct Pass2Body {
         const int64_t i0 = round + 4 * t;
         uint32_t cls[4];
         bool any = false;
+        GPUSAMPLER_UNROLL
         for (int w = 0; w < 4; ++w) {
           kind_[w] = 0;
-          cls[w] = i0 + w < sh.end ? ClassOf(b, p, row, i0 + w) : kIgnored;
+          cls[w] = i0 + w < end ? ClassOf(b, p, row, i0 + w) : kIgnored;
           any = any || cls[w] != kIgnored;
         }
         if (!any) return;
         const Philox4 u = GroupKeys(row, kSelectionStream, i0);
         b.CountPhilox(1);
         bool any_selected = false;
+        GPUSAMPLER_UNROLL
         for (int w = 0; w < 4; ++w) {
           if (cls[w] == kIgnored) continue;
           const int64_t bin = u.v[w] >> (32 - kSelectBits);
-          if (bin < sh.sel_below[cls[w]]) {
+          if (bin < sel_below[cls[w]]) {
             kind_[w] = 1;
             any_selected = true;
-          } else if (bin == sh.cand_bin[cls[w]]) {
+          } else if (bin == cand_bin[cls[w]]) {
             kind_[w] = 2 + static_cast<int32_t>(cls[w]);
             k_[w] = (static_cast<uint64_t>(u.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
             off_[w] = b.SharedAdd(&sh.n_cand[cls[w]], 1);
@@ -753,6 +1044,7 @@ struct Pass2Body {
         if (!any_selected) return;
         const Philox4 v = GroupKeys(row, kOrderStream, i0);
         b.CountPhilox(1);
+        GPUSAMPLER_UNROLL
         for (int w = 0; w < 4; ++w) {
           if (kind_[w] != 1) continue;
           k_[w] = (static_cast<uint64_t>(v.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
@@ -762,39 +1054,50 @@ struct Pass2Body {
       });
       b.Threads([&](int t) {
         if (t != 0) return;
-        if (sh.n_sel > 0)
-          sh.sel_at = b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(sh.n_sel));
+        const int32_t n_sel = b.SLoad(&sh.n_sel);
+        if (n_sel > 0) {
+          b.SStore(&sh.sel_at,
+                   b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(n_sel)));
+        }
         for (int c = 0; c < 2; ++c) {
-          if (sh.n_cand[c] > 0) {
-            sh.cand_at[c] =
-                b.GlobalAdd(&st->cand_cursor[c], static_cast<unsigned long long>(sh.n_cand[c]));
+          const int32_t n_cand = b.SLoad(&sh.n_cand[c]);
+          if (n_cand > 0) {
+            const unsigned long long at =
+                b.GlobalAdd(&st->cand_cursor[c], static_cast<unsigned long long>(n_cand));
+            // Bounded: Threshold counted the boundary bucket's keys.
+            if (static_cast<int64_t>(at) + n_cand > cand_count[c]) {
+              b.Fail(p.error, kErrorCandidates, "Pass2: more boundary candidates than counted");
+              b.SStore(&sh.cand_at[c], kDropped);  // (the device goes on without writing)
+            } else {
+              b.SStore(&sh.cand_at[c], at);
+            }
           }
         }
+        // Reset the round counters (read above by this thread only).
+        b.SStore(&sh.n_sel, 0);
+        b.SStore(&sh.n_cand[0], 0);
+        b.SStore(&sh.n_cand[1], 0);
       });
       b.Threads([&](int t) {
         const uint64_t* k_ = b.Mine(key, t);
         const int32_t* kind_ = b.Mine(kind, t);
         const int32_t* off_ = b.Mine(off, t);
+        GPUSAMPLER_UNROLL
         for (int w = 0; w < 4; ++w) {
           if (kind_[w] == 1) {
-            b.Store(p.sel + sh.sel_base + static_cast<int64_t>(sh.sel_at) + off_[w], k_[w]);
+            b.Store(sel + static_cast<int64_t>(b.SLoad(&sh.sel_at)) + off_[w], k_[w]);
           } else if (kind_[w] >= 2) {
             const int c = kind_[w] - 2;
-            b.Store(p.cand + sh.cand_base + sh.cand_off[c] + static_cast<int64_t>(sh.cand_at[c]) +
-                        off_[w],
-                    k_[w]);
+            const unsigned long long at = b.SLoad(&sh.cand_at[c]);
+            if (at != kDropped) b.Store(cand[c] + static_cast<int64_t>(at) + off_[w], k_[w]);
           }
         }
       });
-      // Reset the round counters (nobody reads them in the phase above).
-      b.Threads([&](int t) {
-        if (t == 0) sh.n_sel = sh.n_cand[0] = sh.n_cand[1] = 0;
-      });
     }
-    const int32_t l = sh.large;
     b.Threads([&](int t) {
       for (int bin = t; bin < bins; bin += kThreads) {
-        if (sh.vhist[bin] != 0) b.GlobalAdd(p.vhist + int64_t{l} * bins + bin, sh.vhist[bin]);
+        const int32_t h = b.SLoad(&sh.vhist[bin]);
+        if (h != 0) b.GlobalAdd(p.vhist + int64_t{l} * bins + bin, h);
       }
     });
   }
@@ -809,6 +1112,7 @@ struct BoundaryBody {
     int32_t digit;
     int32_t kept, taken;
     unsigned long long sel_at;
+    SortShared sort;
   };
   template <class B>
   GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
@@ -820,72 +1124,84 @@ struct BoundaryBody {
     int32_t* vhist = p.vhist + int64_t{l} * bins;
     b.Threads([&](int t) {
       if (t == 0) {
-        sh.row = b.Load(p.rows + b.Load(&st->row));
-        sh.n = b.Load(&st->cand_count[c]);
-        sh.need = b.Load(&st->need[c]);
-        sh.cand_at = b.Load(&st->cand_base) + b.Load(&st->cand_off[c]);
-        sh.sel_base = b.Load(&st->sel_base);
+        b.SStore(&sh.row, b.Load(p.rows + b.Load(&st->row)));
+        b.SStore(&sh.n, b.Load(&st->cand_count[c]));
+        b.SStore(&sh.need, b.Load(&st->need[c]));
+        b.SStore(&sh.cand_at, b.Load(&st->cand_base) + b.Load(&st->cand_off[c]));
+        b.SStore(&sh.sel_base, b.Load(&st->sel_base));
       }
     });
-    if (sh.need == 0) return;
-    const RowDesc row = sh.row;
-    uint64_t* cand = p.cand + sh.cand_at;
+    if (b.SLoad(&sh.need) == 0) return;
+    const RowDesc row = b.SLoad(&sh.row);
+    uint64_t* cand = p.cand + b.SLoad(&sh.cand_at);
+    uint64_t* const sel = p.sel + b.SLoad(&sh.sel_base);
     // Appends the selected key (u << 32 | i) as (v << 32 | i) at sel_at + at.
-    auto select = [&](uint64_t ukey, int64_t at) {
+    auto select = [&](uint64_t ukey, int64_t at, int64_t sel_at) {
       const int64_t i = static_cast<int64_t>(ukey & 0xFFFFFFFFu);
       b.CountPhilox(1);
       const uint32_t v = OrderKeyOf(row, i);
-      b.Store(p.sel + sh.sel_base + static_cast<int64_t>(sh.sel_at) + at,
-              (static_cast<uint64_t>(v) << 32) | static_cast<uint64_t>(i));
+      b.Store(sel + sel_at + at, (static_cast<uint64_t>(v) << 32) | static_cast<uint64_t>(i));
       b.GlobalAdd(vhist + BucketOf(v, p.order_bits), 1);
     };
+    const int64_t capacity = p.capacity < kBlockKeys ? p.capacity : kBlockKeys;
     // Narrow by 8-bit digits of (u, i) below u's top kSelectBits bits (equal for all
     // candidates) until a block holds them: at most seven rounds, since keys are distinct.
     int lo_bit = 64 - kSelectBits;
     typename B::template Items<uint64_t, kItems> keys;
-    while (sh.n > p.capacity && lo_bit > 0) {
+    while (b.SLoad(&sh.n) > capacity && lo_bit > 0) {
       const int shift = lo_bit >= 8 ? lo_bit - 8 : 0;
       const int width = lo_bit - shift;
+      const int64_t n = b.SLoad(&sh.n);
       b.Threads([&](int t) {
-        for (int d = t; d < 256; d += kThreads) sh.digit_count[d] = 0;
+        for (int d = t; d < 256; d += kThreads) b.SStore(&sh.digit_count[d], 0);
       });
       b.Threads([&](int t) {
-        for (int64_t k = t; k < sh.n; k += kThreads) {
+        for (int64_t k = t; k < n; k += kThreads) {
           const uint64_t x = b.Load(cand + k);
           b.SharedAdd(&sh.digit_count[(x >> shift) & LowMask(width)], 1);
         }
       });
       b.Threads([&](int t) {
         if (t != 0) return;
+        const int64_t need = b.SLoad(&sh.need);
         int64_t below = 0;
         int d = 0;
-        while (below + sh.digit_count[d] < sh.need) below += sh.digit_count[d++];
-        sh.digit = d;
-        sh.taken = 0;
-        sh.kept = 0;
-        if (below > 0)
-          sh.sel_at = b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(below));
+        for (;; ++d) {
+          const int32_t h = b.SLoad(&sh.digit_count[d]);
+          if (below + h >= need) break;
+          below += h;
+        }
+        b.SStore(&sh.digit, d);
+        b.SStore(&sh.taken, 0);
+        b.SStore(&sh.kept, 0);
+        if (below > 0) {
+          b.SStore(&sh.sel_at,
+                   b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(below)));
+        }
       });
+      const int32_t digit = b.SLoad(&sh.digit);
       // Keys below the digit are selected; keys on it are compacted to the front, in place:
       // a chunk is read whole before any of it is written, and writes stay behind reads.
-      const int64_t n = sh.n;
       for (int64_t chunk = 0; chunk < n; chunk += kBlockKeys) {
         b.Threads([&](int t) {
           uint64_t* mine = b.Mine(keys, t);
+          GPUSAMPLER_UNROLL
           for (int k = 0; k < kItems; ++k) {
-            const int64_t at = chunk + static_cast<int64_t>(t) * kItems + k;
-            mine[k] = at < n ? b.Load(cand + at) : ~uint64_t{0};
+            const int64_t at = chunk + static_cast<int64_t>(k) * kThreads + t;
+            mine[k] = at < n ? b.Load(cand + at) : kAbsent;
           }
         });
         b.Threads([&](int t) {
           const uint64_t* mine = b.Mine(keys, t);
+          const int64_t sel_at = static_cast<int64_t>(b.SLoad(&sh.sel_at));
+          GPUSAMPLER_UNROLL
           for (int k = 0; k < kItems; ++k) {
-            const int64_t at = chunk + static_cast<int64_t>(t) * kItems + k;
+            const int64_t at = chunk + static_cast<int64_t>(k) * kThreads + t;
             if (at >= n) continue;
             const int64_t d = static_cast<int64_t>((mine[k] >> shift) & LowMask(width));
-            if (d < sh.digit) {
-              select(mine[k], b.SharedAdd(&sh.taken, 1));
-            } else if (d == sh.digit) {
+            if (d < digit) {
+              select(mine[k], b.SharedAdd(&sh.taken, 1), sel_at);
+            } else if (d == digit) {
               b.Store(cand + b.SharedAdd(&sh.kept, 1), mine[k]);
             }
           }
@@ -893,28 +1209,35 @@ struct BoundaryBody {
       }
       b.Threads([&](int t) {
         if (t != 0) return;
-        sh.need -= sh.taken;
-        sh.n = sh.kept;
+        b.SStore(&sh.need, b.SLoad(&sh.need) - b.SLoad(&sh.taken));
+        b.SStore(&sh.n, static_cast<int64_t>(b.SLoad(&sh.kept)));
       });
       lo_bit = shift;
+    }
+    const int64_t n = b.SLoad(&sh.n);
+    const int64_t need = b.SLoad(&sh.need);
+    // Bounded: distinct keys always narrow to a block; anything else is a device error.
+    if (n > capacity || need > n) {
+      b.Threads([&](int t) {
+        if (t == 0) b.Fail(p.error, kErrorBoundary, "Boundary: more candidates than a block holds");
+      });
+      return;
     }
     // The rest fits in a block: sort by (u, i), select the first `need`.
     b.Threads([&](int t) {
       uint64_t* mine = b.Mine(keys, t);
+      GPUSAMPLER_UNROLL
       for (int k = 0; k < kItems; ++k) {
-        const int64_t at = static_cast<int64_t>(t) * kItems + k;
-        mine[k] = at < sh.n ? b.Load(cand + at) : ~uint64_t{0};
+        const int64_t at = static_cast<int64_t>(k) * kThreads + t;
+        mine[k] = at < n ? b.Load(cand + at) : kAbsent;
       }
-      if (t == 0)
-        sh.sel_at = b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(sh.need));
+      if (t == 0) {
+        b.SStore(&sh.sel_at, b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(need)));
+      }
     });
-    b.SortKeys(keys, 64);
-    b.Threads([&](int t) {
-      const uint64_t* mine = b.Mine(keys, t);
-      for (int k = 0; k < kItems; ++k) {
-        const int64_t at = static_cast<int64_t>(t) * kItems + k;
-        if (at < sh.need) select(mine[k], at);
-      }
+    const int64_t sel_at = static_cast<int64_t>(b.SLoad(&sh.sel_at));
+    SmallSort(b, sh.sort, keys, n, 64 - kSelectBits, [&](int64_t at, uint64_t key) {
+      if (at < need) select(key, at, sel_at);
     });
   }
 };
@@ -934,58 +1257,73 @@ struct ScatterBody {
     Shared& sh = b.template SharedAs<Shared>();
     const int bins = 1 << p.order_bits;
     b.Threads([&](int t) {
-      for (int bin = t; bin < bins; bin += kThreads) sh.local[bin] = 0;
+      for (int bin = t; bin < bins; bin += kThreads) b.SStore(&sh.local[bin], 0);
       if (t == 0) {
         const int32_t l = LargeOfTile(b, p, block, true);
         const LargeRowState* st = p.large + l;
-        sh.large = l;
-        sh.begin = (block - b.Load(&st->first_slot_tile)) * kSlotTile;
-        sh.m = b.Load(&st->m[0]) + b.Load(&st->m[1]);
-        sh.sel_base = b.Load(&st->sel_base);
+        b.SStore(&sh.large, l);
+        b.SStore(&sh.begin, (block - b.Load(&st->first_slot_tile)) * kSlotTile);
+        b.SStore(&sh.m, b.Load(&st->m[0]) + b.Load(&st->m[1]));
+        b.SStore(&sh.sel_base, b.Load(&st->sel_base));
       }
     });
-    if (sh.begin >= sh.m) return;
-    const int32_t l = sh.large;
+    const int64_t begin = b.SLoad(&sh.begin);
+    const int64_t m = b.SLoad(&sh.m);
+    if (begin >= m) return;
+    const int64_t end = m < begin + kSlotTile ? m : begin + kSlotTile;
+    const int32_t l = b.SLoad(&sh.large);
+    const int64_t sel_base = b.SLoad(&sh.sel_base);
     ExclusiveScan(b, p.vhist + int64_t{l} * bins, bins, sh.start, sh.part);
     typename B::template Items<uint64_t, kItems> keys;
     typename B::template Items<int32_t, kItems> at_bucket;
     b.Threads([&](int t) {
       uint64_t* mine = b.Mine(keys, t);
       int32_t* local = b.Mine(at_bucket, t);
+      GPUSAMPLER_UNROLL
       for (int k = 0; k < kItems; ++k) {
-        const int64_t s = sh.begin + static_cast<int64_t>(t) * kItems + k;
-        if (s >= sh.m || s >= sh.begin + kSlotTile) continue;
-        mine[k] = b.Load(p.sel + sh.sel_base + s);
+        const int64_t s = begin + static_cast<int64_t>(k) * kThreads + t;
+        if (s >= end) continue;
+        mine[k] = b.Load(p.sel + sel_base + s);
         const int bin = BucketOf(static_cast<uint32_t>(mine[k] >> 32), p.order_bits);
         local[k] = b.SharedAdd(&sh.local[bin], 1);
       }
     });
     b.Threads([&](int t) {
       for (int bin = t; bin < bins; bin += kThreads) {
-        if (sh.local[bin] > 0) {
-          sh.global[bin] = b.GlobalAdd(p.vcursor + int64_t{l} * bins + bin, sh.local[bin]);
+        const int32_t c = b.SLoad(&sh.local[bin]);
+        if (c > 0) {
+          b.SStore(&sh.global[bin],
+                   b.SLoad(&sh.start[bin]) + b.GlobalAdd(p.vcursor + int64_t{l} * bins + bin, c));
         }
       }
     });
     b.Threads([&](int t) {
       const uint64_t* mine = b.Mine(keys, t);
       const int32_t* local = b.Mine(at_bucket, t);
+      GPUSAMPLER_UNROLL
       for (int k = 0; k < kItems; ++k) {
-        const int64_t s = sh.begin + static_cast<int64_t>(t) * kItems + k;
-        if (s >= sh.m || s >= sh.begin + kSlotTile) continue;
+        const int64_t s = begin + static_cast<int64_t>(k) * kThreads + t;
+        if (s >= end) continue;
         const int bin = BucketOf(static_cast<uint32_t>(mine[k] >> 32), p.order_bits);
-        b.Store(p.bucketed + sh.sel_base + sh.start[bin] + sh.global[bin] + local[k], mine[k]);
+        b.Store(p.bucketed + sel_base + b.SLoad(&sh.global[bin]) + local[k], mine[k]);
       }
     });
   }
 };
 
+// One block per (large row, v bucket): the bucket's keys (v << 32 | i) agree on v's top
+// order_bits bits. A bucket a block holds (all of them, unless crafted) takes the small sort
+// on the bits below those and writes its slots striped. A larger one is sorted in chunks of
+// a block's keys, then merged pairwise (merge path: each thread finds where its outputs
+// start by a binary search, then merges kItems keys), ping-ponging with the row's `sel`
+// range (free once Scatter has run): O(n log n) whatever the labels.
 struct BucketSortBody {
   Params p;
   struct Shared {
     RowDesc row;
-    int64_t start, n, sel_base;
+    int64_t n, sel_base;
     int32_t below;
+    SortShared sort;
   };
   template <class B>
   GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
@@ -997,49 +1335,88 @@ struct BucketSortBody {
     b.Threads([&](int t) {
       if (t == 0) {
         const LargeRowState* st = p.large + l;
-        sh.row = b.Load(p.rows + b.Load(&st->row));
-        sh.sel_base = b.Load(&st->sel_base);
-        sh.n = b.Load(vhist + bucket);
-        sh.below = 0;
+        b.SStore(&sh.row, b.Load(p.rows + b.Load(&st->row)));
+        b.SStore(&sh.sel_base, b.Load(&st->sel_base));
+        b.SStore(&sh.n, static_cast<int64_t>(b.Load(vhist + bucket)));
+        b.SStore(&sh.below, 0);
       }
     });
-    if (sh.n == 0) return;
+    const int64_t n = b.SLoad(&sh.n);
+    if (n == 0) return;
     b.Threads([&](int t) {
       int32_t sum = 0;
       for (int bin = t; bin < bucket; bin += kThreads) sum += b.Load(vhist + bin);
       if (sum != 0) b.SharedAdd(&sh.below, sum);
     });
-    const RowDesc row = sh.row;
-    const int64_t start = sh.below;
-    const int64_t n = sh.n;
-    const uint64_t* src = p.bucketed + sh.sel_base + start;
-    if (n <= p.capacity) {
-      typename B::template Items<uint64_t, kItems> keys;
+    const RowDesc row = b.SLoad(&sh.row);
+    const int64_t start = b.SLoad(&sh.below);
+    const int64_t sel_base = b.SLoad(&sh.sel_base);
+    uint64_t* src = p.bucketed + sel_base + start;
+    uint64_t* dst = p.sel + sel_base + start;
+    const int top = 64 - p.order_bits;
+    const int64_t capacity = p.capacity < kBlockKeys ? p.capacity : kBlockKeys;
+    typename B::template Items<uint64_t, kItems> keys;
+    auto load = [&](int64_t from, int64_t count) {
       b.Threads([&](int t) {
         uint64_t* mine = b.Mine(keys, t);
+        GPUSAMPLER_UNROLL
         for (int k = 0; k < kItems; ++k) {
-          const int64_t at = static_cast<int64_t>(t) * kItems + k;
-          mine[k] = at < n ? b.Load(src + at) : ~uint64_t{0};
+          const int64_t at = static_cast<int64_t>(k) * kThreads + t;
+          mine[k] = at < count ? b.Load(src + from + at) : kAbsent;
         }
       });
-      b.SortKeys(keys, 64);
-      b.Threads([&](int t) {
-        const uint64_t* mine = b.Mine(keys, t);
-        for (int k = 0; k < kItems; ++k) {
-          const int64_t at = static_cast<int64_t>(t) * kItems + k;
-          if (at < n) WriteSlot(b, p, row, start + at, static_cast<int64_t>(mine[k] & 0xFFFFFFFFu));
-        }
+    };
+    if (n <= capacity) {
+      load(0, n);
+      SmallSort(b, sh.sort, keys, n, top, [&](int64_t at, uint64_t key) {
+        WriteSlot(b, p, row, start + at, static_cast<int64_t>(key & 0xFFFFFFFFu));
       });
       return;
     }
-    // A bucket larger than a block (v is Philox output: about never): each key's rank is
-    // the number of smaller keys, n^2 / kThreads loads per thread, bounded and exact.
+    // Sorted runs of `capacity` keys, in place.
+    for (int64_t from = 0; from < n; from += capacity) {
+      const int64_t count = n - from < capacity ? n - from : capacity;
+      load(from, count);
+      SmallSort(b, sh.sort, keys, count, top,
+                [&](int64_t at, uint64_t key) { b.Store(src + from + at, key); });
+    }
+    for (int64_t width = capacity; width < n; width *= 2) {
+      for (int64_t lo = 0; lo < n; lo += 2 * width) {
+        const int64_t la = n - lo < width ? n - lo : width;
+        const int64_t lb = n - lo - la < width ? n - lo - la : width;
+        const uint64_t* a = src + lo;
+        const uint64_t* c = a + la;
+        uint64_t* out = dst + lo;
+        b.Threads([&](int t) {
+          for (int64_t d = static_cast<int64_t>(t) * kItems; d < la + lb;
+               d += int64_t{kThreads} * kItems) {
+            // Merge path: i keys of a and d - i of c come before output d.
+            int64_t i = d - lb > 0 ? d - lb : 0;
+            int64_t hi = d < la ? d : la;
+            while (i < hi) {
+              const int64_t mid = (i + hi) / 2;
+              if (b.Load(a + mid) < b.Load(c + d - 1 - mid)) {
+                i = mid + 1;
+              } else {
+                hi = mid;
+              }
+            }
+            int64_t j = d - i;
+            for (int k = 0; k < kItems && d + k < la + lb; ++k) {
+              const bool from_a = j >= lb || (i < la && b.Load(a + i) < b.Load(c + j));
+              b.Store(out + d + k, from_a ? b.Load(a + i++) : b.Load(c + j++));
+            }
+          }
+        });
+      }
+      uint64_t* swap = src;
+      src = dst;
+      dst = swap;
+    }
+    const uint64_t* sorted = src;
     b.Threads([&](int t) {
-      for (int64_t a = t; a < n; a += kThreads) {
-        const uint64_t x = b.Load(src + a);
-        int64_t rank = 0;
-        for (int64_t y = 0; y < n; ++y) rank += b.Load(src + y) < x ? 1 : 0;
-        WriteSlot(b, p, row, start + rank, static_cast<int64_t>(x & 0xFFFFFFFFu));
+      for (int64_t at = t; at < n; at += kThreads) {
+        WriteSlot(b, p, row, start + at, static_cast<int64_t>(b.Load(sorted + at) & 0xFFFFFFFFu));
       }
     });
   }
@@ -1084,10 +1461,11 @@ struct CopySpansBody {
   uint8_t* dst = nullptr;
   template <class B>
   GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
-    CopySpan& span = b.template SharedAs<CopySpan>();
+    CopySpan& shared = b.template SharedAs<CopySpan>();
     b.Threads([&](int t) {
-      if (t == 0) span = b.Load(spans + block);
+      if (t == 0) b.SStore(&shared, b.Load(spans + block));
     });
+    const CopySpan span = b.SLoad(&shared);
     b.Threads([&](int t) {
       for (int64_t k = t; k < span.bytes; k += kThreads) {
         b.Store(dst + span.dst_offset + k, b.Load(src + span.src_offset + k));
@@ -1125,6 +1503,7 @@ template <class Exec>
 void Enqueue(Exec& exec, const Shape& shape, const Layout& layout, uint8_t* arena,
              const Params& base) {
   Params p = base;
+  exec.Scratch(arena + layout.scratch, layout.bytes - layout.scratch);
   p.num_rows = shape.num_rows;
   p.small_max = shape.small_max;
   p.tile_elements = shape.tile_elements;

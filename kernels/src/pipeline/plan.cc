@@ -79,6 +79,8 @@ Layout MakeLayout(const Shape& shape) {
   };
   const size_t large = static_cast<size_t>(shape.num_large);
   const size_t order_bins = size_t{1} << shape.order_bits;
+  layout.error = take(sizeof(uint32_t));
+  layout.scratch = at;
   layout.large = take(sizeof(LargeRowState) * (large + 1));
   layout.zero_begin = at;
   layout.hist = take(sizeof(int32_t) * 2 * kSelectBins * large);
@@ -104,6 +106,7 @@ void Bind(const Shape& shape, const Layout& layout, uint8_t* arena, Params* p) {
   p->cand = reinterpret_cast<uint64_t*>(arena + layout.cand);
   p->sel = reinterpret_cast<uint64_t*>(arena + layout.sel);
   p->bucketed = reinterpret_cast<uint64_t*>(arena + layout.bucketed);
+  p->error = reinterpret_cast<uint32_t*>(arena + layout.error);
 }
 
 Params ParamsOf(const Batch& batch) {

@@ -1,8 +1,8 @@
-// A launch context for the CUDA backend, one per stream (issue 8 item 1, first step): it
-// owns the backend (its stream and device arena), the pinned staging and device buffers of
-// a launch, and the launch's asynchronous completion with a time limit. Callers (the
-// server's CUDA worker; later the bench and the tests) fill the staging, enqueue their
-// work in Launch() and read the outputs after it returns.
+// A launch context for the CUDA backend, one per stream: it owns the backend (its stream and
+// device arena), the pinned staging and device buffers of a launch, and the launch's
+// asynchronous completion with a time limit. Its caller is kernels::StagedLaunch
+// (staged_launch.hpp), which lays out the staging, enqueues the launch in Launch() and carves
+// the outputs after it returns; the server, the bench and the tests use StagedLaunch.
 //
 // Memory is sized once, explicitly (Reserve), at start-up from the configured limits; a
 // launch that needs more calls Reserve between launches, never while one is in flight.

@@ -155,6 +155,15 @@ struct LaunchStats {
   int64_t feature_bytes = 0;   // feature rows read + written
   int64_t label_elements = 0;  // Batch::total_elements
   int64_t philox_calls = 0;
+  // Shared-memory bytes (cuda-sim): every shared load and store of a thread, atomics as a
+  // load and a store, block sorts by cub's traffic; a uniform read outside a phase counts
+  // once per thread.
+  int64_t smem_bytes = 0;
+  double smem_bytes_per_element() const {
+    return label_elements > 0
+               ? static_cast<double>(smem_bytes) / static_cast<double>(label_elements)
+               : 0.0;
+  }
   // (bytes_read + bytes_written) / label_elements, features excluded; 0 for an empty launch.
   double bytes_per_element() const {
     return label_elements > 0 ? static_cast<double>(bytes_read + bytes_written) /

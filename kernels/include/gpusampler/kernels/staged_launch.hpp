@@ -24,12 +24,14 @@
 // plain non-negative offsets.
 //
 // A device launch is at most three stream operations: on CUDA the upload, the kernels and
-// the download are captured into one CUDA graph (one operation) and completion is one host
-// callback; the cuda-sim device models capture the same way (one queued operation), and
+// the download are captured into one CUDA graph (one operation; one instantiated graph per
+// stage set of the pipeline, updated in place by each launch of that set) and completion is
+// one host callback; the cuda-sim device models capture the same way (one queued operation), and
 // counts the operations (StreamOperations in device.hpp). Not thread-safe: one caller at a
 // time (a server worker owns one).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -37,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 
 namespace gpusampler::kernels {
@@ -153,7 +156,11 @@ class StagedLaunch {
   std::string name_;
   int device_ = -2;
   bool use_graphs_ = true;
-  void* graph_ = nullptr;  // the device's captured launch (StreamGraph), created on first use
+  // The device's captured launches, one per stage set of the pipeline (fused rows only,
+  // large rows only, both), created on first use: each is updated in place by launches of
+  // its class, so alternating classes never re-instantiate. Declared after launcher_: they
+  // go first.
+  std::array<std::unique_ptr<StreamGraph>, 4> graphs_;
   // Host backends: the outputs. Devices: host-gathered features.
   std::vector<uint8_t> host_out_;
   std::vector<uint8_t> host_features_;

@@ -1,0 +1,155 @@
+// cuda-sim's checks of what a GPU would get wrong or reject (sim/sim_block.hpp): a planted
+// shared-memory race, a planted read of stale launch scratch and a planted misaligned global
+// load each fail; the same bodies without the plant pass. And shared-memory bytes are
+// counted access by access.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "gpusampler/kernels/sampler.hpp"
+#include "pipeline/pipeline.hpp"
+#include "sim/sim_block.hpp"
+
+namespace gpusampler::kernels::sim {
+namespace {
+
+using pipeline::kThreads;
+
+// Every thread stores its id into shared word `slot(t)`, then thread 0 stores the words'
+// sum to *out.
+struct SharedWordsBody {
+  int (*slot)(int) = nullptr;
+  bool read_neighbour = false;  // also load the next thread's word in the storing phase
+  int32_t* out = nullptr;
+  struct Shared {
+    int32_t word[kThreads];
+  };
+  template <class B>
+  void operator()(B& b, int64_t /*block*/) const {
+    Shared& sh = b.template SharedAs<Shared>();
+    b.Threads([&](int t) {
+      b.SStore(&sh.word[slot(t)], t);
+      if (read_neighbour) (void)b.SLoad(&sh.word[(slot(t) + 1) % kThreads]);
+    });
+    b.Threads([&](int t) {
+      if (t != 0) return;
+      int32_t sum = 0;
+      for (int k = 0; k < kThreads; ++k) sum += b.SLoad(&sh.word[k]);
+      b.Store(out, sum);
+    });
+  }
+};
+
+int OwnSlot(int t) { return t; }
+int SameSlot(int /*t*/) { return 7; }
+
+TEST(SimChecksTest, SharedStoresToOwnWordsPassAndAreCounted) {
+  LaunchStats stats;
+  int32_t out = 0;
+  SimExec(&stats).Launch(SharedWordsBody{OwnSlot, false, &out}, 1);
+  EXPECT_EQ(out, kThreads * (kThreads - 1) / 2);
+  // 256 stores and 256 loads of 4 bytes.
+  EXPECT_EQ(stats.smem_bytes, 2 * kThreads * 4);
+  EXPECT_EQ(stats.bytes_written, 4);
+}
+
+TEST(SimChecksTest, PlantedRaceTwoThreadsStoreOneWord) {
+  LaunchStats stats;
+  int32_t out = 0;
+  EXPECT_THROW(SimExec(&stats).Launch(SharedWordsBody{SameSlot, false, &out}, 1), std::logic_error);
+}
+
+TEST(SimChecksTest, PlantedRaceLoadOfAWordAnotherThreadStores) {
+  LaunchStats stats;
+  int32_t out = 0;
+  EXPECT_THROW(SimExec(&stats).Launch(SharedWordsBody{OwnSlot, true, &out}, 1), std::logic_error);
+}
+
+// Atomics from every thread to one word are no race.
+struct SharedCounterBody {
+  int32_t* out = nullptr;
+  template <class B>
+  void operator()(B& b, int64_t /*block*/) const {
+    int32_t& counter = b.template SharedAs<int32_t>();
+    b.Threads([&](int t) {
+      if (t == 0) b.SStore(&counter, 0);
+    });
+    b.Threads([&](int /*t*/) { b.SharedAdd(&counter, 1); });
+    b.Threads([&](int t) {
+      if (t == 0) b.Store(out, b.SLoad(&counter));
+    });
+  }
+};
+
+TEST(SimChecksTest, AtomicsOnOneWordAreNoRace) {
+  LaunchStats stats;
+  int32_t out = 0;
+  SimExec(&stats).Launch(SharedCounterBody{&out}, 1);
+  EXPECT_EQ(out, kThreads);
+}
+
+// Writes scratch word 0 (when `write`) and copies it to *out.
+struct ScratchBody {
+  uint64_t* scratch = nullptr;
+  bool write = true;
+  uint64_t* out = nullptr;
+  template <class B>
+  void operator()(B& b, int64_t /*block*/) const {
+    b.Threads([&](int t) {
+      if (t == 0 && write) b.Store(scratch, uint64_t{42});
+    });
+    b.Threads([&](int t) {
+      if (t == 0) b.Store(out, b.Load(scratch));
+    });
+  }
+};
+
+TEST(SimChecksTest, PlantedReadOfStaleScratchFails) {
+  std::vector<uint64_t> arena(64, 0);
+  uint8_t* begin = reinterpret_cast<uint8_t*>(arena.data());
+  uint64_t out = 0;
+  LaunchStats stats;
+  SimExec first(&stats);
+  first.Scratch(begin, arena.size() * 8);
+  first.Launch(ScratchBody{arena.data(), true, &out}, 1);
+  EXPECT_EQ(out, 42u);
+  // The next launch reads the word without writing it: the value is the last launch's.
+  SimExec second(&stats);
+  second.Scratch(begin, arena.size() * 8);
+  EXPECT_THROW(second.Launch(ScratchBody{arena.data(), false, &out}, 1), std::logic_error);
+  // ... and the scratch was poisoned in between.
+  EXPECT_EQ(arena[0], 0xA5A5A5A5A5A5A5A5ull);
+}
+
+// Loads an int64 at byte `offset` of `bytes`.
+struct LoadAtBody {
+  const uint8_t* bytes = nullptr;
+  int offset = 0;
+  int64_t* out = nullptr;
+  template <class B>
+  void operator()(B& b, int64_t /*block*/) const {
+    b.Threads([&](int t) {
+      if (t == 0) b.Store(out, b.Load(reinterpret_cast<const int64_t*>(bytes + offset)));
+    });
+  }
+};
+
+TEST(SimChecksTest, PlantedMisalignedLoadFails) {
+  std::vector<int64_t> words(4, 5);
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(words.data());
+  int64_t out = 0;
+  LaunchStats stats;
+  SimExec(&stats).Launch(LoadAtBody{bytes, 8, &out}, 1);
+  EXPECT_EQ(out, 5);
+  EXPECT_THROW(SimExec(&stats).Launch(LoadAtBody{bytes, 4, &out}, 1), std::logic_error);
+}
+
+// A block sort is counted at cub's shared traffic.
+TEST(SimChecksTest, BlockSortIsCounted) {
+  EXPECT_EQ(CubSortSharedBytes(4096, 8, 64), 16 * (4096 * 22 + kThreads * 116));
+}
+
+}  // namespace
+}  // namespace gpusampler::kernels::sim
