@@ -691,8 +691,19 @@ Status Repository::CommitUpload(DatasetBuilder* builder, std::shared_ptr<const D
   } else {
     struct stat st;
     const bool plain = stat((base + kLabelsSuffix).c_str(), &st) == 0;
-    if (plain || link(tmp.c_str(), final_path.c_str()) != 0) {
-      const int err = plain ? EEXIST : errno;
+    int linked = plain ? -1 : link(tmp.c_str(), final_path.c_str());
+    int err = plain ? EEXIST : errno;
+    if (linked != 0 && (err == EPERM || err == EOPNOTSUPP || err == EMLINK)) {
+      // A file system without hard links (some SMB shares): check, then rename. Two replicas
+      // creating one name at the same instant may then both succeed, the later one winning.
+      if (stat(final_path.c_str(), &st) == 0) {
+        err = EEXIST;
+      } else {
+        linked = rename(tmp.c_str(), final_path.c_str());
+        err = errno;
+      }
+    }
+    if (linked != 0) {
       unlink(tmp.c_str());
       if (err == EEXIST) {
         return Status(Code::kAlreadyExists, "dataset '" + ds->name +
