@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -375,6 +376,145 @@ void DatasetSteps(int port, int64_t n, int64_t k, int64_t dim, double seconds) {
   if (!same) std::exit(1);
 }
 
+// Uploads labels (+ features) of `req` as dataset `name`, in chunks of at most 8 MiB.
+grpc::Status UploadDataset(v1::Sampler::Stub* stub, const std::string& name,
+                           const v1::SampleRequest& req, int64_t n, int64_t dim) {
+  grpc::ClientContext ctx;
+  v1::DatasetInfo info;
+  auto writer = stub->CreateDataset(&ctx, &info);
+  const int64_t row = dim * 4;
+  const int64_t per = std::max<int64_t>(1, (8 << 20) / (8 + row));
+  for (int64_t at = 0; at < n; at += per) {
+    const int64_t m = std::min(per, n - at);
+    v1::DatasetChunk c;
+    if (at == 0) {
+      c.set_name(name);
+      c.set_replace(true);
+    }
+    auto* l = c.mutable_labels();
+    l->set_dtype(v1::DTYPE_INT64);
+    l->add_shape(m);
+    l->set_data(
+        req.labels().data().substr(static_cast<size_t>(at) * 8, static_cast<size_t>(m) * 8));
+    auto* f = c.mutable_features();
+    f->set_dtype(v1::DTYPE_FLOAT32);
+    f->add_shape(m);
+    f->add_shape(dim);
+    f->set_data(
+        req.features().data().substr(static_cast<size_t>(at * row), static_cast<size_t>(m * row)));
+    writer->Write(c);
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+// The dataset repository (docs/datasets.md): replicas A and B share one --dataset-dir (on
+// this machine's disk). An upload goes through A; then B, which does not hold the dataset,
+// gets its first request for it: the time to that first sample includes B's load from the
+// repository (read your writes). Also: B's next sample (in memory), and a replica started
+// after the upload (it loads the dataset before SERVING) from start to its first sample.
+void RepositoryLoad(const std::string& device, int cpu_threads, int64_t n, int64_t k, int64_t dim,
+                    int reps) {
+  char tmpl[] = "/tmp/gpusampler-bench-repo-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  auto start = [&](int poll) {
+    gpusampler::server::ServerConfig c;
+    c.address = "127.0.0.1:0";
+    c.metrics_address = "";
+    c.device = device;
+    c.cpu_threads = cpu_threads;
+    c.dataset_dir = dir;
+    c.dataset_poll_seconds = poll;  // 0: B learns of the dataset only from the request
+    c.max_dataset_bytes = int64_t{8} << 30;
+    auto s = std::make_unique<gpusampler::server::Server>(c);
+    if (!s->Start().ok()) std::abort();
+    return s;
+  };
+  auto connect = [](int port) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    return v1::Sampler::NewStub(grpc::CreateCustomChannel(
+        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
+  };
+  auto ms_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
+  const v1::SampleRequest data = MakeRequest(n, k, dim, true);
+  auto a = start(0);
+  auto a_stub = connect(a->grpc_port());
+  std::vector<double> upload_ms, first_ms, next_ms, late_ms;
+  std::string sha;
+  for (int r = 0; r < reps; ++r) {
+    auto b = start(0);  // before the upload: B does not hold the dataset
+    auto b_stub = connect(b->grpc_port());
+    const std::string name = "repo" + std::to_string(r);
+    auto t0 = Clock::now();
+    if (const grpc::Status s = UploadDataset(a_stub.get(), name, data, n, dim); !s.ok()) {
+      std::fprintf(stderr, "CreateDataset failed: %s\n", s.error_message().c_str());
+      std::exit(1);
+    }
+    upload_ms.push_back(ms_since(t0));
+    v1::SampleRequest req;
+    req.mutable_spec()->set_num_samples(k);
+    req.set_seed(7);
+    req.set_dataset(name);
+    req.set_return_features(true);
+    v1::SampleResponse resp, from_a;
+    for (int which = 0; which < 2; ++which) {
+      grpc::ClientContext ctx;
+      t0 = Clock::now();
+      const grpc::Status s = b_stub->Sample(&ctx, req, &resp);
+      if (!s.ok()) {
+        std::fprintf(stderr, "sample on B failed: %s\n", s.error_message().c_str());
+        std::exit(1);
+      }
+      (which == 0 ? first_ms : next_ms).push_back(ms_since(t0));
+    }
+    grpc::ClientContext actx;
+    if (!a_stub->Sample(&actx, req, &from_a).ok() ||
+        from_a.indices().data() != resp.indices().data() ||
+        from_a.features().data() != resp.features().data() ||
+        from_a.dataset_sha256() != resp.dataset_sha256() || resp.dataset_sha256().empty()) {
+      std::fprintf(stderr, "B's answer differs from A's\n");
+      std::exit(1);
+    }
+    sha = resp.dataset_sha256();
+    b->Shutdown();
+    // A replica started after the upload: it loads the repository before SERVING.
+    t0 = Clock::now();
+    auto c = start(0);
+    auto c_stub = connect(c->grpc_port());
+    grpc::ClientContext cctx;
+    if (!c_stub->Sample(&cctx, req, &resp).ok() ||
+        resp.indices().data() != from_a.indices().data()) {
+      std::fprintf(stderr, "late replica's answer differs\n");
+      std::exit(1);
+    }
+    late_ms.push_back(ms_since(t0));
+    c->Shutdown();
+  }
+  a->Shutdown();
+  std::printf(
+      "\nRepository load (N=%lld int64 labels + [N, %lld] float32 features = %.1f MB, K=%lld, "
+      "device %s, %d reps, medians; directory on local disk):\n\n"
+      "| what | ms (median) | min | max |\n|---|---:|---:|---:|\n",
+      static_cast<long long>(n), static_cast<long long>(dim),
+      static_cast<double>(n * (8 + 4 * dim)) / 1e6, static_cast<long long>(k), device.c_str(),
+      reps);
+  for (auto [what, v] : {std::pair<const char*, std::vector<double>*>{
+                             "CreateDataset through replica A (write-through commit)", &upload_ms},
+                         {"first sample on replica B, which lacked it (load + sample)", &first_ms},
+                         {"next sample on replica B (in memory)", &next_ms},
+                         {"replica started after the upload: start to first sample", &late_ms}}) {
+    std::sort(v->begin(), v->end());
+    std::printf("| %s | %.1f | %.1f | %.1f |\n", what, (*v)[v->size() / 2], v->front(), v->back());
+  }
+  std::printf("\nB's answers equal A's (indices, features, dataset_sha256 %s...)\n",
+              sha.substr(0, 12).c_str());
+  std::string cmd = "rm -rf " + dir;
+  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "cannot remove %s\n", dir.c_str());
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -398,7 +538,18 @@ int main(int argc, char** argv) {
   bool dataset_mode = false;
   app.add_flag("--dataset", dataset_mode,
                "only the trainer-step comparison: inline vs labels-only vs resident dataset");
+  bool repository_mode = false;
+  int reps = 5;
+  app.add_flag("--repository", repository_mode,
+               "only the repository load: time to the first sample on a replica that lacked "
+               "the dataset");
+  app.add_option("--reps", reps, "repetitions of the repository load")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (repository_mode) {
+    spdlog::set_level(spdlog::level::warn);
+    RepositoryLoad(device, cpu_threads, n, k, dim, reps);
+    return 0;
+  }
   std::vector<int> concurrency;
   std::stringstream list(concurrency_list);
   for (std::string item; std::getline(list, item, ',');) concurrency.push_back(std::stoi(item));

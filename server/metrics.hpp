@@ -121,7 +121,9 @@ class Metrics {
   prometheus::Counter& dropped_cancelled() { return *dropped_cancelled_; }
   // The dataset repository (SPEC section 6): datasets loaded from --dataset-dir by result,
   // and datasets evicted from memory (they stay in the repository).
-  prometheus::Counter& dataset_loads(bool ok) { return ok ? *dataset_loads_ok_ : *dataset_loads_error_; }
+  prometheus::Counter& dataset_loads(bool ok) {
+    return ok ? *dataset_loads_ok_ : *dataset_loads_error_;
+  }
   prometheus::Counter& dataset_evictions() { return *dataset_evictions_; }
 
  private:

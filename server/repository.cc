@@ -14,7 +14,6 @@
 #include <random>
 #include <set>
 
-#include "gpusampler/client/npy.hpp"
 #include "gpusampler/client/tensor.hpp"
 
 namespace gpusampler::server {
@@ -150,7 +149,7 @@ std::string Probe(Section* s) {
   if (std::string e = ReadAt(s->fd, s->offset + 8 + width, header_len, text.data()); !e.empty()) {
     return e;
   }
-  // Only what the size check needs; ParseNpy checks the whole header when the data is read.
+  // descr, fortran_order and shape: what the size check and the data need.
   const size_t d = text.find("descr");
   const size_t q1 = d == std::string::npos ? d : text.find_first_of("'\"", d + 6);
   const size_t q2 = q1 == std::string::npos ? q1 : text.find(text[q1], q1 + 1);
@@ -160,6 +159,12 @@ std::string Probe(Section* s) {
     if (descr == e.descr) s->dtype = e.dtype;
   }
   if (s->dtype == v1::DTYPE_UNSPECIFIED) return "unsupported .npy dtype '" + descr + "'";
+  const size_t fo = text.find("fortran_order");
+  const size_t colon = fo == std::string::npos ? fo : text.find(':', fo);
+  const size_t value = colon == std::string::npos ? colon : text.find_first_not_of(" ", colon + 1);
+  if (value == std::string::npos || text.compare(value, 5, "False") != 0) {
+    return ".npy header: fortran_order is not False (save a C-order array)";
+  }
   const size_t sh = text.find("shape");
   size_t p = sh == std::string::npos ? sh : text.find('(', sh);
   if (p == std::string::npos) return ".npy header has no shape";
@@ -191,10 +196,22 @@ std::string Probe(Section* s) {
   return "";
 }
 
+// Reads the data of a probed section straight into `tensor` (one copy of the bytes).
 std::string ReadSection(const Section& s, v1::Tensor* tensor) {
-  std::string bytes(static_cast<size_t>(s.length), '\0');
-  if (std::string e = ReadAt(s.fd, s.offset, s.length, bytes.data()); !e.empty()) return e;
-  return client::ParseNpy(bytes, tensor);
+  std::string data(static_cast<size_t>(s.payload), '\0');
+  if (std::string e = ReadAt(s.fd, s.offset + s.header_bytes, s.payload, data.data()); !e.empty()) {
+    return e;
+  }
+  if (s.dtype == v1::DTYPE_BOOL) {
+    for (char c : data) {
+      if (c != 0 && c != 1) return ".npy bool array holds a byte other than 0 or 1";
+    }
+  }
+  tensor->Clear();
+  tensor->set_dtype(s.dtype);
+  for (int64_t d : s.shape) tensor->add_shape(d);
+  tensor->set_data(std::move(data));
+  return "";
 }
 
 // A version 1.0 .npy header (magic to '\n') for `dtype` and `shape`; data starts 64-aligned.
@@ -674,8 +691,19 @@ Status Repository::CommitUpload(DatasetBuilder* builder, std::shared_ptr<const D
   } else {
     struct stat st;
     const bool plain = stat((base + kLabelsSuffix).c_str(), &st) == 0;
-    if (plain || link(tmp.c_str(), final_path.c_str()) != 0) {
-      const int err = plain ? EEXIST : errno;
+    int linked = plain ? -1 : link(tmp.c_str(), final_path.c_str());
+    int err = plain ? EEXIST : errno;
+    if (linked != 0 && (err == EPERM || err == EOPNOTSUPP || err == EMLINK)) {
+      // A file system without hard links (some SMB shares): check, then rename. Two replicas
+      // creating one name at the same instant may then both succeed, the later one winning.
+      if (stat(final_path.c_str(), &st) == 0) {
+        err = EEXIST;
+      } else {
+        linked = rename(tmp.c_str(), final_path.c_str());
+        err = errno;
+      }
+    }
+    if (linked != 0) {
       unlink(tmp.c_str());
       if (err == EEXIST) {
         return Status(Code::kAlreadyExists, "dataset '" + ds->name +

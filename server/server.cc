@@ -17,10 +17,10 @@
 
 #include "call_metrics.hpp"
 #include "datasets.hpp"
-#include "repository.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "health.hpp"
 #include "metrics.hpp"
+#include "repository.hpp"
 #include "scheduler.hpp"
 #include "security.hpp"
 #include "service.hpp"

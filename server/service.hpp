@@ -55,8 +55,9 @@ class DrainableCall {
 // INVALID_ARGUMENT, counted like any other.
 using SamplerBase = v1::Sampler::WithRawCallbackMethod_Sample<
     v1::Sampler::WithRawCallbackMethod_SampleStream<v1::Sampler::WithCallbackMethod_GetServerInfo<
-        v1::Sampler::WithRawCallbackMethod_CreateDataset<v1::Sampler::WithCallbackMethod_DeleteDataset<
-            v1::Sampler::WithCallbackMethod_ListDatasets<v1::Sampler::Service>>>>>>;
+        v1::Sampler::WithRawCallbackMethod_CreateDataset<
+            v1::Sampler::WithCallbackMethod_DeleteDataset<
+                v1::Sampler::WithCallbackMethod_ListDatasets<v1::Sampler::Service>>>>>>;
 
 class SamplerService final : public SamplerBase {
  public:

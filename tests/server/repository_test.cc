@@ -197,6 +197,9 @@ TEST(RepositoryTest, APollReloadsAReplacedFileAndDropsADeletedOne) {
   auto registry = OpenRepository(dir, 1 << 20, &counts);
   auto v1 = registry->Find("p");
   ASSERT_TRUE(v1);
+  registry->repository()->Poll();  // unchanged: nothing reloads
+  EXPECT_EQ(registry->Find("p"), v1);
+  EXPECT_EQ(counts.ok, 1);
   WritePlain(dir, "p", Labels(300, 2));
   registry->repository()->Poll();
   auto v2 = registry->Find("p");
@@ -225,6 +228,10 @@ TEST(RepositoryTest, ADamagedCommittedFileIsABadFileCountedOnce) {
     ASSERT_TRUE(builder.Add(chunk).ok());
     std::shared_ptr<const Dataset> stored;
     ASSERT_TRUE(builder.Commit(&stored).ok());
+    // The committing replica recorded the committed file's version: a poll keeps it.
+    registry->repository()->Poll();
+    EXPECT_EQ(registry->Find("d"), stored);
+    EXPECT_EQ(counts.ok, 0);
   }
   // Flip one label byte (same size): the sha256 in the header no longer matches the data.
   {
