@@ -5,7 +5,7 @@
 # progress goes to stderr.
 #
 # usage: bench/compare.sh [--backend cpu|cuda|cuda-sim] [--threads T] [--raw FILE]
-#                         [--sizes "B:N B:N ..."] [--iters-scale X]
+#                         [--sizes "B:N B:N ..."] [--iters-scale X] [--compile-python PY]
 # env:   THREADS      thread count (default: nproc)
 #        SIZES        cells as "B:N" pairs, space or comma separated
 #                     (default: B=1 x N=1e3..1e7 and B=32 x N=1e3..1e6)
@@ -13,24 +13,28 @@
 #        ITERS_SCALE  multiply the per-cell iteration counts (default 1)
 #        GPUSAMPLER_BENCH  path of the bench binary (default build/bin/gpusampler-bench)
 #        PYTHON       interpreter with torch (default /usr/bin/python3)
+#        COMPILE_PYTHON  interpreter with torch >= 2 for the torch.compile column (default:
+#                     PYTHON when its torch is >= 2; else the column prints n/a). One line:
+#                     python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install torch numpy
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 cmdline="$(printf '%q ' "$0" "$@")"
 cmdline="${cmdline% }"
-for v in QUICK SIZES THREADS ITERS_SCALE GPUSAMPLER_BENCH PYTHON; do
+for v in QUICK SIZES THREADS ITERS_SCALE GPUSAMPLER_BENCH PYTHON COMPILE_PYTHON; do
   if [[ -n "${!v:-}" ]]; then cmdline="$v=$(printf '%q' "${!v}") $cmdline"; fi
 done
 
 die() { echo "compare.sh: error: $*" >&2; exit 1; }
-usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 backend=cpu
 threads="${THREADS:-}"
 raw=""
 sizes="${SIZES:-}"
 iters_scale="${ITERS_SCALE:-1}"
+compile_py="${COMPILE_PYTHON:-}"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --backend) [[ $# -ge 2 ]] || die "--backend needs a value"; backend="$2"; shift 2 ;;
@@ -43,6 +47,8 @@ while [[ $# -gt 0 ]]; do
     --sizes=*) sizes="${1#*=}"; shift ;;
     --iters-scale) [[ $# -ge 2 ]] || die "--iters-scale needs a value"; iters_scale="$2"; shift 2 ;;
     --iters-scale=*) iters_scale="${1#*=}"; shift ;;
+    --compile-python) [[ $# -ge 2 ]] || die "--compile-python needs a value"; compile_py="$2"; shift 2 ;;
+    --compile-python=*) compile_py="${1#*=}"; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -76,6 +82,22 @@ fi
 torch_version="$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)" \
   || die "$py cannot import torch (set PYTHON to an interpreter with torch)"
 [[ -f "$baselines" ]] || die "missing $baselines"
+
+# torch.compile column: PYTHON's torch when it is >= 2, else COMPILE_PYTHON's (run apart,
+# --sampler topk_compiled), else n/a.
+torch_major() { "$1" -c 'import torch; print(int(torch.__version__.split(".")[0]))' 2>/dev/null || echo 0; }
+compile_note=""
+if [[ -n "$compile_py" ]]; then
+  [[ -x "$compile_py" ]] || die "COMPILE_PYTHON is not an executable interpreter: $compile_py"
+  (( $(torch_major "$compile_py") >= 2 )) \
+    || die "COMPILE_PYTHON=$compile_py has no torch >= 2 (torch.compile needs it)"
+  compile_version="$("$compile_py" -c 'import torch; print(torch.__version__)')"
+  if [[ "$compile_py" == "$py" ]]; then compile_py=""; fi
+elif (( $(torch_major "$py") >= 2 )); then
+  compile_version="$torch_version"
+else
+  compile_note="torch.compile column: n/a, $py has torch $torch_version (< 2); set COMPILE_PYTHON to an interpreter with torch >= 2 (see --help)."
+fi
 
 # PyTorch device: CUDA only when gpusampler runs on CUDA and torch sees a GPU.
 pt_device=cpu
@@ -130,6 +152,18 @@ for cell in $sizes; do
   fi
   printf '%s\n' "$out" | grep '^[[:space:]]*{' >>"$pt_json" \
     || die "pytorch baselines printed no JSON line for rows=$b n=$n"
+
+  if [[ -n "$compile_py" ]]; then
+    # PYTHON's own record for the compiled sampler says "skipped"; this one replaces it.
+    pc_cmd=("$compile_py" "$baselines" --sampler topk_compiled --device "$pt_device" --rows "$b"
+            --n "$n" --k "$k" --dim 16 --threads "$threads" --iters "$iters" --warmup "$warmup"
+            --seed 0 --json)
+    if ! out="$("${pc_cmd[@]}")"; then
+      die "torch.compile baseline failed for rows=$b n=$n: $(printf '%q ' "${pc_cmd[@]}")"
+    fi
+    printf '%s\n' "$out" | grep '^[[:space:]]*{' >>"$pt_json" \
+      || die "torch.compile baseline printed no JSON line for rows=$b n=$n"
+  fi
 done
 
 if [[ -n "$raw" ]]; then
@@ -153,9 +187,15 @@ echo "- CPU: $cpu_model ($(nproc) CPUs available)"
 [[ -z "$gpu_model" ]] || echo "- GPU: $gpu_model"
 echo "- threads: $threads"
 echo "- gpusampler: \`$(printf '%q' "$bench") --backend $backend --rows B --n N --k N/10 --dim 16 --label-dtype int64 --threads $threads --iters I --json$([[ "$backend" != cpu ]] || echo ' --floor')\`"
-[[ "$backend" != cpu ]] || echo "- floor: measured by the same binary in the same run on the same inputs and threads: read the labels once + B (N/4 + K) Philox4x32-10 calls (best ISA) + gather of the B K selected 64-byte feature rows in index order; each part timed alone, medians summed. \"x floor\" = gpusampler median / floor."
+[[ "$backend" != cpu ]] || echo "- floor: measured by the same binary in the same run on the same inputs and threads: read the labels once + B (N/4 + K) Philox4x32-10 calls (the backend's instruction set, reported below) + gather of the B K selected 64-byte feature rows in index order; each part timed alone, medians summed. \"x floor\" = gpusampler median / floor."
 echo "- PyTorch: $torch_version via \`$py bench/pytorch_baselines.py --sampler all --device $pt_device --rows B --n N --k N/10 --dim 16 --threads $threads --iters I --warmup W --json\`"
 [[ -z "$pt_note" ]] || echo "- note: $pt_note"
+if [[ -n "$compile_note" ]]; then
+  echo "- $compile_note"
+else
+  echo "- torch.compile: PyTorch $compile_version via \`$(printf '%q' "${compile_py:-$py}") bench/pytorch_baselines.py --sampler topk_compiled ...\` (same arguments)"
+fi
+echo "- speedup: the faster of the two eager seed samplers (nonzero, topk) over gpusampler; \"x compiled\": torch.compile(topk) over gpusampler"
 echo "- labels: int64 uniform in {0,1}; features float32 [B, N, 16]; times are wall-clock medians per call (ms)"
 echo
 
@@ -198,6 +238,12 @@ def gs_floor(c):
 
 has_floor = any("floor_ms" in r for r in gs)
 
+isas = sorted({(r["isa"], r.get("isa_choice", "")) for r in gs if "isa" in r})
+if isas:
+    print("gpusampler CPU instruction set (backend and floor): " +
+          "; ".join(f"{i} ({why})" for i, why in isas) + ".")
+    print()
+
 def pt_median(c, impl):
     for r in pt:
         if key(r) == c and r.get("impl") == impl and "median_ms" in r and "skipped" not in r:
@@ -205,8 +251,7 @@ def pt_median(c, impl):
     return None
 
 impls = ["pytorch-nonzero", "pytorch-topk"]
-if any(r.get("impl") == "pytorch-topk_compiled" and "skipped" not in r for r in pt):
-    impls.append("pytorch-topk_compiled")
+compiled = "pytorch-topk_compiled"
 
 def fmt(v):
     if v is None:
@@ -215,7 +260,8 @@ def fmt(v):
         return f"{v:.0f}"
     return f"{v:.4g}"
 
-head = ["rows", "n", "k", "gpusampler median ms"] + [f"{i} median ms" for i in impls] + ["speedup (best PyTorch / gpusampler)"]
+head = (["rows", "n", "k", "gpusampler median ms"] + [f"{i} median ms" for i in impls]
+        + ["torch.compile(topk) median ms", "speedup (best seed / gpusampler)", "x compiled"])
 if has_floor:
     head += ["floor ms", "x floor"]
 print("| " + " | ".join(head) + " |")
@@ -225,14 +271,17 @@ for c in cells:
     ps = [pt_median(c, i) for i in impls]
     best = min((p for p in ps if p is not None), default=None)
     ratio = "n/a" if (g is None or best is None or g <= 0) else f"{best / g:.2f}x"
-    row = [str(c[0]), str(c[1]), str(c[2]), fmt(g)] + [fmt(p) for p in ps] + [ratio]
+    pc = pt_median(c, compiled)
+    ratio_c = "n/a" if (g is None or pc is None or g <= 0) else f"{pc / g:.2f}x"
+    row = [str(c[0]), str(c[1]), str(c[2]), fmt(g)] + [fmt(p) for p in ps] + [fmt(pc), ratio, ratio_c]
     if has_floor:
         f = gs_floor(c)
         row += [fmt(f), "n/a" if (f is None or g is None or f <= 0) else f"{g / f:.2f}x"]
     print("| " + " | ".join(row) + " |")
 
-skipped = sorted({r["skipped"] for r in pt if r.get("impl") == "pytorch-topk_compiled" and "skipped" in r})
-if skipped:
+ran_compiled = any(r.get("impl") == compiled and "skipped" not in r for r in pt)
+skipped = sorted({r["skipped"] for r in pt if r.get("impl") == compiled and "skipped" in r})
+if skipped and not ran_compiled:
     print()
-    print(f"pytorch-topk_compiled: skipped ({'; '.join(skipped)}).")
+    print(f"torch.compile(topk): skipped ({'; '.join(skipped)}).")
 PYEOF

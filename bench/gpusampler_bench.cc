@@ -1,6 +1,7 @@
 // gpusampler-bench: times Backend::Sample (selection, ordering and the feature gather) on
 // inputs already resident where the backend works: host memory for cpu, device memory for
-// cuda and cuda-sim (whose "device" memory is host memory), staged through CudaLauncher.
+// cuda and cuda-sim (whose "device" memory is host memory), launched through StagedLaunch as
+// the server launches a step over a resident dataset.
 // Labels are uniform {0, 1} (half positives) like bench/pytorch_baselines.py.
 //
 //   gpusampler-bench --backend cpu|cuda|cuda-sim --rows B --n N --k K --dim D
@@ -9,16 +10,22 @@
 //
 // cuda-sim is the CUDA pipeline run on the host (slow; its time is not a GPU's): what it
 // reports is the model of the GPU's work of the last timed Sample (Backend::last_launch_stats):
-// stream operations (launches), global-memory bytes read and written, feature-row bytes
+// kernel launches, global-memory bytes read and written, feature-row bytes
 // (counted apart), Philox calls, and (read + written) / label elements. --json adds them as
 // launches, bytes_read, bytes_written, feature_bytes, philox_calls, label_elements and
-// bytes_per_element; the text output prints them on a line.
+// bytes_per_element, smem_bytes_per_element (shared-memory bytes per label element; -1 where
+// the build does not count them), stream_ops (stream operations of the last timed launch: upload,
+// graph, download, completion), graph, upload_bytes and download_bytes; the text output prints
+// them on a line.
 //
 // --floor (cpu) also measures, on the same inputs and threads, the work no CPU sampler can
 // avoid: reading the labels once, B (N/4 + K) Philox calls (the selection keys of every
 // element, four per call, and the order keys of the K selected), and the gather of the B K
 // selected feature rows in index order. Each part is timed alone (median of the same
 // iterations); their sum is the floor, and the JSON line reports our time as a multiple.
+// The floor's keys come from the same instruction-set version as the backend's (cpu: the
+// JSON's "isa", chosen once per process, GPUSAMPLER_PHILOX_ISA=portable|avx2|avx512 or the
+// CPU's default; "isa_choice" says which and why).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,20 +35,37 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "cpu_select.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/gather.hpp"
-#include "gpusampler/kernels/launcher.hpp"
 #include "gpusampler/kernels/philox.hpp"
 #include "gpusampler/kernels/sampler.hpp"
+#include "gpusampler/kernels/staged_launch.hpp"
 #include "thread_pool.hpp"
 
 namespace gk = gpusampler::kernels;
 
 namespace {
+
+// Shared-memory bytes per label element, where this build's LaunchStats counts them
+// (cuda-sim's shared-memory accounting); a negative value where it does not.
+template <class S, class = void>
+struct HasSmem : std::false_type {};
+template <class S>
+struct HasSmem<S, std::void_t<decltype(std::declval<const S&>().smem_bytes_per_element())>>
+    : std::true_type {};
+template <class S>
+double SmemBytesPerElement(const S& stats) {
+  if constexpr (HasSmem<S>::value) {
+    return stats.smem_bytes_per_element();
+  } else {
+    return -1.0;
+  }
+}
 
 struct Options {
   std::string backend = "cpu";
@@ -266,16 +290,45 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> out_feat(builder.out_feature_bytes() + 1);
   std::vector<int32_t> num_pos(o.rows), num_neg(o.rows);
 
-  // cpu: host memory, Sample() runs to completion. cuda and cuda-sim: a CudaLauncher (the
-  // server's launch context: stream, arena, pinned staging, device buffers, completion) on
-  // CUDA device 0 or on the cuda-sim device, with the inputs uploaded once and resident; each
-  // timed launch is Sample() and its completion.
+  // cpu: host memory, Sample() runs to completion. cuda and cuda-sim: the server's launch
+  // (kernels::StagedLaunch: stream, arena, pinned staging, device buffers, one captured
+  // graph, completion) on CUDA device 0 or on the cuda-sim device, over a dataset resident in
+  // the device's memory (uploaded once): each timed launch uploads the row table, samples,
+  // writes the feature rows and downloads the outputs, as a server step over a resident
+  // dataset does.
   std::unique_ptr<gk::Backend> host_backend;
-  std::unique_ptr<gk::CudaLauncher> launcher;
+  std::unique_ptr<gk::StagedLaunch> launch;
+  struct DeviceBuffer {
+    void* ptr = nullptr;
+    ~DeviceBuffer() { gk::DeviceFree(ptr); }
+  } d_labels, d_features;
+  std::vector<int64_t> row_offsets(static_cast<size_t>(o.rows) + 1);
+  for (int64_t r = 0; r <= o.rows; ++r) row_offsets[static_cast<size_t>(r)] = r * o.n;
+  gk::LaunchRequest request;
+  request.spec = spec;
+  request.seed = o.seed;
+  request.label_dtype = dtype;
+  request.num_rows = o.rows;
+  request.row_offsets = row_offsets.data();
+  request.feature_row_bytes = feature_row_bytes;
   try {
     if (o.backend == "cuda" || o.backend == "cuda-sim") {
-      launcher = std::make_unique<gk::CudaLauncher>(o.backend == "cuda" ? 0 : gk::kSimDevice,
-                                                    std::chrono::milliseconds(600000));
+      const int device = o.backend == "cuda" ? 0 : gk::kSimDevice;
+      launch = std::make_unique<gk::StagedLaunch>(device, std::chrono::milliseconds(600000));
+      d_labels.ptr = gk::DeviceAlloc(device, labels.size());
+      gk::CopyToDevice(device, d_labels.ptr, labels.data(), labels.size());
+      request.device_labels = static_cast<const uint8_t*>(d_labels.ptr);
+      if (feature_row_bytes > 0) {
+        d_features.ptr = gk::DeviceAlloc(device, features.size());
+        gk::CopyToDevice(device, d_features.ptr, features.data(), features.size());
+        request.device_features = static_cast<const uint8_t*>(d_features.ptr);
+      }
+      gk::StagedSizes sizes;
+      sizes.rows = o.rows;
+      sizes.elements = builder.total_elements();
+      sizes.slots = builder.total_slots();
+      sizes.feature_bytes = builder.out_feature_bytes();
+      launch->Reserve(sizes);
     } else {
       host_backend = gk::MakeCpuBackend(o.threads);
     }
@@ -283,60 +336,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpusampler-bench: %s\n", e.what());
     return 3;
   }
-  gk::Backend& backend = launcher ? launcher->backend() : *host_backend;
+  gk::Backend& backend = launch ? launch->backend() : *host_backend;
   gk::Batch batch;
   builder.FillSizes(&batch);
-  if (!launcher) {
-    batch.labels = labels.data();
-    batch.features = features.data();
-    batch.out_indices = out_idx.data();
-    batch.out_labels = out_lab.data();
-    batch.out_features = out_feat.data();
-    batch.out_num_positive = num_pos.data();
-    batch.out_num_negative = num_neg.data();
-  } else {
-    auto align = [](size_t n) { return (n + 255) / 256 * 256; };
-    const size_t rows_bytes = align(builder.rows().size() * sizeof(gk::RowDesc));
-    const size_t label_bytes = align(labels.size());
-    const size_t idx_bytes = align(out_idx.size() * 8);
-    const size_t olab_bytes = align(out_lab.size());
-    const size_t ofeat_bytes = align(out_feat.size());
-    const size_t cnt_bytes = align(static_cast<size_t>(o.rows) * 4);
-    gk::LaunchSizes sizes;
-    sizes.rows = o.rows;
-    sizes.elements = builder.total_elements();
-    sizes.slots = builder.total_slots();
-    sizes.in_bytes = rows_bytes + label_bytes + align(features.size());
-    sizes.out_bytes = idx_bytes + olab_bytes + ofeat_bytes + 2 * cnt_bytes;
-    try {
-      launcher->Reserve(sizes);
-      uint8_t* h_in = launcher->h_in();
-      std::memcpy(h_in, builder.rows().data(), builder.rows().size() * sizeof(gk::RowDesc));
-      std::memcpy(h_in + rows_bytes, labels.data(), labels.size());
-      std::memcpy(h_in + rows_bytes + label_bytes, features.data(), features.size());
-      launcher->Launch(
-          [&] { gk::CopyAsync(launcher->d_in(), h_in, sizes.in_bytes, launcher->stream()); });
-    } catch (const gk::Error& e) {
-      std::fprintf(stderr, "gpusampler-bench: %s\n", e.what());
-      return 3;
-    }
-    uint8_t* d_in = launcher->d_in();
-    uint8_t* d_out = launcher->d_out();
-    batch.rows = reinterpret_cast<const gk::RowDesc*>(d_in);
-    batch.labels = d_in + rows_bytes;
-    batch.features = d_in + rows_bytes + label_bytes;
-    batch.out_indices = reinterpret_cast<int64_t*>(d_out);
-    batch.out_labels = d_out + idx_bytes;
-    batch.out_features = d_out + idx_bytes + olab_bytes;
-    batch.out_num_positive =
-        reinterpret_cast<int32_t*>(d_out + idx_bytes + olab_bytes + ofeat_bytes);
-    batch.out_num_negative =
-        reinterpret_cast<int32_t*>(d_out + idx_bytes + olab_bytes + ofeat_bytes + cnt_bytes);
-  }
+  batch.labels = labels.data();
+  batch.features = features.data();
+  batch.out_indices = out_idx.data();
+  batch.out_labels = out_lab.data();
+  batch.out_features = out_feat.data();
+  batch.out_num_positive = num_pos.data();
+  batch.out_num_negative = num_neg.data();
+  const std::vector<gk::LaunchRequest> requests = {request};
 
   auto run_once = [&] {
-    if (launcher) {
-      launcher->Launch([&] { backend.Sample(batch); });
+    if (launch) {
+      launch->Run(requests);
     } else {
       backend.Sample(batch);
     }
@@ -357,17 +371,25 @@ int main(int argc, char** argv) {
   // The counts of the last timed Sample, for backends that keep them (cuda-sim).
   gk::LaunchStats stats;
   const bool has_stats = backend.last_launch_stats(&stats);
-  char stats_json[384] = "";
+  // Stream operations per Sample: what the last timed launch enqueued on the stream (upload,
+  // kernels, download, completion; a captured graph counts one), as cuda-sim counts them.
+  const int64_t stream_ops = launch ? launch->last_stats().stream_ops : -1;
+  char stats_json[512] = "";
   if (has_stats) {
-    std::snprintf(stats_json, sizeof(stats_json),
-                  ", \"launches\": %lld, \"bytes_read\": %lld, \"bytes_written\": %lld, "
-                  "\"feature_bytes\": %lld, \"philox_calls\": %lld, \"label_elements\": %lld, "
-                  "\"bytes_per_element\": %.6f",
-                  static_cast<long long>(stats.launches), static_cast<long long>(stats.bytes_read),
-                  static_cast<long long>(stats.bytes_written),
-                  static_cast<long long>(stats.feature_bytes),
-                  static_cast<long long>(stats.philox_calls),
-                  static_cast<long long>(stats.label_elements), stats.bytes_per_element());
+    std::snprintf(
+        stats_json, sizeof(stats_json),
+        ", \"launches\": %lld, \"bytes_read\": %lld, \"bytes_written\": %lld, "
+        "\"feature_bytes\": %lld, \"philox_calls\": %lld, \"label_elements\": %lld, "
+        "\"bytes_per_element\": %.6f, \"smem_bytes_per_element\": %.6f, "
+        "\"stream_ops\": %lld, \"graph\": %s, "
+        "\"upload_bytes\": %lld, \"download_bytes\": %lld",
+        static_cast<long long>(stats.launches), static_cast<long long>(stats.bytes_read),
+        static_cast<long long>(stats.bytes_written), static_cast<long long>(stats.feature_bytes),
+        static_cast<long long>(stats.philox_calls), static_cast<long long>(stats.label_elements),
+        stats.bytes_per_element(), SmemBytesPerElement(stats), static_cast<long long>(stream_ops),
+        launch && launch->last_stats().graph ? "true" : "false",
+        static_cast<long long>(launch ? launch->last_stats().upload_bytes : 0),
+        static_cast<long long>(launch ? launch->last_stats().download_bytes : 0));
   }
 
   const double median = Percentile(ms, 0.5), p90 = Percentile(ms, 0.9);
@@ -382,16 +404,27 @@ int main(int argc, char** argv) {
                   median / floor.total());
   }
   const char* memory = backend.memory_space() == gk::MemorySpace::kHost ? "host" : "device";
+  // cpu: which instruction-set version ran (the backend's and the floor's).
+  std::string isa_json;
+  if (o.backend == "cpu") {
+    std::string why;
+    for (const char* c = gk::cpu::IsaChoice(); *c != '\0'; ++c) {
+      if (*c == '"' || *c == '\\') why += '\\';
+      why += *c;
+    }
+    isa_json = std::string(", \"isa\": \"") + gk::cpu::KeyIsaName() + "\", \"isa_choice\": \"" +
+               why + "\"";
+  }
   if (o.json) {
     std::printf(
         "{\"impl\": \"gpusampler\", \"backend\": \"%s\", \"device\": \"%s\", \"rows\": %lld, "
         "\"n\": %lld, \"k\": %lld, \"dim\": %lld, \"label_dtype\": \"%s\", \"threads\": %d, "
         "\"iters\": %d, \"warmup\": %d, \"median_ms\": %.6f, \"p90_ms\": %.6f, "
-        "\"min_ms\": %.6f, \"inputs\": \"%s\", \"timed\": \"sample+feature gather\"%s%s}\n",
+        "\"min_ms\": %.6f, \"inputs\": \"%s\", \"timed\": \"sample+feature gather\"%s%s%s}\n",
         o.backend.c_str(), backend.name().c_str(), static_cast<long long>(o.rows),
         static_cast<long long>(o.n), static_cast<long long>(o.k), static_cast<long long>(o.dim),
         o.label_dtype.c_str(), o.threads, o.iters, o.warmup, median, p90,
-        *std::min_element(ms.begin(), ms.end()), memory, floor_json, stats_json);
+        *std::min_element(ms.begin(), ms.end()), memory, floor_json, stats_json, isa_json.c_str());
   } else {
     std::printf(
         "%s rows=%lld n=%lld k=%lld dim=%lld %s threads=%d iters=%d: median %.4f ms, "
@@ -399,6 +432,9 @@ int main(int argc, char** argv) {
         backend.name().c_str(), static_cast<long long>(o.rows), static_cast<long long>(o.n),
         static_cast<long long>(o.k), static_cast<long long>(o.dim), o.label_dtype.c_str(),
         o.threads, o.iters, median, p90, memory);
+    if (o.backend == "cpu") {
+      std::printf("isa %s (%s)\n", gk::cpu::KeyIsaName(), gk::cpu::IsaChoice());
+    }
     if (o.floor) {
       std::printf("floor %.4f ms (labels %.4f, keys %.4f, gather %.4f): %.2fx the floor\n",
                   floor.total(), floor.labels_ms, floor.keys_ms, floor.gather_ms,
@@ -407,10 +443,11 @@ int main(int argc, char** argv) {
     if (has_stats) {
       std::printf(
           "last launch: %lld launches, %lld bytes read, %lld bytes written, %lld feature bytes, "
-          "%lld Philox calls, %.3f bytes per label element\n",
+          "%lld Philox calls, %.3f bytes per label element, %lld stream operations\n",
           static_cast<long long>(stats.launches), static_cast<long long>(stats.bytes_read),
           static_cast<long long>(stats.bytes_written), static_cast<long long>(stats.feature_bytes),
-          static_cast<long long>(stats.philox_calls), stats.bytes_per_element());
+          static_cast<long long>(stats.philox_calls), stats.bytes_per_element(),
+          static_cast<long long>(stream_ops));
     }
   }
   return 0;

@@ -26,6 +26,14 @@ baselines for timing, not bit-exact references: gpusampler uses Philox keys
 Run with Debian's interpreter, which has torch:
     /usr/bin/python3 bench/pytorch_baselines.py --sampler all --rows 1 --n 10000 --k 1000 --threads 2
     /usr/bin/python3 bench/pytorch_baselines.py --check
+
+Debian 12's torch is 1.13 (no torch.compile).  For the topk_compiled column, a throw-away
+venv with PyPI's torch (a large download: its Linux wheel bundles the CUDA libraries, and
+runs on the CPU as well; benchmarks only, nothing at runtime uses it; torch.compile on the
+CPU also needs a C++ compiler, which the build already has):
+    python3 -m venv /tmp/torch2 && /tmp/torch2/bin/pip install torch numpy
+    /tmp/torch2/bin/python bench/pytorch_baselines.py --sampler topk_compiled --rows 1 --n 10000 --threads 2
+(bench/compare.sh takes it as COMPILE_PYTHON=/tmp/torch2/bin/python.)
 """
 
 import argparse
@@ -118,8 +126,16 @@ def sample_topk(features, labels, K):
     return out_f, out_l, idx
 
 
+def torch_major():
+    try:
+        return int(torch.__version__.split(".")[0])
+    except ValueError:
+        return 0
+
+
 def make_compiled_topk():
-    if not hasattr(torch, "compile"):
+    """torch.compile(sample_topk), or None where torch is older than 2 (no torch.compile)."""
+    if torch_major() < 2 or not hasattr(torch, "compile"):
         return None
     return torch.compile(sample_topk)
 
@@ -190,13 +206,18 @@ def run_bench(a, device):
         else:
             fn = make_compiled_topk()
             if fn is None:
-                rec["skipped"] = "torch.compile needs PyTorch 2"
+                rec["skipped"] = f"torch.compile needs PyTorch >= 2, this is {torch.__version__}"
                 records.append(rec)
                 emit(rec, a)
                 continue
         # the first compiled call compiles: always warm up at least once
         warmup = max(a.warmup, 1) if impl == "topk_compiled" else a.warmup
-        rec.update(time_fn(fn, (features, labels, a.k), a.iters, warmup, cuda))
+        try:
+            rec.update(time_fn(fn, (features, labels, a.k), a.iters, warmup, cuda))
+        except Exception as e:  # a compiler toolchain problem must not hide the other columns
+            if impl != "topk_compiled":
+                raise
+            rec["skipped"] = f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
         records.append(rec)
         emit(rec, a)
     if not a.json:

@@ -49,6 +49,9 @@ std::vector<Range> Ranges(const ServerConfig& c) {
       {"--max-inflight-bytes", double(c.max_inflight_bytes), 1, kInt64Max},
       {"--max-stream-inflight-bytes", double(c.max_stream_inflight_bytes), 1, kInt64Max},
       {"--max-concurrent-streams", double(c.max_concurrent_streams), 1, kIntMax},
+      // The dataset repository.
+      {"--dataset-poll-seconds", double(c.dataset_poll_seconds), 0, 86400},
+      {"--upload-idle-timeout-ms", double(c.upload_idle_timeout_ms), 1, 86400e3},
   };
 }
 
@@ -159,7 +162,13 @@ void AddFlags(CLI::App* app, ServerConfig* c) {
   add("--max-dataset-bytes", &c->max_dataset_bytes, "GPUSAMPLER_MAX_DATASET_BYTES",
       "bytes of resident datasets (stored, uploading, and replaced until the new one commits)");
   add("--dataset-dir", &c->dataset_dir, "GPUSAMPLER_DATASET_DIR",
-      "load NAME.labels.npy (+ NAME.features.npy, NAME.row_splits.npy) from here before SERVING");
+      "the dataset repository, shared by replicas: NAME.dataset files and hand-written "
+      "NAME.labels.npy (+ NAME.features.npy, NAME.row_splits.npy), loaded before SERVING");
+  // The dataset repository (SPEC section 6).
+  add("--dataset-poll-seconds", &c->dataset_poll_seconds, "GPUSAMPLER_DATASET_POLL_SECONDS",
+      "re-scan --dataset-dir this often for new, replaced and deleted datasets (0 = never)");
+  add("--upload-idle-timeout-ms", &c->upload_idle_timeout_ms, "GPUSAMPLER_UPLOAD_IDLE_TIMEOUT_MS",
+      "an upload that sends nothing this long ends DEADLINE_EXCEEDED and keeps nothing");
   add("--port-file", &c->port_file, "GPUSAMPLER_PORT_FILE",
       "once SERVING, write \"grpc_port metrics_port\\n\" to this file");
 }

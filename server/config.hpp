@@ -69,6 +69,10 @@ struct ServerConfig {
   // Bytes one SampleStream may hold before it stops reading (at least one request runs).
   int64_t max_stream_inflight_bytes = int64_t{256} << 20;
   int64_t max_concurrent_streams = 128;  // HTTP/2 streams (calls) per connection
+  // The dataset repository (SPEC section 6): --dataset-dir is re-scanned this often (0 =
+  // never); an upload that sends nothing for upload_idle_timeout_ms ends DEADLINE_EXCEEDED.
+  int64_t dataset_poll_seconds = 10;
+  int64_t upload_idle_timeout_ms = 30000;
 };
 
 // Registers every flag of `config` on `app` (defaults are the current values); numeric flags

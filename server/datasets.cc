@@ -1,16 +1,15 @@
 #include "datasets.hpp"
 
-#include <dirent.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <set>
+#include <random>
 
-#include "gpusampler/client/npy.hpp"
+#include <spdlog/spdlog.h>
+
 #include "gpusampler/kernels/device.hpp"
+#include "repository.hpp"
 #include "validate.hpp"
 
 namespace gpusampler::server {
@@ -34,12 +33,10 @@ std::string DTypeString(DType d) {
   return v1::DType_Name(static_cast<v1::DType>(static_cast<int>(d)));
 }
 
-Status OverBudget(int64_t want, int64_t used, int64_t max) {
-  return Status(Code::kResourceExhausted,
-                "dataset upload needs " + std::to_string(want) + " more bytes, but " +
-                    std::to_string(used) + " of max_dataset_bytes = " + std::to_string(max) +
-                    " are in use (--max-dataset-bytes)",
-                kDoNotRetry);
+// Retry pushback while uploads in progress or requests hold the budget: 500 ms plus jitter.
+int64_t RetryPushbackMs() {
+  thread_local std::minstd_rand gen(std::random_device{}());
+  return 500 + static_cast<int64_t>(gen() % 500);
 }
 
 constexpr uint32_t kSha256K[64] = {
@@ -314,7 +311,7 @@ Status DatasetBuilder::Add(const v1::DatasetChunk& chunk) {
   return Status::Ok();
 }
 
-Status DatasetBuilder::Commit(std::shared_ptr<const Dataset>* stored) {
+Status DatasetBuilder::Seal() {
   if (!started_) return InvalidArgument("the upload has no chunks (an empty stream)");
   const int64_t total =
       static_cast<int64_t>(ds_->labels.size() / kernels::ItemSize(ds_->label_dtype));
@@ -332,95 +329,249 @@ Status DatasetBuilder::Commit(std::shared_ptr<const Dataset>* stored) {
   ds_->sha256 = hash.HexDigest();
   ds_->bytes = static_cast<int64_t>(ds_->labels.size() + ds_->features.size()) +
                (ds_->has_row_splits ? static_cast<int64_t>(ds_->row_splits.size() * 8) : 0);
-  if (Status s = registry_->Place(ds_.get()); !s.ok()) return s;
+  return Status::Ok();
+}
+
+Status DatasetBuilder::Store(std::shared_ptr<const Dataset>* stored, bool placed, bool replace) {
+  if (!placed) {
+    if (Status s = registry_->Place(ds_.get()); !s.ok()) return s;
+  }
   // The reservation counted the same bytes; the registry keeps them from now on.
-  if (Status s = registry_->Commit(ds_, replace_); !s.ok()) return s;
+  if (Status s = registry_->Commit(ds_, replace || replace_); !s.ok()) return s;
   reserved_ = 0;
   *stored = ds_;
   return Status::Ok();
 }
 
+Status DatasetBuilder::Commit(std::shared_ptr<const Dataset>* stored) {
+  if (Status s = Seal(); !s.ok()) return s;
+  if (Repository* repo = registry_->repository()) return repo->CommitUpload(this, stored);
+  return Store(stored);
+}
+
 // ---- DatasetRegistry ----
 
-Status DatasetRegistry::Place(Dataset* ds) const {
+DatasetRegistry::DatasetRegistry(int64_t max_bytes, std::vector<int> cuda_devices)
+    : max_bytes_(max_bytes), cuda_devices_(std::move(cuda_devices)) {}
+
+DatasetRegistry::~DatasetRegistry() { repository_.reset(); }
+
+void DatasetRegistry::AttachRepository(std::unique_ptr<Repository> repository) {
+  std::lock_guard<std::mutex> lock(mu_);
+  repository_ = std::move(repository);
+  evict_ = repository_ != nullptr;
+}
+
+Status DatasetRegistry::Place(Dataset* ds, bool keep_host) {
   if (cuda_devices_.empty()) {
     ds->devices = {"cpu"};
     return Status::Ok();
   }
-  // Upload with a stream of our own, synchronized here: this runs at upload commit or start-up,
-  // never on the sampling path. A failure frees what was copied (the Dataset destructor).
-  try {
-    for (int device : cuda_devices_) {
-      Dataset::DeviceCopy copy;
-      copy.device = device;
-      ds->device_copies.push_back(copy);
-      Dataset::DeviceCopy& c = ds->device_copies.back();
-      if (!ds->labels.empty()) {
-        c.labels = static_cast<uint8_t*>(kernels::DeviceAlloc(device, ds->labels.size()));
-        kernels::CopyToDevice(device, c.labels, ds->labels.data(), ds->labels.size());
+  // Upload with a stream of our own, synchronized here: this runs at upload commit, load or
+  // start-up, never on the sampling path. A failure frees what was copied; with a
+  // repository, the device copies of unused datasets are the cache and are evicted first.
+  while (true) {
+    ds->device_copies.clear();
+    ds->devices.clear();
+    try {
+      for (int device : cuda_devices_) {
+        Dataset::DeviceCopy copy;
+        copy.device = device;
+        ds->device_copies.push_back(copy);
+        Dataset::DeviceCopy& c = ds->device_copies.back();
+        if (!ds->labels.empty()) {
+          c.labels = static_cast<uint8_t*>(kernels::DeviceAlloc(device, ds->labels.size()));
+          kernels::CopyToDevice(device, c.labels, ds->labels.data(), ds->labels.size());
+        }
+        if (!ds->features.empty()) {
+          c.features = static_cast<uint8_t*>(kernels::DeviceAlloc(device, ds->features.size()));
+          kernels::CopyToDevice(device, c.features, ds->features.data(), ds->features.size());
+        }
+        ds->devices.push_back(device == kernels::kSimDevice ? std::string("cuda-sim")
+                                                            : "cuda:" + std::to_string(device));
       }
-      if (!ds->features.empty()) {
-        c.features = static_cast<uint8_t*>(kernels::DeviceAlloc(device, ds->features.size()));
-        kernels::CopyToDevice(device, c.features, ds->features.data(), ds->features.size());
+      break;
+    } catch (const kernels::Error& e) {
+      for (const Dataset::DeviceCopy& c : ds->device_copies) {
+        kernels::DeviceFree(c.labels);
+        kernels::DeviceFree(c.features);
       }
-      ds->devices.push_back(device == kernels::kSimDevice ? std::string("cuda-sim")
-                                                          : "cuda:" + std::to_string(device));
+      ds->device_copies.clear();
+      if (EvictOne()) continue;
+      return Status(Code::kResourceExhausted, std::string("dataset '") + ds->name +
+                                                  "' does not fit on the device: " + e.what());
     }
-  } catch (const kernels::Error& e) {
-    return Status(Code::kResourceExhausted, std::string("dataset '") + ds->name +
-                                                "' does not fit on the device: " + e.what());
   }
   // The CUDA workers read only the device copies.
+  if (!keep_host) ReleaseHost(ds);
+  return Status::Ok();
+}
+
+void DatasetRegistry::ReleaseHost(Dataset* ds) {
+  if (ds->device_copies.empty()) return;
   std::vector<uint8_t>().swap(ds->labels);
   std::vector<uint8_t>().swap(ds->features);
-  return Status::Ok();
 }
 
 std::shared_ptr<const Dataset> DatasetRegistry::Find(const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = by_name_.find(name);
-  return it == by_name_.end() ? nullptr : it->second;
+  if (it == by_name_.end()) return nullptr;
+  it->second.last_used = ++tick_;
+  return it->second.ds;
+}
+
+std::shared_ptr<const Dataset> DatasetRegistry::Acquire(const std::string& name,
+                                                        Status* status) const {
+  if (auto ds = Find(name)) return ds;
+  if (Repository* repo = repository()) {
+    std::shared_ptr<const Dataset> ds;
+    *status = repo->LoadOnMiss(name, &ds);
+    return ds;
+  }
+  *status = Status(Code::kNotFound,
+                   "dataset '" + name.substr(0, 140) + "' not found (CreateDataset uploads it)");
+  return nullptr;
 }
 
 std::vector<std::shared_ptr<const Dataset>> DatasetRegistry::List() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<const Dataset>> out;
-  for (const auto& [name, ds] : by_name_) out.push_back(ds);
+  for (const auto& [name, e] : by_name_) out.push_back(e.ds);
   return out;
 }
 
 bool DatasetRegistry::Delete(const std::string& name) {
+  std::shared_ptr<const Dataset> gone;  // destroyed outside the lock (device frees)
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = by_name_.find(name);
   if (it == by_name_.end()) return false;
-  used_ -= it->second->bytes;
+  used_ -= it->second.ds->bytes;
+  gone = std::move(it->second.ds);
+  by_name_.erase(it);
+  return true;
+}
+
+bool DatasetRegistry::Drop(const std::string& name, const Dataset* expected) {
+  std::shared_ptr<const Dataset> gone;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end() || it->second.ds.get() != expected) return false;
+  used_ -= it->second.ds->bytes;
+  gone = std::move(it->second.ds);
   by_name_.erase(it);
   return true;
 }
 
 Status DatasetRegistry::CheckName(const std::string& name, bool replace) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!replace && by_name_.count(name)) {
+  if (replace) return Status::Ok();
+  bool exists;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    exists = by_name_.count(name) > 0;
+  }
+  if (!exists && repository_) exists = repository_->Exists(name);
+  if (exists) {
     return Status(Code::kAlreadyExists,
                   "dataset '" + name + "' already exists (set replace to overwrite it)");
   }
   return Status::Ok();
 }
 
+bool DatasetRegistry::EvictLocked(int64_t bytes, std::vector<std::shared_ptr<const Dataset>>* out) {
+  while (bytes > max_bytes_ - used_) {
+    if (!evict_) return false;
+    auto victim = by_name_.end();
+    for (auto it = by_name_.begin(); it != by_name_.end(); ++it) {
+      // In use: an accepted request holds it (the registry's reference is the only other;
+      // new references are taken only under mu_, so the count cannot grow meanwhile).
+      if (it->second.ds.use_count() > 1) continue;
+      if (victim == by_name_.end() || it->second.last_used < victim->second.last_used) {
+        victim = it;
+      }
+    }
+    if (victim == by_name_.end()) return false;
+    used_ -= victim->second.ds->bytes;
+    out->push_back(std::move(victim->second.ds));
+    by_name_.erase(victim);
+  }
+  return true;
+}
+
+void DatasetRegistry::Evicted(std::vector<std::shared_ptr<const Dataset>> evicted) {
+  for (const auto& ds : evicted) {
+    spdlog::info("dataset '{}' evicted from memory ({} bytes; it stays in --dataset-dir)", ds->name,
+                 ds->bytes);
+    if (on_evict_) on_evict_();
+  }
+  evicted.clear();  // device copies are freed here, outside the lock
+}
+
+bool DatasetRegistry::MakeRoom(int64_t bytes) {
+  std::vector<std::shared_ptr<const Dataset>> evicted;
+  bool ok;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ok = EvictLocked(bytes, &evicted);
+  }
+  Evicted(std::move(evicted));
+  return ok;
+}
+
+bool DatasetRegistry::EvictOne() {
+  std::vector<std::shared_ptr<const Dataset>> evicted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!evict_) return false;
+    // Evict as if the budget were one byte short of everything stored.
+    const int64_t stored = used_ - reserved_;
+    if (stored <= 0) return false;
+    const size_t before = by_name_.size();
+    const int64_t want = max_bytes_ - used_ + 1;
+    EvictLocked(want, &evicted);
+    if (by_name_.size() == before) return false;
+  }
+  Evicted(std::move(evicted));
+  return true;
+}
+
 Status DatasetRegistry::Reserve(int64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (bytes > max_bytes_ - used_) return OverBudget(bytes, used_, max_bytes_);
-  used_ += bytes;
-  return Status::Ok();
+  std::vector<std::shared_ptr<const Dataset>> evicted;
+  Status status = Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (EvictLocked(bytes, &evicted)) {
+      used_ += bytes;
+      reserved_ += bytes;
+    } else {
+      // Transient when only uploads in progress (and, with eviction, datasets in use) keep
+      // it from fitting: they end. Stored datasets that cannot be evicted do not.
+      const int64_t permanent = evict_ ? 0 : used_ - reserved_;
+      const bool transient = bytes <= max_bytes_ - permanent;
+      status = Status(Code::kResourceExhausted,
+                      "dataset needs " + std::to_string(bytes) + " more bytes, but " +
+                          std::to_string(used_) +
+                          " of max_dataset_bytes = " + std::to_string(max_bytes_) +
+                          " are in use (" + std::to_string(reserved_) + " by uploads in progress" +
+                          (evict_ ? ", the rest by datasets that requests are sampling" : "") +
+                          ") (--max-dataset-bytes)",
+                      transient ? RetryPushbackMs() : kDoNotRetry);
+    }
+  }
+  Evicted(std::move(evicted));
+  return status;
 }
 
 void DatasetRegistry::Release(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   used_ -= bytes;
+  reserved_ -= bytes;
 }
 
 Status DatasetRegistry::Commit(std::shared_ptr<const Dataset> ds, bool replace) {
+  std::shared_ptr<const Dataset> gone;  // destroyed outside the lock (device frees)
   std::lock_guard<std::mutex> lock(mu_);
+  const int64_t bytes = ds->bytes;
   auto it = by_name_.find(ds->name);
   if (it != by_name_.end()) {
     if (!replace) {
@@ -428,11 +579,16 @@ Status DatasetRegistry::Commit(std::shared_ptr<const Dataset> ds, bool replace) 
                                               "' was created by another upload first (set "
                                               "replace to overwrite it)");
     }
-    used_ -= it->second->bytes;
-    it->second = std::move(ds);
+    used_ -= it->second.ds->bytes;
+    gone = std::move(it->second.ds);
+    it->second.ds = std::move(ds);
+    it->second.last_used = ++tick_;
   } else {
-    by_name_.emplace(ds->name, std::move(ds));
+    const std::string name = ds->name;
+    by_name_.emplace(name, Entry{std::move(ds), ++tick_});
   }
+  // The dataset's bytes move from the reservations to the stored datasets.
+  reserved_ -= bytes;
   return Status::Ok();
 }
 
@@ -446,54 +602,9 @@ int64_t DatasetRegistry::bytes() const {
   return used_;
 }
 
-// ---- --dataset-dir ----
-
-std::string LoadDatasetDir(const std::string& dir, const Limits& limits,
-                           DatasetRegistry* registry) {
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return "--dataset-dir " + dir + ": cannot open: " + std::strerror(errno);
-  std::set<std::string> names;
-  const std::string suffix = ".labels.npy";
-  while (dirent* e = readdir(d)) {
-    const std::string file = e->d_name;
-    if (file.size() > suffix.size() &&
-        file.compare(file.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      names.insert(file.substr(0, file.size() - suffix.size()));
-    }
-  }
-  closedir(d);
-  // Dataset-dir files are trusted local input, not messages: no per-message size limit.
-  Limits file_limits = limits;
-  file_limits.max_message_bytes = INT64_MAX;
-  for (const std::string& name : names) {
-    const std::string base = dir + "/" + name;
-    if (!ValidDatasetName(name)) {
-      return base + ".labels.npy: dataset name '" + name + "' must match [A-Za-z0-9._-]{1,128}";
-    }
-    v1::DatasetChunk chunk;
-    chunk.set_name(name);
-    if (std::string err = client::ReadNpy(base + ".labels.npy", chunk.mutable_labels());
-        !err.empty()) {
-      return base + ".labels.npy: " + err;
-    }
-    const std::string features = base + ".features.npy", splits = base + ".row_splits.npy";
-    if (access(features.c_str(), F_OK) == 0) {
-      if (std::string err = client::ReadNpy(features, chunk.mutable_features()); !err.empty()) {
-        return features + ": " + err;
-      }
-    }
-    if (access(splits.c_str(), F_OK) == 0) {
-      if (std::string err = client::ReadNpy(splits, chunk.mutable_row_splits()); !err.empty()) {
-        return splits + ": " + err;
-      }
-    }
-    DatasetBuilder builder(registry, file_limits);
-    std::shared_ptr<const Dataset> stored;
-    Status s = builder.Add(chunk);
-    if (s.ok()) s = builder.Commit(&stored);
-    if (!s.ok()) return base + ".*.npy: " + s.message();
-  }
-  return "";
+int64_t DatasetRegistry::free_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return max_bytes_ - used_;
 }
 
 }  // namespace gpusampler::server

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,9 @@ struct Dataset final : DatasetStorage {
   std::vector<uint8_t> features;  // [total, feature_shape...]
   std::string sha256;             // lowercase hex over the label bytes, then the feature bytes
   int64_t bytes = 0;              // label + feature + row_splits bytes
+  // The repository files this version was loaded from or committed to (repository.hpp:
+  // their device, inode, size and mtime); empty when the dataset is not in a repository.
+  std::string repo_version;
 
   // Copies in CUDA device memory (the host vectors above are then released).
   struct DeviceCopy {
@@ -89,8 +93,19 @@ class DatasetBuilder {
   // ALREADY_EXISTS, or RESOURCE_EXHAUSTED (budget) on failure; nothing is kept after one.
   Status Add(const v1::DatasetChunk& chunk);
   // Ends the upload: checks the totals and stores the dataset (ALREADY_EXISTS is checked
-  // again here: of two uploads of one name, the first to commit wins).
+  // again here: of two uploads of one name, the first to commit wins). With a repository the
+  // dataset is committed there first (Repository::CommitUpload).
   Status Commit(std::shared_ptr<const Dataset>* stored);
+
+  // The steps of Commit, for the repository: Seal checks the totals and computes sha256 and
+  // bytes; Store places the sealed dataset where the workers sample and registers it.
+  Status Seal();
+  // `placed`: Place already ran. `replace`: overwrite a dataset of the same name in memory.
+  Status Store(std::shared_ptr<const Dataset>* stored, bool placed = false, bool replace = false);
+  Dataset* dataset() { return ds_.get(); }
+  bool replace() const { return replace_; }
+  // The reserved bytes: what the upload holds of the budget so far.
+  int64_t reserved() const { return reserved_; }
 
  private:
   DatasetRegistry* registry_;
@@ -103,29 +118,48 @@ class DatasetBuilder {
   Sha256 label_hash_;  // the label bytes arrive first in the digest: hashed as they come
 };
 
+class Repository;
+
 class DatasetRegistry {
  public:
   // `max_bytes`: --max-dataset-bytes. `cuda_devices`: where the CUDA workers sample; a
   // committed dataset is copied to each of them and kept only there (empty: host memory,
   // where the CPU workers sample; kernels::kSimDevice: the cuda-sim device's "device" copy).
-  explicit DatasetRegistry(int64_t max_bytes, std::vector<int> cuda_devices = {})
-      : max_bytes_(max_bytes), cuda_devices_(std::move(cuda_devices)) {}
+  explicit DatasetRegistry(int64_t max_bytes, std::vector<int> cuda_devices = {});
+  ~DatasetRegistry();  // stops the repository's polling first
 
-  // Puts `ds` where the workers sample (device copies, host copy released), before it is
-  // visible. RESOURCE_EXHAUSTED when a device is out of memory. Synchronizes with the
-  // copies: call it off gRPC's threads.
-  Status Place(Dataset* ds) const;
+  // Puts `ds` where the workers sample (device copies, host copy released unless
+  // `keep_host`), before it is visible. RESOURCE_EXHAUSTED when a device is out of memory,
+  // after evicting what may be evicted. Synchronizes with the copies: call it off gRPC's
+  // threads.
+  Status Place(Dataset* ds, bool keep_host = false);
+  // Frees the host copy of a dataset that has device copies (after Place with keep_host).
+  static void ReleaseHost(Dataset* ds);
 
   std::shared_ptr<const Dataset> Find(const std::string& name) const;
+  // Find, and on a miss, with a repository, load the committed version (read your writes).
+  // Null with `*status` NOT_FOUND (or why the load failed) when there is none.
+  std::shared_ptr<const Dataset> Acquire(const std::string& name, Status* status) const;
   std::vector<std::shared_ptr<const Dataset>> List() const;
   // False when no dataset has that name.
   bool Delete(const std::string& name);
-  // OK when `name` may be uploaded (free, or `replace`); else ALREADY_EXISTS.
+  // Removes `name` from memory if it is still `expected` (a repository re-scan saw it
+  // replaced or deleted). Requests that hold it keep it alive.
+  bool Drop(const std::string& name, const Dataset* expected);
+  // OK when `name` may be uploaded (free, or `replace`); else ALREADY_EXISTS. With a
+  // repository, a committed dataset there counts as existing too.
   Status CheckName(const std::string& name, bool replace) const;
 
-  // Budget: stored datasets plus reservations of uploads in progress.
+  // Budget: stored datasets plus reservations of uploads in progress. With eviction on (a
+  // repository), Reserve first evicts the least recently sampled datasets that no accepted
+  // request uses. Over budget: RESOURCE_EXHAUSTED naming --max-dataset-bytes, with a positive
+  // retry pushback when what blocks it is transient (uploads in progress, datasets in use).
   Status Reserve(int64_t bytes);
   void Release(int64_t bytes);
+  // Evicts until `bytes` more fit; false when they cannot (nothing evicted then stays out).
+  bool MakeRoom(int64_t bytes);
+  // Evicts the least recently sampled unused dataset; false when there is none.
+  bool EvictOne();
   // Stores `ds` (its bytes already reserved) under its name. A replaced dataset's bytes
   // leave the budget now; requests that hold it keep it alive.
   Status Commit(std::shared_ptr<const Dataset> ds, bool replace);
@@ -133,20 +167,37 @@ class DatasetRegistry {
   int64_t count() const;
   int64_t bytes() const;  // stored and reserved
   int64_t max_bytes() const { return max_bytes_; }
+  int64_t free_bytes() const;
+
+  // The repository (SPEC section 6): owned by the registry, which turns eviction on.
+  void AttachRepository(std::unique_ptr<Repository> repository);
+  Repository* repository() const { return repository_.get(); }
+  // Called after each eviction (metrics).
+  void SetEvictionHook(std::function<void()> hook) { on_evict_ = std::move(hook); }
 
  private:
+  struct Entry {
+    std::shared_ptr<const Dataset> ds;
+    mutable uint64_t last_used = 0;  // tick of the last Find (LRU)
+  };
+  // Under mu_: evicts unused datasets, least recently used first, until `bytes` more fit.
+  // The evicted ones go to `out`, to be destroyed outside the lock.
+  bool EvictLocked(int64_t bytes, std::vector<std::shared_ptr<const Dataset>>* out);
+  void Evicted(std::vector<std::shared_ptr<const Dataset>> evicted);
+
   const int64_t max_bytes_;
   const std::vector<int> cuda_devices_;
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const Dataset>> by_name_;
-  int64_t used_ = 0;  // stored datasets' bytes + reservations
+  std::map<std::string, Entry> by_name_;
+  int64_t used_ = 0;      // stored datasets' bytes + reservations
+  int64_t reserved_ = 0;  // of which reservations of uploads and loads in progress
+  mutable uint64_t tick_ = 0;
+  bool evict_ = false;
+  std::function<void()> on_evict_;
+  std::unique_ptr<Repository> repository_;
 };
 
 // True when `name` matches [A-Za-z0-9._-]{1,128}.
 bool ValidDatasetName(const std::string& name);
-
-// Loads every NAME.labels.npy of `dir` (with NAME.features.npy and NAME.row_splits.npy when
-// present) into `registry`. Returns "" or a message naming the file.
-std::string LoadDatasetDir(const std::string& dir, const Limits& limits, DatasetRegistry* registry);
 
 }  // namespace gpusampler::server

@@ -266,6 +266,25 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
                                 "driver in use (none when serving on the CPU).")
                             .Register(*registry_);
   process_ = MakeProcessCollector();
+  BuildRepositoryMetrics();
+}
+
+void Metrics::BuildRepositoryMetrics() {
+  auto& loads = BuildCounter()
+                    .Name("gpusampler_dataset_loads_total")
+                    .Help(
+                        "Datasets loaded from the --dataset-dir repository, by result (error: "
+                        "a bad file, logged and skipped).")
+                    .Register(*registry_);
+  dataset_loads_ok_ = &loads.Add({{"result", "ok"}});
+  dataset_loads_error_ = &loads.Add({{"result", "error"}});
+  dataset_evictions_ = &BuildCounter()
+                            .Name("gpusampler_dataset_evictions_total")
+                            .Help(
+                                "Datasets evicted from memory to make room under "
+                                "--max-dataset-bytes (they stay in the repository).")
+                            .Register(*registry_)
+                            .Add({});
 }
 
 Metrics::~Metrics() { StopUpdater(); }

@@ -126,6 +126,10 @@ class Metrics {
   prometheus::Counter& sent_bytes() { return *sent_bytes_; }
   prometheus::Counter& dropped_deadline() { return *dropped_deadline_; }
   prometheus::Counter& dropped_cancelled() { return *dropped_cancelled_; }
+  // The dataset repository (SPEC section 6): datasets loaded from --dataset-dir by result,
+  // and datasets evicted from memory (they stay in the repository).
+  prometheus::Counter& dataset_loads(bool ok) { return ok ? *dataset_loads_ok_ : *dataset_loads_error_; }
+  prometheus::Counter& dataset_evictions() { return *dataset_evictions_; }
 
  private:
   void Update();
@@ -154,6 +158,10 @@ class Metrics {
   prometheus::Counter* dropped_cancelled_ = nullptr;
   prometheus::Counter* short_rows_ = nullptr;
   prometheus::Histogram* positive_fraction_ = nullptr;
+  void BuildRepositoryMetrics();
+  prometheus::Counter* dataset_loads_ok_ = nullptr;
+  prometheus::Counter* dataset_loads_error_ = nullptr;
+  prometheus::Counter* dataset_evictions_ = nullptr;
   prometheus::Family<prometheus::Gauge>* gpu_util_family_ = nullptr;
   prometheus::Family<prometheus::Gauge>* gpu_used_family_ = nullptr;
   prometheus::Family<prometheus::Gauge>* gpu_total_family_ = nullptr;

@@ -17,6 +17,7 @@
 
 #include "call_metrics.hpp"
 #include "datasets.hpp"
+#include "repository.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "health.hpp"
 #include "metrics.hpp"
@@ -219,6 +220,7 @@ Status Server::Start() {
     return Status(Code::kInternal, std::string("cannot create the workers: ") + e.what());
   }
   info.set_backend(backend_);
+  info.set_dataset_repository(!config_.dataset_dir.empty());  // SPEC section 6
   auto* limits = info.mutable_limits();
   limits->set_max_message_bytes(config_.limits.max_message_bytes);
   limits->set_max_rows(config_.limits.max_rows);
@@ -323,14 +325,19 @@ Status Server::Start() {
 
   if (Status s = scheduler_->Start(); !s.ok()) return s;
   if (!config_.dataset_dir.empty()) {
-    // Before SERVING: a client that sees SERVING finds the preloaded datasets.
-    if (std::string err = LoadDatasetDir(config_.dataset_dir, config_.limits, datasets_.get());
-        !err.empty()) {
-      return InvalidArgument("--dataset-dir: " + err);
-    }
-    metrics_->SetDatasets(datasets_.get());
-    spdlog::info("--dataset-dir {}: {} dataset(s), {} bytes", config_.dataset_dir,
-                 datasets_->count(), datasets_->bytes());
+    // The repository (SPEC section 6), loaded before SERVING: a client that sees SERVING
+    // finds its datasets. Bad files are logged, counted and skipped.
+    Metrics* m = metrics_.get();
+    DatasetRegistry* registry = datasets_.get();
+    registry->SetEvictionHook([m] { m->dataset_evictions().Increment(); });
+    auto repository = std::make_unique<Repository>(
+        config_.dataset_dir, config_.limits, registry,
+        Repository::Hooks{[m](bool ok) { m->dataset_loads(ok).Increment(); },
+                          [m, registry] { m->SetDatasets(registry); }});
+    Repository* repo = repository.get();
+    registry->AttachRepository(std::move(repository));
+    if (Status s = repo->Open(); !s.ok()) return s;
+    repo->StartPolling(config_.dataset_poll_seconds);
   }
   trimmer_ = std::thread([this] { TrimLoop(); });
   health_->SetServing(true);

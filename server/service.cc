@@ -153,6 +153,10 @@ std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerC
   job->deadline = SteadyDeadline(ctx, accepted);
   job->response = response;
   response->set_request_id(request.request_id());
+  // The version this response is computed from (SPEC section 6): the job holds that one.
+  if (job->dataset) {
+    response->set_dataset_sha256(static_cast<const Dataset&>(*job->dataset).sha256);
+  }
   return job;
 }
 

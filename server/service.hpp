@@ -55,7 +55,7 @@ class DrainableCall {
 // INVALID_ARGUMENT, counted like any other.
 using SamplerBase = v1::Sampler::WithRawCallbackMethod_Sample<
     v1::Sampler::WithRawCallbackMethod_SampleStream<v1::Sampler::WithCallbackMethod_GetServerInfo<
-        v1::Sampler::WithCallbackMethod_CreateDataset<v1::Sampler::WithCallbackMethod_DeleteDataset<
+        v1::Sampler::WithRawCallbackMethod_CreateDataset<v1::Sampler::WithCallbackMethod_DeleteDataset<
             v1::Sampler::WithCallbackMethod_ListDatasets<v1::Sampler::Service>>>>>>;
 
 class SamplerService final : public SamplerBase {
@@ -75,8 +75,10 @@ class SamplerService final : public SamplerBase {
                                           v1::ServerInfo* response) override;
 
   // Resident datasets (dataset_service.cc).
-  grpc::ServerReadReactor<v1::DatasetChunk>* CreateDataset(grpc::CallbackServerContext* context,
-                                                           v1::DatasetInfo* response) override;
+  // Raw, so that a chunk that does not parse is INVALID_ARGUMENT (a typed reader cannot tell
+  // it from the end of the stream).
+  grpc::ServerReadReactor<grpc::ByteBuffer>* CreateDataset(grpc::CallbackServerContext* context,
+                                                           grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* DeleteDataset(grpc::CallbackServerContext* context,
                                           const v1::DeleteDatasetRequest* request,
                                           v1::DeleteDatasetResponse* response) override;

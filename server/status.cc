@@ -35,6 +35,8 @@ const char* CodeName(Code code) {
       return "ALREADY_EXISTS";
     case Code::kResourceExhausted:
       return "RESOURCE_EXHAUSTED";
+    case Code::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
     case Code::kInternal:
       return "INTERNAL";
     case Code::kUnavailable:

@@ -20,6 +20,7 @@ enum class Code : int {
   kNotFound = 5,
   kAlreadyExists = 6,
   kResourceExhausted = 8,
+  kFailedPrecondition = 9,
   kInternal = 13,
   kUnavailable = 14,
   kUnauthenticated = 16,

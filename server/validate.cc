@@ -136,11 +136,11 @@ Status ResolveDataset(const v1::SampleRequest& req, const Limits& limits,
                              req.dataset().substr(0, 140) + "' supplies it)");
     }
   }
-  std::shared_ptr<const Dataset> ds = datasets ? datasets->Find(req.dataset()) : nullptr;
-  if (!ds) {
-    return Status(Code::kNotFound, "dataset '" + req.dataset().substr(0, 140) +
-                                       "' not found (CreateDataset uploads it)");
-  }
+  // With a repository, a dataset this replica lacks is loaded from it first (SPEC section 6).
+  Status found(Code::kNotFound, "dataset '" + req.dataset().substr(0, 140) +
+                                    "' not found (CreateDataset uploads it)");
+  std::shared_ptr<const Dataset> ds = datasets ? datasets->Acquire(req.dataset(), &found) : nullptr;
+  if (!ds) return found;
   const int64_t pos = job->spec.positive_label, neg = job->spec.negative_label;
   for (auto [name, value] : {std::pair<const char*, int64_t>{"positive_label", pos},
                              std::pair<const char*, int64_t>{"negative_label", neg}}) {

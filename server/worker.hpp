@@ -1,6 +1,7 @@
-// Workers: each owns one backend (a CPU thread pool, or one CUDA device and stream) and the
-// staging buffers of its launches. A worker runs one fused launch at a time, on the
-// scheduler thread that owns it; it is not thread-safe and need not be.
+// Workers: each owns one kernels::StagedLaunch over one backend (a CPU thread pool, or one
+// CUDA device and stream), which owns the staging buffers of its launches. A worker runs one
+// fused launch at a time, on the scheduler thread that owns it; it is not thread-safe and
+// need not be.
 #pragma once
 
 #include <memory>
@@ -17,10 +18,12 @@ class Worker {
   virtual ~Worker() = default;
   // "cpu" or "cuda:N": the device label of metrics and responses.
   virtual const std::string& device() const = 0;
-  // Samples every job's rows fused into one launch and writes each job's response tensors,
-  // seed and device (not its timing, not `done`). Features are gathered on the host from
-  // the request bytes once the indices are known. Blocks this (non-gRPC) thread until the
-  // outputs are on the host; a CUDA worker learns that from a stream host callback.
+  // Samples every job's rows fused into one launch (kernels::StagedLaunch) and writes each
+  // job's response tensors, seed and device (not its timing, not `done`). Features in the
+  // launch's memory (host memory; a resident dataset's device copy) are written by the
+  // sampling; a request's own bytes on a CUDA worker are gathered on the host from the
+  // returned indices. Blocks this (non-gRPC) thread until the outputs are on the host; a
+  // CUDA worker learns that from a stream host callback.
   // Throws kernels::Error (kOutOfMemory, kDeviceFault, ...).
   virtual void Run(const std::vector<Job*>& jobs) = 0;
 };

@@ -1,49 +1,51 @@
 #!/usr/bin/env bash
-# bench/gpu/prove.sh: issue 8's GPU proof in one prepared call on a device machine (an H200
-# with CUDA 13, CMake, Python and PyTorch 2, but no gRPC / protobuf / spdlog / prometheus-cpp
-# dev packages), inside ~8 minutes. It
-#   1. builds the kernels-only preset there for sm_90 (kernels, their tests, gpusampler-bench;
-#      without GTest there, the tests are taken from the carried bundle instead);
-#   2. runs the kernel test suite (the CUDA cases run; none may be skipped);
-#   3. runs compute-sanitizer memcheck, racecheck and synccheck on the CUDA tests, if present;
-#   4. runs the kernel bench against PyTorch eager and torch.compile (bench/compare.sh
-#      --backend cuda; B=32 x N=1e3..1e6 and B=1 x N=1e7, K = N/10, int64 labels);
-#   5. runs the service checks and bench from the carried server bundle
-#      (bench/service_bench_gpu.sh run; the loopback bench scrapes the GPU utilization gauge);
-#   6. writes bench/results/h200.md (and every log) under $OUT.
+# bench/gpu/prove.sh: the GPU proof in one prepared call on a device machine (an H200 with
+# the CUDA 13 driver, Python and PyTorch 2, none of the project's dev packages), in one
+# command of at most 520 s. Nothing is built there: the binaries travel in a bundle made here
+# (`pack`, <= 40 MiB), and each carried binary gets its libraries through its own command's
+# LD_LIBRARY_PATH (never the script's: torch must load its own libstdc++ / CUDA libraries).
+#
+# Steps, in order of value (each with its own time limit, cut to what the budget has left):
+#   1. the CUDA kernel tests (the cases that skip without a device; none may skip there);
+#   2. the bench cells, gpusampler on CUDA: (a) B=32 x 1e3, K=100, D=16; (b) B=32 x 1e6,
+#      K=1e5, D=16; (c) B=1 x 1e7, K=1e6, D=0; then the rest of B=32 x 1e4..1e5;
+#   3. ncu per kernel on (a), (b) and (c): time, DRAM bytes, shared-memory wavefronts,
+#      registers and achieved occupancy of every kernel of one launch;
+#   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the CUDA tests;
+#   5. the PyTorch baselines (eager and torch.compile) on the same cells, largest first;
+#   6. the service: probe, drain, in-process and loopback bench (bench/service_bench_gpu.sh).
+# What comes back (at most 8 files; this writes 5 under $OUT): report.md (also printed on
+# stdout), bench.jsonl (every bench record, gpusampler and PyTorch), ncu.csv, steps.tsv and
+# logs.tar.gz (every log).
 #
 # usage:
-#   bench/gpu/prove.sh pack [BUILD_DIR]   # here: bundle server, benches and kernel tests with
-#                                         # their ldd-collected libraries into
-#                                         # BUILD_DIR/gpu-carry (default build-gpu)
+#   bench/gpu/prove.sh pack [BUILD_DIR]   # here: bundle the binaries and their libraries into
+#                                         # BUILD_DIR/gpu-carry (default build), <= 40 MiB
 #   bench/gpu/prove.sh run  [BUILD_DIR]   # there, with BUILD_DIR/gpu-carry carried
-#   REHEARSE=1 bench/gpu/prove.sh run     # here, without a GPU: the same steps on the
-#                                         # cuda-sim device (the CUDA pipeline, workers and
-#                                         # launcher run on the host), to check the script
-# The device call (one command, timeout_s 560, carry ["build-gpu/gpu-carry"]):
-#   bash bench/gpu/prove.sh run build-gpu
+#   REHEARSE=1 bench/gpu/prove.sh run     # here, without a GPU: the same steps with the bench
+#                                         # and the service on the cuda-sim device, PyTorch on
+#                                         # the CPU, small cells; ncu and compute-sanitizer
+#                                         # are reported absent
+# The device call (one command, timeout_s 540, carry ["build/gpu-carry"]):
+#   bash bench/gpu/prove.sh run build
 # env: OUT            where results go (default /tmp/gpusampler-prove)
-#      PROVE_SECONDS  budget for all steps (default 470); steps are cut to what is left
-#      PROVE_CMAKE_ARGS extra configure arguments (the rehearsal passes
-#                     -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON to take the no-GTest path)
-#      PROVE_SIZES    cells of the kernel bench (default "32:1000 32:10000 32:100000
-#                     32:1000000 1:10000000")
+#      PROVE_SECONDS  budget for all steps (default 500)
 #      PROVE_STEP_SCALE multiply every step's time limit (the rehearsal on a slow machine)
-#      PROVE_ARCH     CUDA architectures of the build there (default 90)
-#      PYTHON         interpreter with torch (default python3)
+#      PYTHON         interpreter with torch (default python3; the rehearsal /usr/bin/python3)
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 mode="${1:-run}"
-build="${2:-build-gpu}"
+build="${2:-build}"
 [[ "$build" = /* ]] || build="$root/$build"
 carry="$build/gpu-carry"
 rehearse="${REHEARSE:-0}"
+bins="gpusampler-server gpusampler-probe gpusampler-service-bench gpusampler-bench gpusampler_kernels_test"
+max_bundle_mib=40
 
 case "$mode" in
   pack)
-    bins="gpusampler-server gpusampler-probe gpusampler-service-bench gpusampler-bench gpusampler_kernels_test"
     rm -rf "$carry"
     mkdir -p "$carry/bin" "$carry/lib"
     for b in $bins; do
@@ -58,7 +60,9 @@ case "$mode" in
     strip --strip-unneeded "$carry/bin/"* "$carry/lib/"* 2>/dev/null || true
     # The kernel tests read their golden data from the source tree they were built in.
     echo "$root" >"$carry/source-root"
-    du -sh "$carry"
+    mib=$(( ($(du -sb "$carry" | cut -f1) + 1048575) / 1048576 ))
+    echo "prove.sh pack: $carry is ${mib} MiB (limit ${max_bundle_mib} MiB)"
+    (( mib <= max_bundle_mib )) || { echo "prove.sh pack: bundle over ${max_bundle_mib} MiB" >&2; exit 1; }
     exit 0
     ;;
   run) ;;
@@ -66,31 +70,38 @@ case "$mode" in
 esac
 
 out="${OUT:-/tmp/gpusampler-prove}"
-mkdir -p "$out/logs" "$out/bench/results"
-logs="$out/logs"
-budget="${PROVE_SECONDS:-470}"
+mkdir -p "$out"
+logs="$(mktemp -d)"
+budget="${PROVE_SECONDS:-500}"
 py="${PYTHON:-python3}"
-arch="${PROVE_ARCH:-90}"
-sizes="${PROVE_SIZES:-32:1000 32:10000 32:100000 32:1000000 1:10000000}"
 backend=cuda
 server_device=cuda
+torch_device=cuda
+# B:N:K:D cells: (a), (b), (c) first, then the rest.
+cells="32:1000:100:16 32:1000000:100000:16 1:10000000:1000000:0 32:10000:1000:16 32:100000:10000:16"
+ncu_cells="32:1000:100:16 32:1000000:100000:16 1:10000000:1000000:0"
 if [[ "$rehearse" == 1 ]]; then
   backend=cuda-sim
   server_device=cuda-sim
-  sizes="${PROVE_SIZES:-32:1000 1:10000}"
+  torch_device=cpu
+  cells="32:1000:100:16 32:10000:1000:16 1:100000:10000:0"
+  ncu_cells="32:1000:100:16"
   [[ -n "${PYTHON:-}" ]] || py=/usr/bin/python3
 fi
 steps="$logs/steps.tsv"
 : >"$steps"
+records="$logs/bench.jsonl"
+: >"$records"
+
 
 left() { echo $(( budget - SECONDS )); }
-# step NAME SECONDS CMD...: runs CMD with a timeout of min(SECONDS, what is left - 15),
-# logs to $logs/NAME.log and records the outcome.
+# step NAME SECONDS CMD...: runs CMD with a timeout of min(SECONDS, what is left - 10), logs
+# to $logs/NAME.log and records the outcome.
 step() {
   local name="$1" want=$(( $2 * ${PROVE_STEP_SCALE:-1} )); shift 2
-  local limit=$(( $(left) - 15 ))
+  local limit=$(( $(left) - 10 ))
   (( limit < want )) || limit="$want"
-  if (( limit < 5 )); then
+  if (( limit < 3 )); then
     printf '%s\tskipped (no time left)\t0\n' "$name" >>"$steps"
     echo "== $name: skipped, no time left" >&2
     return 124
@@ -115,61 +126,70 @@ step() {
   else
     echo "no nvidia-smi"
   fi
-  nvcc --version 2>&1 | tail -2 || echo "no nvcc"
-  cmake --version 2>&1 | head -1
   "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1
-  command -v compute-sanitizer || echo "no compute-sanitizer"
-  nproc
+  for tool in ncu compute-sanitizer; do command -v "$tool" || echo "no $tool"; done
+  echo "cpus: $(nproc)"
+  [[ -d "$carry/bin" ]] && echo "bundle: $(du -sh "$carry" | cut -f1)" || echo "no bundle at $carry"
 } >"$logs/machine.txt" 2>&1
 
-export LD_LIBRARY_PATH="$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-
-# 1. The kernels-only build, for this GPU's architecture.
-kbuild="$root/build-kernels-prove"
-gen=()
-command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
-# The kernels-only preset's cache options, with this GPU's architecture only.
-configure=(cmake -S "$root" -B "$kbuild" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release
-           -DGPUSAMPLER_KERNELS_ONLY=ON -DGPUSAMPLER_CUDA="$([[ "$rehearse" == 1 ]] && echo AUTO || echo ON)"
-           -DCMAKE_CUDA_ARCHITECTURES="$arch" ${PROVE_CMAKE_ARGS:-})
-tests_built=1
-if ! step configure 60 "${configure[@]}"; then
-  # No GTest / nlohmann_json there: kernels and bench only; the tests come from the bundle.
-  tests_built=0
-  rm -rf "$kbuild"
-  step configure-no-tests 60 "${configure[@]}" -DGPUSAMPLER_BUILD_TESTS=OFF || true
-fi
-step build 200 cmake --build "$kbuild" -j "$(nproc)" || true
-
-bench_bin="$kbuild/bin/gpusampler-bench"
-[[ -x "$bench_bin" ]] || bench_bin="$carry/bin/gpusampler-bench"
-test_bin="$kbuild/bin/gpusampler_kernels_test"
-test_data_note="built here"
-if [[ "$tests_built" != 1 || ! -x "$test_bin" ]]; then
-  test_bin="$carry/bin/gpusampler_kernels_test"
-  test_data_note="carried (built on the development machine)"
-  # The carried binary reads tests/data at the path it was built with; point that at ours.
-  if [[ -f "$carry/source-root" ]]; then
-    src="$(cat "$carry/source-root")"
-    if [[ "$src" != "$root" && ! -e "$src/tests/data" ]]; then
-      mkdir -p "$src/tests" 2>/dev/null && ln -sfn "$root/tests/data" "$src/tests/data" 2>/dev/null || true
-    fi
+# Each carried binary runs through a wrapper that gives it (and only it) the bundle's
+# libraries; ncu and compute-sanitizer follow the wrapper into the binary.
+mkdir -p "$logs/wrap"
+for b in gpusampler_kernels_test gpusampler-bench; do
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s/lib" exec "%s/bin/%s" "$@"\n' "$carry" "$carry" "$b" >"$logs/wrap/$b"
+  chmod +x "$logs/wrap/$b"
+done
+test_bin="$logs/wrap/gpusampler_kernels_test"
+bench_bin="$logs/wrap/gpusampler-bench"
+# The carried test binary reads tests/data at the path it was built with; point that at ours.
+if [[ -f "$carry/source-root" ]]; then
+  src="$(cat "$carry/source-root")"
+  if [[ "$src" != "$root" && ! -e "$src/tests/data" ]]; then
+    mkdir -p "$src/tests" 2>/dev/null && ln -sfn "$root/tests/data" "$src/tests/data" 2>/dev/null || true
   fi
 fi
 
-# 2. The kernel test suite, CUDA cases included.
-cuda_filter='*cuda*:*Cuda*:*CUDA*'
-if [[ -x "$test_bin" ]]; then
-  step tests 60 "$test_bin" --gtest_brief=1 || true
-  step tests-cuda 45 "$test_bin" --gtest_filter="$cuda_filter" || true
+# 1. The CUDA kernel tests (on the rehearsal the same cases skip or run on cuda-sim).
+cuda_filter='*cuda*:*Cuda*:*CUDA*:*StagedLaunch*'
+if [[ -x "$carry/bin/gpusampler_kernels_test" ]]; then
+  step tests-cuda 60 "$test_bin" --gtest_filter="$cuda_filter" || true
 else
-  printf 'tests\tno test binary\t0\n' >>"$steps"
+  printf 'tests-cuda\tno test binary in the bundle\t0\n' >>"$steps"
 fi
 
-# 3. compute-sanitizer on the CUDA tests (small batches: the graph, fault and keys tests).
-san_filter='CudaGraphTest.*:KeysTest.CudaKernel:CudaErrorTest.*'
-if command -v compute-sanitizer >/dev/null 2>&1 && [[ -x "$test_bin" && "$rehearse" != 1 ]]; then
-  for tool in memcheck racecheck synccheck; do
+# 2. The bench cells, gpusampler.
+cell_iters() { local e=$(( $1 * $2 )); (( e <= 100000 )) && echo 200 || { (( e <= 10000000 )) && echo 50 || echo 20; }; }
+[[ "$rehearse" != 1 ]] || cell_iters() { echo 3; }
+for cell in $cells; do
+  IFS=: read -r b n k d <<<"$cell"
+  name="bench-${b}x${n}"
+  if step "$name" 30 "$bench_bin" --backend "$backend" --rows "$b" --n "$n" --k "$k" \
+       --dim "$d" --iters "$(cell_iters "$b" "$n")" --warmup 3 --json; then
+    grep '^{' "$logs/$name.log" >>"$records" || true
+  fi
+done
+
+# 3. ncu per kernel on (a), (b), (c): every kernel of a warm-up launch and one timed launch
+# (ncu replays each kernel, caches flushed, clocks left alone).
+: >"$logs/ncu.csv"
+if command -v ncu >/dev/null 2>&1 && [[ "$rehearse" != 1 ]]; then
+  metrics="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+  for cell in $ncu_cells; do
+    IFS=: read -r b n k d <<<"$cell"
+    name="ncu-${b}x${n}"
+    step "$name" 40 ncu --clock-control none --csv --metrics "$metrics" \
+      --launch-count 16 "$bench_bin" --backend cuda --rows "$b" --n "$n" \
+      --k "$k" --dim "$d" --iters 1 --warmup 1 || true
+    grep '^"' "$logs/$name.log" | sed "s/^/\"${b}x${n}\",/" >>"$logs/ncu.csv" || true
+  done
+else
+  printf 'ncu\tnot run (%s)\t0\n' "$([[ "$rehearse" == 1 ]] && echo rehearsal || echo 'no ncu')" >>"$steps"
+fi
+
+# 4. compute-sanitizer on the CUDA tests (small launches: graphs, faults, keys, staged launch).
+san_filter='CudaGraphTest.*:KeysTest.CudaKernel:CudaErrorTest.*:*StagedLaunchTest*cuda0'
+if command -v compute-sanitizer >/dev/null 2>&1 && [[ -x "$carry/bin/gpusampler_kernels_test" && "$rehearse" != 1 ]]; then
+  for tool in memcheck racecheck synccheck initcheck; do
     step "sanitizer-$tool" 35 compute-sanitizer --tool "$tool" --error-exitcode 99 \
       "$test_bin" --gtest_filter="$san_filter" || true
   done
@@ -177,18 +197,21 @@ else
   printf 'sanitizers\tnot run (%s)\t0\n' "$([[ "$rehearse" == 1 ]] && echo rehearsal || echo 'no compute-sanitizer or test binary')" >>"$steps"
 fi
 
-# 4. Kernel bench against PyTorch eager and torch.compile, one compare.sh call per cell so
-# that a cell cut by the time limit loses only itself (torch.compile compiles per shape).
+# 5. The PyTorch baselines on the same cells, largest first (torch.compile compiles per
+# shape: a cell cut by the limit loses only itself). Not carried: no LD_LIBRARY_PATH.
 export TORCHINDUCTOR_COMPILE_THREADS="$(nproc)"
-: >"$logs/kernel-bench-raw.jsonl"
-for cell in $sizes; do
-  step "kernel-bench-${cell/:/x}" 60 env GPUSAMPLER_BENCH="$bench_bin" \
-    PYTHON="$(command -v "$py")" SIZES="$cell" "$root/bench/compare.sh" --backend "$backend" \
-    --threads "$(nproc)" --raw "$logs/kernel-bench-${cell/:/x}.jsonl" || true
-  cat "$logs/kernel-bench-${cell/:/x}.jsonl" >>"$logs/kernel-bench-raw.jsonl" 2>/dev/null || true
+for cell in $(printf '%s\n' $cells | awk -F: '{printf "%d:%s\n", $1 * $2, $0}' |
+              sort -t: -k1,1nr | cut -d: -f2-); do
+  IFS=: read -r b n k d <<<"$cell"
+  name="torch-${b}x${n}"
+  # The baselines take D >= 1: a D = 0 cell runs them with D = 1 (a 4-byte gather per slot).
+  step "$name" 60 "$py" "$root/bench/pytorch_baselines.py" --sampler all --device "$torch_device" \
+    --rows "$b" --n "$n" --k "$k" --dim "$(( d > 0 ? d : 1 ))" --iters "$(cell_iters "$b" "$n")" \
+    --warmup 3 --json || true
+  grep '^{' "$logs/$name.log" >>"$records" 2>/dev/null || true
 done
 
-# 5. The service: probe, drain, in-process and loopback bench with the GPU utilization gauge.
+# 6. The service, last: probe, drain, in-process and loopback bench.
 if [[ -x "$carry/bin/gpusampler-server" ]]; then
   mkdir -p "$logs/service"
   step service 80 env OUT="$logs/service" DEVICE="$server_device" \
@@ -197,12 +220,12 @@ else
   printf 'service\tno carried server bundle (run prove.sh pack here first)\t0\n' >>"$steps"
 fi
 
-# 6. The report.
-report="$out/bench/results/h200.md"
+# The report.
+report="$out/report.md"
 {
-  echo "# gpusampler on an H200: issue 8's proof"
+  echo "# gpusampler on an H200: issue 17's proof"
   echo
-  [[ "$rehearse" != 1 ]] || echo "**REHEARSAL without a GPU** (backend and device cuda-sim: the CUDA pipeline on the host; its times are not a GPU's): checks the script only."
+  [[ "$rehearse" != 1 ]] || echo "**REHEARSAL without a GPU** (bench and service on cuda-sim, the CUDA pipeline on the host; PyTorch on the CPU; times are not a GPU's): checks the script only."
   echo
   echo "Written by \`bench/gpu/prove.sh run\` in ${SECONDS}s (budget ${budget}s)."
   echo
@@ -216,64 +239,71 @@ report="$out/bench/results/h200.md"
   echo "|---|---|---:|"
   awk -F'\t' '{printf "| %s | %s | %s |\n", $1, $2, $3}' "$steps"
   echo
-  echo "## Kernel tests ($test_data_note)"
+  echo "## CUDA kernel tests"
   echo
   echo '```'
-  for f in tests tests-cuda; do
-    [[ -f "$logs/$f.log" ]] || continue
-    echo "$f:"
-    grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests? ran|FAILED  \]' "$logs/$f.log" | tail -12
-  done
-  echo '```'
   if [[ -f "$logs/tests-cuda.log" ]]; then
-    skipped="$(grep -c '^\[  SKIPPED \]' "$logs/tests-cuda.log" || true)"
-    echo
-    echo "CUDA cases skipped: ${skipped:-0} (must be 0 on a GPU machine)."
+    grep -E '^\[  (PASSED|FAILED) |tests? ran|FAILED  \]' "$logs/tests-cuda.log" | tail -12
+    echo "skipped: $(grep -c '^\[  SKIPPED \]' "$logs/tests-cuda.log" || true) (must be 0 on a GPU machine)"
+  else
+    echo "not run"
+  fi
+  echo '```'
+  echo
+  echo "## Bench (gpusampler --backend $backend; PyTorch --device $torch_device)"
+  echo
+  "$py" - "$records" <<'PYEOF' || true
+import json, sys
+recs = []
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if line.startswith("{"):
+        try: recs.append(json.loads(line))
+        except ValueError: pass
+def key(r): return (int(r["rows"]), int(r["n"]), int(r["k"]))
+cells = []
+for r in recs:
+    if key(r) not in cells: cells.append(key(r))
+def rec(c, impl):
+    for r in recs:
+        if key(r) == c and r.get("impl") == impl and "median_ms" in r and "skipped" not in r:
+            return r
+    return None
+fmt = lambda v: "n/a" if v is None else f"{v:.4g}"
+impls = ["gpusampler", "pytorch-topk", "pytorch-topk_compiled"]
+print("| B | N | K | D | " + " | ".join(f"{i} ms" for i in impls) + " | compile / ours | launches | B/elem | smem B/elem | stream ops |")
+print("|" + "---:|" * (len(impls) + 9))
+for c in cells:
+    g = rec(c, "gpusampler")
+    m = [None if rec(c, i) is None else float(rec(c, i)["median_ms"]) for i in impls]
+    x = "n/a" if m[0] is None or m[2] is None or m[0] <= 0 else f"{m[2] / m[0]:.2f}x"
+    d = g.get("dim", "") if g else ""
+    get = lambda f: "n/a" if g is None or f not in g else (f"{g[f]:.2f}" if isinstance(g[f], float) else str(g[f]))
+    print(f"| {c[0]} | {c[1]} | {c[2]} | {d} | " + " | ".join(fmt(v) for v in m) +
+          f" | {x} | {get('launches')} | {get('bytes_per_element')} | {get('smem_bytes_per_element')} | {get('stream_ops')} |")
+skipped = sorted({r["skipped"] for r in recs if "skipped" in r})
+if skipped: print("\nskipped: " + "; ".join(skipped))
+PYEOF
+  echo
+  echo "## ncu per kernel ((a), (b), (c); ncu.csv)"
+  echo
+  if [[ -s "$logs/ncu.csv" ]]; then
+    echo '```'
+    cut -c1-220 "$logs/ncu.csv" | head -80
+    echo '```'
+  else
+    echo "not run (see steps)"
   fi
   echo
   echo "## compute-sanitizer (filter \`$san_filter\`)"
   echo
   echo '```'
-  for tool in memcheck racecheck synccheck; do
+  for tool in memcheck racecheck synccheck initcheck; do
     f="$logs/sanitizer-$tool.log"
     [[ -f "$f" ]] || { echo "$tool: not run"; continue; }
     echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Error:' "$f" | tail -2 | tr '\n' ' ')"
   done
   echo '```'
-  echo
-  echo "## Kernel bench vs PyTorch (bench/compare.sh --backend $backend)"
-  echo
-  first="${sizes%% *}"
-  grep -E '^- (GPU|CPU|PyTorch|gpusampler|note|labels)' "$logs/kernel-bench-${first/:/x}.log" 2>/dev/null || true
-  echo
-  if [[ -s "$logs/kernel-bench-raw.jsonl" ]]; then
-    # One table from every cell's records; issue 8's bar: >= 10x over torch.compile at B = 32.
-    "$py" - "$logs/kernel-bench-raw.jsonl" <<'PYEOF' || true
-import json, sys
-recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
-def key(r): return (int(r["rows"]), int(r["n"]), int(r["k"]))
-impls = ["gpusampler", "pytorch-nonzero", "pytorch-topk", "pytorch-topk_compiled"]
-cells = []
-for r in recs:
-    if key(r) not in cells: cells.append(key(r))
-def med(c, impl):
-    for r in recs:
-        if key(r) == c and r.get("impl") == impl and "median_ms" in r and "skipped" not in r:
-            return float(r["median_ms"])
-    return None
-fmt = lambda v: "n/a" if v is None else f"{v:.4g}"
-print("| B | N | K | " + " | ".join(f"{i} ms" for i in impls) + " | torch.compile / gpusampler |")
-print("|" + "---:|" * (len(impls) + 4))
-for c in cells:
-    m = [med(c, i) for i in impls]
-    x = "n/a" if m[0] is None or m[3] is None or m[0] <= 0 else f"**{m[3] / m[0]:.1f}x**" + (" (bar >= 10x)" if c[0] == 32 else "")
-    print(f"| {c[0]} | {c[1]} | {c[2]} | " + " | ".join(fmt(v) for v in m) + f" | {x} |")
-skipped = sorted({r["skipped"] for r in recs if "skipped" in r})
-if skipped: print("\nskipped: " + "; ".join(skipped))
-PYEOF
-  else
-    echo "no kernel bench output (see logs/kernel-bench-*.log)"
-  fi
   echo
   echo "## Service (bench/service_bench_gpu.sh run, device $server_device)"
   echo
@@ -282,12 +312,10 @@ PYEOF
     echo "### $f"
     echo
     echo '```'
-    head -c 6000 "$logs/service/$f"
+    head -c 4000 "$logs/service/$f"
     echo '```'
   done
   if [[ -f "$logs/service/metrics.txt" ]]; then
-    echo
-    echo "GPU gauges scraped from the server:"
     echo
     echo '```'
     grep -E '^gpusampler_(gpu_utilization_ratio|gpu_memory_[a-z_]*|device_busy_ratio)' \
@@ -295,6 +323,12 @@ PYEOF
     echo '```'
   fi
 } >"$report"
-cp "$report" "$out/h200.md" 2>/dev/null || true
-echo "prove.sh: report $report (${SECONDS}s)" >&2
-column -t -s $'\t' "$steps" >&2 || cat "$steps" >&2
+
+# What comes back: five files.
+cp "$records" "$out/bench.jsonl"
+cp "$logs/ncu.csv" "$out/ncu.csv"
+cp "$steps" "$out/steps.tsv"
+tar -czf "$out/logs.tar.gz" -C "$logs" . 2>/dev/null || true
+rm -rf "$logs"
+cat "$report"
+echo "prove.sh: $out/{report.md,bench.jsonl,ncu.csv,steps.tsv,logs.tar.gz} in ${SECONDS}s" >&2

@@ -55,6 +55,36 @@ def check_rules(docs, overlay, rules_path, schema_path, runbooks_path):
     return len(alerts)
 
 
+def check_repository(docs, pod, overlay):
+    """The dataset repository: every replica mounts one ReadWriteMany claim at
+    GPUSAMPLER_DATASET_DIR; the single-node overlay uses an emptyDir and one replica."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for c in pod["containers"]:
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        path = env.get("GPUSAMPLER_DATASET_DIR")
+        if not path:
+            fail(f"{overlay}: no GPUSAMPLER_DATASET_DIR (the dataset repository)")
+        mounts = [m for m in c.get("volumeMounts", []) if m["mountPath"] == path]
+        if len(mounts) != 1 or mounts[0].get("readOnly"):
+            fail(f"{overlay}: {path} is not mounted read-write")
+        vol = volumes.get(mounts[0]["name"], {})
+        if overlay == "single-node":
+            if "emptyDir" not in vol or "persistentVolumeClaim" in vol:
+                fail("single-node: the repository is not an emptyDir")
+            if "PersistentVolumeClaim" in docs:
+                fail("single-node: renders a PersistentVolumeClaim it does not use")
+            hpa = docs["HorizontalPodAutoscaler"]["spec"]
+            if hpa.get("maxReplicas") != 1:
+                fail("single-node: an emptyDir repository is per pod, but the HPA may add pods")
+        else:
+            claim = vol.get("persistentVolumeClaim", {}).get("claimName")
+            pvc = docs.get("PersistentVolumeClaim")
+            if not claim or not pvc or pvc["metadata"]["name"] != claim:
+                fail(f"{overlay}: {path} is not the rendered PersistentVolumeClaim")
+            if pvc["spec"].get("accessModes") != ["ReadWriteMany"]:
+                fail(f"{overlay}: the repository claim is not ReadWriteMany (replicas share it)")
+
+
 def main(rendered, overlay, adapter_path, schema_path, rules_path, rule_schema_path,
          runbooks_path):
     with open(rendered) as f:
@@ -86,12 +116,12 @@ def main(rendered, overlay, adapter_path, schema_path, rules_path, rule_schema_p
             fail(f"container {c['name']}: no memory limit")
         if overlay == "gpu" and res["limits"].get("nvidia.com/gpu") != 1:
             fail("gpu overlay: the container does not ask for one nvidia.com/gpu")
-        if overlay == "cpu" and any("nvidia" in k for k in res.get("limits", {})):
+        if overlay in ("cpu", "single-node") and any("nvidia" in k for k in res.get("limits", {})):
             fail("cpu overlay asks for a GPU")
         if not any(m["mountPath"] == "/tmp" for m in c.get("volumeMounts", [])):
             fail(f"container {c['name']}: no writable /tmp for the port file")
         env = {e["name"]: e.get("value") for e in c.get("env", [])}
-        want_device = {"gpu": "cuda", "cpu": "cpu", "base": "auto"}[overlay]
+        want_device = {"gpu": "cuda", "cpu": "cpu", "base": "auto", "single-node": "cpu"}[overlay]
         if env.get("GPUSAMPLER_DEVICE") != want_device:
             fail(f"{overlay}: GPUSAMPLER_DEVICE is {env.get('GPUSAMPLER_DEVICE')}")
         if int(env.get("GPUSAMPLER_MAX_CONNECTION_AGE_MS", "0")) <= 0:
@@ -99,6 +129,8 @@ def main(rendered, overlay, adapter_path, schema_path, rules_path, rule_schema_p
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             if "grpc" not in c.get(probe, {}):
                 fail(f"container {c['name']}: no gRPC {probe}")
+
+    check_repository(docs, pod, overlay)
 
     svc = docs["Service"]["spec"]
     if svc.get("clusterIP") != "None":

@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 tools=$(bash ../tools-venv.sh)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-for overlay in base overlays/gpu overlays/cpu; do
+for overlay in base overlays/gpu overlays/cpu overlays/single-node; do
   name=$(basename "$overlay")
   "$tools/bin/kubectl" kustomize "$overlay" >"$out/$name.yaml"
   for version in 1.30.0 1.37.0; do

@@ -66,23 +66,14 @@ inline void StoreLabel(uint8_t* dst, size_t item, int64_t value) {
 template <typename T>
 Counts CountRange(const T* labels, int64_t begin, int64_t end, int64_t pos, int64_t neg) {
   int64_t p = 0, q = 0;
-  if (cpu::HasVectorFilter()) {
-    const int64_t vector_end = begin + (end - begin) / 8 * 8;
-    cpu::CountLabels(sizeof(T), std::is_signed_v<T>, labels + begin, vector_end - begin, pos, neg,
-                     &p, &q);
-    begin = vector_end;
-  }
-  for (int64_t i = begin; i < end; ++i) {
-    const int64_t x = static_cast<int64_t>(labels[i]);
-    p += x == pos;
-    q += x == neg;
-  }
+  cpu::CountLabels(sizeof(T), std::is_signed_v<T>, labels + begin, end - begin, pos, neg, &p, &q);
   return {p, q};
 }
 
 // Appends to pos_out / neg_out, in index order, PackKey(u, i) of every element of
 // [begin, end) of its class whose key is below the class bound. Each output needs room for
-// the class's members in the range plus one (writes are branch-free). Without `need_keys`
+// the class's members in the range plus cpu::kFilterSlack (writes are branch-free, and
+// vector versions store whole registers). Without `need_keys`
 // (no class keeps only part of itself) keys are left 0. Returns the counts.
 template <typename T>
 Counts FilterRange(const T* labels, int64_t begin, int64_t end, const RowDesc& row,
@@ -91,7 +82,6 @@ Counts FilterRange(const T* labels, int64_t begin, int64_t end, const RowDesc& r
   const int64_t pos = row.positive_label, neg = row.negative_label;
   int64_t np = 0, nq = 0;
   alignas(64) uint32_t keys[cpu::kTileElements] = {};
-  const bool vector = cpu::HasVectorFilter();
   constexpr bool kSigned = std::is_signed_v<T>;
   for (int64_t tile = begin; tile < end; tile += cpu::kTileElements) {
     const int64_t tile_end = std::min(end, tile + cpu::kTileElements);
@@ -99,7 +89,7 @@ Counts FilterRange(const T* labels, int64_t begin, int64_t end, const RowDesc& r
       cpu::KeyTile(row.seed, row.row_in_request, kSelectionStream, static_cast<uint64_t>(tile),
                    keys);
     }
-    if (vector && tile_end - tile == cpu::kTileElements) {
+    if (tile_end - tile == cpu::kTileElements) {
       cpu::FilterTile(sizeof(T), kSigned, labels + tile, keys, static_cast<uint32_t>(tile), pos,
                       neg, pos_bound, neg_bound, pos_out, &np, neg_out, &nq);
       continue;
@@ -152,15 +142,25 @@ void SelectSmallest(const uint64_t* cand, int64_t c, int64_t m, uint64_t bound,
     out->resize(static_cast<size_t>(m));
     return;
   }
-  constexpr int kBucketBits = 11;
+  // About two candidates per bucket (at most 2^11 buckets): the counters to clear and the
+  // buckets to scan grow with c, not with a fixed table (a fixed 2^11 table, cleared and
+  // scanned from the bottom, was a sixth of a 1e4-element row).
+  int c_bits = 0;
+  while (c_bits < 30 && (int64_t{1} << c_bits) < c) ++c_bits;
+  const int bucket_bits = std::clamp(c_bits - 1, 4, 11);
   int key_bits = 0;
   while (key_bits < 32 && (uint64_t{1} << key_bits) < bound) ++key_bits;
-  const int shift = 32 + std::max(0, key_bits - kBucketBits);  // of the packed key
-  uint32_t hist[1 << kBucketBits] = {};
+  const int shift = 32 + std::max(0, key_bits - bucket_bits);  // of the packed key
+  uint32_t hist[1 << 11];
+  const uint64_t top = (bound - 1) >> (shift - 32);  // the highest bucket a key can reach
+  std::memset(hist, 0, static_cast<size_t>(top + 1) * sizeof(uint32_t));
   for (int64_t j = 0; j < c; ++j) ++hist[cand[j] >> shift];
-  int64_t below = 0;
-  uint64_t bucket = 0;
-  while (below + hist[bucket] < m) below += hist[bucket++];
+  // The m-th smallest sits in the bucket where the count from the top passes c - m; the
+  // bound keeps c - m small (about 4 sqrt(m) + 16), so scan from the top.
+  int64_t above = 0;
+  uint64_t bucket = top;
+  while (c - above - hist[bucket] >= m) above += hist[bucket--];
+  const int64_t below = c - above - hist[bucket];
   tmp->clear();
   for (int64_t j = 0; j < c; ++j) {
     if ((cand[j] >> shift) == bucket) tmp->push_back(cand[j]);
@@ -305,8 +305,8 @@ class CpuBackend final : public Backend {
       pos_at.assign(static_cast<size_t>(chunks + 1), 0);
       neg_at.assign(static_cast<size_t>(chunks + 1), 0);
       for (int64_t c = 0; c < chunks; ++c) {
-        pos_at[c + 1] = pos_at[c] + chunk_counts[c].pos + 1;
-        neg_at[c + 1] = neg_at[c] + chunk_counts[c].neg + 1;
+        pos_at[c + 1] = pos_at[c] + chunk_counts[c].pos + cpu::kFilterSlack;
+        neg_at[c + 1] = neg_at[c] + chunk_counts[c].neg + cpu::kFilterSlack;
       }
       if (static_cast<int64_t>(s->pos.size()) < pos_at[chunks]) s->pos.resize(pos_at[chunks]);
       if (static_cast<int64_t>(s->neg.size()) < neg_at[chunks]) s->neg.resize(neg_at[chunks]);

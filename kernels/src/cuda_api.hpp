@@ -27,11 +27,10 @@ void CopyAsync(void* dst, const void* src, size_t bytes, void* stream);
 void MemsetAsync(void* dst, int value, size_t bytes, void* stream);
 void EnqueueHostCallback(void* stream, std::function<void(const std::string& error)> fn);
 void StreamSynchronize(void* stream);
-void CopySpansAsync(const CopySpan* d_spans, int64_t n, const uint8_t* src, uint8_t* dst,
-                    void* stream);
-void GatherFeatureRowsAsync(const int64_t* d_indices, const int64_t* d_row_start, int64_t rows,
-                            int64_t k, int64_t row_bytes, const uint8_t* features, uint8_t* out,
-                            void* stream);
+// StreamGraph: capture of `enqueue` on `stream`, updated into or instantiated as *exec (a
+// cudaGraphExec_t), then launched.
+void GraphLaunch(void* stream, void** exec, const std::function<void()>& enqueue);
+void GraphDestroy(void* exec) noexcept;
 // StreamTimer's events.
 void TimerCreate(void* stream, void** start, void** stop);
 void TimerDestroy(void* start, void* stop) noexcept;

@@ -32,11 +32,8 @@ void CopyToDevice(int, void*, const void*, size_t) { Unavailable(); }
 void MemsetAsync(void*, int, size_t, void*) { Unavailable(); }
 void EnqueueHostCallback(void*, std::function<void(const std::string&)>) { Unavailable(); }
 void StreamSynchronize(void*) { Unavailable(); }
-void CopySpansAsync(const CopySpan*, int64_t, const uint8_t*, uint8_t*, void*) { Unavailable(); }
-void GatherFeatureRowsAsync(const int64_t*, const int64_t*, int64_t, int64_t, int64_t,
-                            const uint8_t*, uint8_t*, void*) {
-  Unavailable();
-}
+void GraphLaunch(void*, void**, const std::function<void()>&) { Unavailable(); }
+void GraphDestroy(void*) noexcept {}
 void TimerCreate(void*, void**, void**) { Unavailable(); }
 void TimerDestroy(void*, void*) noexcept {}
 void TimerRecord(void*, void*) { Unavailable(); }

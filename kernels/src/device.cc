@@ -9,8 +9,6 @@
 #include "cuda_api.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/sampler.hpp"
-#include "pipeline/pipeline.hpp"
-#include "sim/sim_block.hpp"
 #include "sim/sim_device.hpp"
 
 namespace gpusampler::kernels {
@@ -18,15 +16,6 @@ namespace {
 
 using sim::AsSimStream;
 using sim::IsSimStream;
-
-// A kernel of the pipeline run on a sim stream (its counts are not kept).
-template <class Body>
-void SimLaunch(void* stream, Body body, int64_t blocks) {
-  AsSimStream(stream)->Enqueue([body, blocks] {
-    LaunchStats stats;
-    sim::SimExec(&stats).Launch(body, blocks);
-  });
-}
 
 // StreamTimer on a sim stream: the times at which the stream reached Start and Stop.
 struct SimEvent {
@@ -109,23 +98,31 @@ void StreamSynchronize(void* stream) {
   AsSimStream(stream)->Synchronize();
 }
 
-void CopySpansAsync(const CopySpan* d_spans, int64_t n, const uint8_t* src, uint8_t* dst,
-                    void* stream) {
-  if (!IsSimStream(stream)) return cuda_api::CopySpansAsync(d_spans, n, src, dst, stream);
-  if (n > 0) SimLaunch(stream, pipeline::CopySpansBody{d_spans, src, dst}, n);
+int64_t StreamOperations(void* stream) {
+  return IsSimStream(stream) ? AsSimStream(stream)->operations() : -1;
 }
 
-void GatherFeatureRowsAsync(const int64_t* d_indices, const int64_t* d_row_start, int64_t rows,
-                            int64_t k, int64_t row_bytes, const uint8_t* features, uint8_t* out,
-                            void* stream) {
-  if (!IsSimStream(stream)) {
-    return cuda_api::GatherFeatureRowsAsync(d_indices, d_row_start, rows, k, row_bytes, features,
-                                            out, stream);
+StreamGraph::StreamGraph(void* stream) : stream_(stream) {}
+
+StreamGraph::~StreamGraph() { Reset(); }
+
+void StreamGraph::Reset() noexcept {
+  if (!IsSimStream(stream_)) cuda_api::GraphDestroy(exec_);
+  exec_ = nullptr;
+}
+
+void StreamGraph::Launch(const std::function<void()>& enqueue) {
+  if (!IsSimStream(stream_)) return cuda_api::GraphLaunch(stream_, &exec_, enqueue);
+  sim::SimStream* stream = AsSimStream(stream_);
+  stream->BeginCapture();
+  try {
+    enqueue();
+  } catch (...) {
+    stream->EndCapture(/*launch=*/false);
+    throw;
   }
-  if (rows == 0 || k == 0 || row_bytes == 0) return;
-  SimLaunch(stream,
-            pipeline::GatherFeaturesBody{d_indices, d_row_start, rows, k, row_bytes, features, out},
-            (rows * k + pipeline::kThreads - 1) / pipeline::kThreads);
+  stream->EndCapture(/*launch=*/true);
+  exec_ = stream_;  // "instantiated": nothing to keep on the host
 }
 
 StreamTimer::StreamTimer(void* stream) : stream_(stream) {

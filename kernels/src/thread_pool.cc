@@ -1,6 +1,7 @@
 #include "thread_pool.hpp"
 
 #include <chrono>
+#include <stdexcept>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -45,23 +46,35 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::RunTasks(int worker) {
+void ThreadPool::RunTasks(uint32_t job, int worker) {
   for (;;) {
-    const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
-    if (i >= n_) return;
-    try {
-      (*fn_)(i, worker);
-    } catch (...) {
+    uint64_t state = state_.load();
+    if (static_cast<uint32_t>(state >> 32) != job) return;
+    const uint32_t i = static_cast<uint32_t>(state);
+    // n_ is read after the state: had a later job replaced it, that job would have closed
+    // the state first, and the compare-exchange below fails.
+    if (i == kClosed || i >= n_.load()) return;
+    if (!state_.compare_exchange_weak(state, state + 1)) continue;
+    // Task i is ours; the job cannot finish (nor fn_ change) before it is counted.
+    const int64_t n = n_.load();
+    if (!failed_.load(std::memory_order_relaxed)) {
+      try {
+        (*fn_.load())(i, worker);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+        failed_.store(true);
+      }
+    }
+    if (completed_.fetch_add(1) + 1 == n) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!error_) error_ = std::current_exception();
-      // Drain the remaining indices so every thread finishes promptly.
-      next_.store(n_, std::memory_order_relaxed);
+      done_cv_.notify_one();
     }
   }
 }
 
 void ThreadPool::WorkerLoop(int worker) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
     auto changed = [&] {
       return stop_.load(std::memory_order_acquire) ||
@@ -73,11 +86,7 @@ void ThreadPool::WorkerLoop(int worker) {
     }
     if (stop_.load(std::memory_order_acquire)) return;
     seen = generation_.load(std::memory_order_acquire);
-    RunTasks(worker);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_cv_.notify_one();
-    }
+    RunTasks(seen, worker);
   }
 }
 
@@ -87,18 +96,26 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int)>&
     for (int64_t i = 0; i < n; ++i) fn(i, 0);
     return;
   }
-  fn_ = &fn;
-  n_ = n;
-  error_ = nullptr;
-  next_.store(0, std::memory_order_relaxed);
-  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  if (n >= kClosed) throw std::length_error("ThreadPool::ParallelFor: too many tasks");
+  const uint32_t job = ++job_;
+  // Close the state before touching the job's fields (see RunTasks), then open it.
+  state_.store(uint64_t{job} << 32 | kClosed);
+  fn_.store(&fn);
+  n_.store(n);
+  completed_.store(0);
+  failed_.store(false);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+    error_ = nullptr;
+  }
+  state_.store(uint64_t{job} << 32);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_.store(job, std::memory_order_release);
   }
   start_cv_.notify_all();
-  RunTasks(0);
-  auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  RunTasks(job, 0);
+  auto done = [&] { return completed_.load() == n; };
   if (!SpinUntil(done, spin_us_)) {
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, done);
@@ -107,7 +124,6 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int)>&
   {
     std::lock_guard<std::mutex> lock(mu_);
     error = error_;
-    fn_ = nullptr;
   }
   if (error) std::rethrow_exception(error);
 }

@@ -25,26 +25,38 @@ class ThreadPool {
 
   // Calls fn(i, worker) for every i in [0, n), spread over the pool; `worker` in
   // [0, size()) identifies the thread (for per-thread scratch). The caller runs tasks too
-  // and returns when all are done, rethrowing the first exception a task threw.
-  // One ParallelFor at a time; not reentrant from inside a task.
+  // and returns as soon as every task has finished (a worker that has not started yet,
+  // e.g. one the OS has not scheduled on a loaded machine, is not waited for: the caller
+  // takes its tasks), rethrowing the first exception a task threw (tasks not yet started
+  // then are skipped). One ParallelFor at a time; not reentrant from inside a task.
   void ParallelFor(int64_t n, const std::function<void(int64_t, int)>& fn);
 
  private:
+  using Fn = std::function<void(int64_t, int)>;
+  static constexpr uint32_t kClosed = 0xFFFFFFFFu;
+
   void WorkerLoop(int worker);
-  void RunTasks(int worker);
+  // Claims and runs tasks of job `job` until none is left (or another job began).
+  void RunTasks(uint32_t job, int worker);
 
   const int spin_us_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
-  // Bumped (under mu_, so sleepers cannot miss it) after the job fields below are set.
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};  // workers still inside the current job
+  // Job number << 32 | next task index; the index is kClosed while a job is set up. A task
+  // is claimed by a compare-exchange that also checks the job number, so a worker that
+  // wakes up late can never claim a task of a later job with an earlier job's function.
+  std::atomic<uint64_t> state_{0};
+  std::atomic<const Fn*> fn_{nullptr};
+  std::atomic<int64_t> n_{0};
+  std::atomic<int64_t> completed_{0};  // tasks of the current job finished
+  std::atomic<bool> failed_{false};
+  // The job number sleepers wait on; bumped under mu_ (so sleepers cannot miss it) after
+  // the job is published.
+  std::atomic<uint32_t> generation_{0};
   std::atomic<bool> stop_{false};
-  const std::function<void(int64_t, int)>* fn_ = nullptr;
-  int64_t n_ = 0;
-  std::atomic<int64_t> next_{0};
+  uint32_t job_ = 0;          // the caller's job counter
   std::exception_ptr error_;  // guarded by mu_
 };
 

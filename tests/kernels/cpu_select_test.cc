@@ -1,13 +1,22 @@
-// The CPU backend's building blocks against plain reference code: the vectorized key
-// generator, the vector count and filter, and the ordering sort (with forced ties).
+// The CPU backend's building blocks against plain reference code: the key generators, the
+// class count and the candidate filter under every instruction-set version this CPU runs
+// (each label dtype), the version choice, and the ordering sort (with forced ties).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "cpu_select.hpp"
 #include "gpusampler/kernels/philox.hpp"
+#include "thread_pool.hpp"
 
 namespace gpusampler::kernels::cpu {
 namespace {
@@ -80,35 +89,226 @@ TEST(CpuSelectTest, SortByHighWordInsideABucketOfSharedTopBits) {
   }
 }
 
-TEST(CpuSelectTest, VectorCountAndFilterMatchScalar) {
-  if (!HasVectorFilter()) GTEST_SKIP() << "no AVX-512 on this CPU (or a lower ISA was forced)";
+// The instruction-set versions this CPU runs (portable always).
+std::vector<Isa> SupportedIsas() {
+  std::vector<Isa> out;
+  for (Isa isa : kAllIsas) {
+    if (IsaSupported(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+TEST(CpuSelectTest, EveryIsaKeyTileAndElementKeysMatchScalarPhilox) {
+  std::mt19937 gen(12);
+  for (Isa isa : SupportedIsas()) {
+    uint32_t out[kTileElements];
+    for (uint64_t first : {uint64_t{0}, uint64_t{1000004}, ((uint64_t{1} << 32) - 16) * 4}) {
+      KeyTile(isa, 0x0123456789ABCDEFull, 9, kSelectionStream, first, out);
+      for (int j = 0; j < kTileElements; ++j) {
+        ASSERT_EQ(out[j], ElementKey(0x0123456789ABCDEFull, 9, kSelectionStream, first + j))
+            << IsaName(isa) << " first " << first << " j " << j;
+      }
+    }
+    for (int n : {0, 1, 7, 16, 17, 64, 65, 300}) {
+      std::vector<uint32_t> idx(static_cast<size_t>(n));
+      for (auto& i : idx) i = gen();
+      std::vector<uint32_t> keys(static_cast<size_t>(n) + 1, 0x5A5A5A5Au);
+      KeysOfElements(isa, 77, 2, kOrderStream, idx.data(), n, keys.data());
+      for (int j = 0; j < n; ++j) {
+        ASSERT_EQ(keys[j], ElementKey(77, 2, kOrderStream, idx[j])) << IsaName(isa) << " n " << n;
+      }
+      EXPECT_EQ(keys[n], 0x5A5A5A5Au) << IsaName(isa) << " wrote past n = " << n;
+    }
+  }
+}
+
+// One label dtype: raw bytes of `size`, read signed or not, widened to int64 before the
+// compare. Values are chosen so that a version that compared fewer bytes, sign-extended an
+// unsigned byte or zero-extended a signed one would match the wrong elements.
+struct LabelCase {
+  int size;
+  bool is_signed;
+  std::vector<int64_t> values;  // drawn from
+  int64_t pos, neg;
+};
+
+int64_t Widen(const uint8_t* bytes, int size, bool is_signed) {
+  switch (size) {
+    case 1:
+      return is_signed ? int64_t{static_cast<int8_t>(bytes[0])} : int64_t{bytes[0]};
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, bytes, 2);
+      return is_signed ? int64_t{static_cast<int16_t>(v)} : int64_t{v};
+    }
+    case 4: {
+      uint32_t v;
+      std::memcpy(&v, bytes, 4);
+      return is_signed ? int64_t{static_cast<int32_t>(v)} : int64_t{v};
+    }
+    default: {
+      int64_t v;
+      std::memcpy(&v, bytes, 8);
+      return v;
+    }
+  }
+}
+
+std::vector<LabelCase> LabelCases() {
+  return {
+      {1, true, {-1, 0, 1, 127, -128}, -1, 1},
+      {1, false, {255, 0, 1, 128}, 255, 0},
+      {1, false, {255, 0, 1}, -1, 1},  // -1 is no uint8 value: never matches
+      {2, true, {-1, 1, 257, -32768, 0}, 1, -1},
+      {2, false, {65535, 1, 257}, 65535, 1},
+      {4, true, {-1, 1, 65537, INT32_MIN, 0}, 1, INT32_MIN},
+      {4, false, {0xFFFFFFFFll, 1, 65537}, 0xFFFFFFFFll, 1},
+      {8, true, {-1, 1, (int64_t{1} << 32) + 1, INT64_MIN, 0}, 1, -1},
+      {8, true, {-1, 1, (int64_t{1} << 32) + 1, INT64_MIN, 0}, (int64_t{1} << 32) + 1, INT64_MIN},
+  };
+}
+
+TEST(CpuSelectTest, EveryIsaCountAndFilterMatchScalarPerLabelDtype) {
   std::mt19937_64 gen(11);
-  alignas(64) int16_t labels[kTileElements];
-  alignas(64) uint32_t keys[kTileElements];
-  for (int trial = 0; trial < 200; ++trial) {
-    for (int j = 0; j < kTileElements; ++j) {
-      labels[j] = static_cast<int16_t>(static_cast<int>(gen() % 4) - 1);  // -1, 0, 1, 2
-      keys[j] = static_cast<uint32_t>(gen());
+  for (Isa isa : SupportedIsas()) {
+    for (const LabelCase& lc : LabelCases()) {
+      const std::string where = std::string(IsaName(isa)) + " size " + std::to_string(lc.size) +
+                                (lc.is_signed ? " signed" : " unsigned") + " pos " +
+                                std::to_string(lc.pos) + " neg " + std::to_string(lc.neg);
+      for (int trial = 0; trial < 40; ++trial) {
+        alignas(64) uint8_t labels[kTileElements * 8 + 8];
+        alignas(64) uint32_t keys[kTileElements];
+        for (int j = 0; j < kTileElements; ++j) {
+          const int64_t v = lc.values[gen() % lc.values.size()];
+          std::memcpy(labels + j * lc.size, &v, static_cast<size_t>(lc.size));
+          keys[j] = static_cast<uint32_t>(gen());
+        }
+        // Bounds from none to all, 2^32 (keep every key) included.
+        const uint64_t bounds[] = {0, gen() >> 32, gen() >> 33, uint64_t{1} << 32};
+        const uint64_t pos_bound = bounds[trial % 4], neg_bound = bounds[(trial / 4) % 4];
+        const uint32_t first = 256u * static_cast<uint32_t>(trial) + 0x7FFFF000u;
+        constexpr uint64_t kCanary = 0xC0FFEE0000C0FFEEull;
+        std::vector<uint64_t> pos_out(kTileElements + 2 * kFilterSlack, kCanary);
+        std::vector<uint64_t> neg_out(kTileElements + 2 * kFilterSlack, kCanary);
+        // Start part-way in, as a later tile of a row does.
+        int64_t np = 3, nq = 5;
+        FilterTile(isa, lc.size, lc.is_signed, labels, keys, first, lc.pos, lc.neg, pos_bound,
+                   neg_bound, pos_out.data(), &np, neg_out.data(), &nq);
+        std::vector<uint64_t> want_pos, want_neg;
+        int64_t count_pos = 0, count_neg = 0;
+        for (int j = 0; j < kTileElements; ++j) {
+          const int64_t x = Widen(labels + j * lc.size, lc.size, lc.is_signed);
+          const uint64_t packed = PackKey(keys[j], uint64_t{first} + j);
+          if (x == lc.pos && keys[j] < pos_bound) want_pos.push_back(packed);
+          if (x == lc.neg && keys[j] < neg_bound) want_neg.push_back(packed);
+          count_pos += x == lc.pos;
+          count_neg += x == lc.neg;
+        }
+        ASSERT_EQ(std::vector<uint64_t>(pos_out.begin() + 3, pos_out.begin() + np), want_pos)
+            << where;
+        ASSERT_EQ(std::vector<uint64_t>(neg_out.begin() + 5, neg_out.begin() + nq), want_neg)
+            << where;
+        // Nothing before the start position, nothing past the slack.
+        for (int j = 0; j < 3; ++j) ASSERT_EQ(pos_out[j], kCanary) << where;
+        for (int j = 0; j < 5; ++j) ASSERT_EQ(neg_out[j], kCanary) << where;
+        for (size_t j = static_cast<size_t>(np + kFilterSlack); j < pos_out.size(); ++j) {
+          ASSERT_EQ(pos_out[j], kCanary) << where << " wrote past the slack";
+        }
+        for (size_t j = static_cast<size_t>(nq + kFilterSlack); j < neg_out.size(); ++j) {
+          ASSERT_EQ(neg_out[j], kCanary) << where << " wrote past the slack";
+        }
+        // Counts over every length (vector bodies and scalar tails).
+        const int64_t n = 1 + static_cast<int64_t>(gen() % kTileElements);
+        int64_t p = 10, q = 20, want_p = 10, want_q = 20;
+        CountLabels(isa, lc.size, lc.is_signed, labels, n, lc.pos, lc.neg, &p, &q);
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t x = Widen(labels + j * lc.size, lc.size, lc.is_signed);
+          want_p += x == lc.pos;
+          want_q += x == lc.neg;
+        }
+        ASSERT_EQ(p, want_p) << where << " n " << n;
+        ASSERT_EQ(q, want_q) << where << " n " << n;
+        if (n == kTileElements) {
+          EXPECT_EQ(p - 10, count_pos);
+          EXPECT_EQ(q - 20, count_neg);
+        }
+      }
     }
-    const uint64_t pos_bound = gen() % (uint64_t{1} << 33), neg_bound = gen() >> 31;
-    uint64_t pos_out[kTileElements], neg_out[kTileElements];
-    int64_t np = 0, nq = 0;
-    FilterTile(2, true, labels, keys, 640, 1, -1, pos_bound, neg_bound, pos_out, &np, neg_out, &nq);
-    std::vector<uint64_t> want_pos, want_neg;
-    int64_t count_pos = 0, count_neg = 0;
-    for (int j = 0; j < kTileElements; ++j) {
-      const uint64_t packed = PackKey(keys[j], 640 + j);
-      if (labels[j] == 1 && keys[j] < pos_bound) want_pos.push_back(packed);
-      if (labels[j] == -1 && keys[j] < neg_bound) want_neg.push_back(packed);
-      count_pos += labels[j] == 1;
-      count_neg += labels[j] == -1;
+  }
+}
+
+TEST(CpuSelectTest, IsaNamesParseAndTheActiveOneIsSupported) {
+  for (Isa isa : kAllIsas) {
+    Isa parsed;
+    ASSERT_TRUE(ParseIsa(IsaName(isa), &parsed));
+    EXPECT_EQ(parsed, isa);
+  }
+  Isa parsed;
+  EXPECT_FALSE(ParseIsa("sse2", &parsed));
+  EXPECT_TRUE(IsaSupported(Isa::kPortable));
+  EXPECT_TRUE(IsaSupported(ActiveIsa()));
+  EXPECT_STREQ(KeyIsaName(), IsaName(ActiveIsa()));
+  // GPUSAMPLER_PHILOX_ISA (ctest's kernels_isa_* entries) wins when this CPU supports it.
+  const char* env = std::getenv("GPUSAMPLER_PHILOX_ISA");
+  Isa wanted;
+  if (env != nullptr && ParseIsa(env, &wanted) && IsaSupported(wanted)) {
+    EXPECT_EQ(ActiveIsa(), wanted) << IsaChoice();
+  } else {
+    const CpuId cpu = DetectCpu();
+    EXPECT_EQ(ActiveIsa(), DefaultIsa(cpu, IsaSupported(Isa::kAvx2), IsaSupported(Isa::kAvx512)))
+        << IsaChoice();
+  }
+}
+
+TEST(CpuSelectTest, DefaultIsaIsTheWidestOnBothFamilies) {
+  const CpuId intel{"GenuineIntel", 6, 0x8F};   // Sapphire Rapids
+  const CpuId amd{"AuthenticAMD", 0x19, 0x11};  // Zen 4 (Genoa)
+  for (const CpuId& cpu : {intel, amd}) {
+    EXPECT_EQ(DefaultIsa(cpu, true, true), Isa::kAvx512) << cpu.vendor;
+    EXPECT_EQ(DefaultIsa(cpu, true, false), Isa::kAvx2) << cpu.vendor;
+    EXPECT_EQ(DefaultIsa(cpu, false, false), Isa::kPortable) << cpu.vendor;
+  }
+}
+
+// The backend's pool: every task of every job runs exactly once, on a valid worker id,
+// also when jobs follow each other faster than the workers wake up (late workers must not
+// run a task of a later job), and a task's exception reaches the caller.
+TEST(ThreadPoolTest, EveryTaskOnceAcrossManyJobs) {
+  for (int threads : {2, 4}) {
+    for (int spin_us : {0, 200}) {
+      ThreadPool pool(threads, spin_us);
+      std::mt19937 gen(static_cast<unsigned>(threads * 1000 + spin_us));
+      for (int job = 0; job < 1000; ++job) {
+        const int64_t n = 1 + static_cast<int64_t>(gen() % 40);
+        std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+        for (auto& r : runs) r.store(0);
+        std::atomic<int> bad_worker{0};
+        pool.ParallelFor(n, [&](int64_t i, int worker) {
+          if (worker < 0 || worker >= threads) bad_worker.fetch_add(1);
+          runs[static_cast<size_t>(i)].fetch_add(1);
+          if ((i & 7) == 3) std::this_thread::yield();
+        });
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(runs[static_cast<size_t>(i)].load(), 1)
+              << "threads " << threads << " spin " << spin_us << " job " << job << " task " << i;
+        }
+        ASSERT_EQ(bad_worker.load(), 0);
+      }
     }
-    ASSERT_EQ(std::vector<uint64_t>(pos_out, pos_out + np), want_pos);
-    ASSERT_EQ(std::vector<uint64_t>(neg_out, neg_out + nq), want_neg);
-    int64_t p = 0, q = 0;
-    CountLabels(2, true, labels, kTileElements, 1, -1, &p, &q);
-    ASSERT_EQ(p, count_pos);
-    ASSERT_EQ(q, count_neg);
+  }
+}
+
+TEST(ThreadPoolTest, ExceptionReachesTheCallerAndThePoolKeepsWorking) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 50; ++round) {
+    EXPECT_THROW(pool.ParallelFor(20,
+                                  [&](int64_t i, int) {
+                                    if (i == round % 20) throw std::runtime_error("task failed");
+                                  }),
+                 std::runtime_error);
+    std::atomic<int64_t> sum{0};
+    pool.ParallelFor(100, [&](int64_t i, int) { sum.fetch_add(i); });
+    ASSERT_EQ(sum.load(), 4950) << "round " << round;
   }
 }
 

@@ -1,17 +1,17 @@
 // kernels::CudaLauncher: the per-stream launch context (stream, arena, pinned staging,
 // device buffers, completion with a time limit), on the cuda-sim device everywhere and on
-// CUDA device 0 where one exists: a staged round trip with growth, a sampled launch equal to
-// the CPU backend's, an enqueue error, and a launch that times out.
+// CUDA device 0 where one exists: a staged round trip with growth, an enqueue error, and a
+// launch that times out. The staged launch over it: staged_launch_test.cc.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
-#include <string>
-#include <thread>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "gpusampler/kernels/device.hpp"
@@ -66,65 +66,6 @@ TEST_P(LauncherOnDevice, StagedRoundTripAndGrowth) {
                std::runtime_error);
   EXPECT_FALSE(launcher.faulted());
   launcher.Launch([] {});  // still usable
-}
-
-// Rows and labels staged in pinned memory, copied in, sampled, copied out: the CUDA
-// worker's sequence, equal to the CPU backend's answer.
-TEST_P(LauncherOnDevice, SampledLaunchMatchesTheCpuBackend) {
-  CudaLauncher launcher(GetParam(), milliseconds(60000));
-  BatchBuilder builder;
-  SamplingSpec spec;
-  spec.num_samples = 300;
-  builder.AddRequest(spec, 99, DType::kInt32, {5000, 700, 0, 20000}, 0);
-  std::vector<int32_t> labels(static_cast<size_t>(builder.total_elements()));
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>((i * 7919) % 3);
-  const auto& rows = builder.rows();
-  const size_t rows_bytes = rows.size() * sizeof(RowDesc);
-  const size_t label_bytes = labels.size() * sizeof(int32_t);
-  const size_t idx_bytes = static_cast<size_t>(builder.total_slots()) * 8;
-  const size_t olab_bytes = static_cast<size_t>(builder.out_label_bytes());
-  const size_t cnt_bytes = rows.size() * 4;
-  LaunchSizes sizes;
-  sizes.rows = static_cast<int64_t>(rows.size());
-  sizes.elements = builder.total_elements();
-  sizes.slots = builder.total_slots();
-  sizes.in_bytes = rows_bytes + label_bytes;
-  sizes.out_bytes = idx_bytes + olab_bytes + 2 * cnt_bytes;
-  launcher.Reserve(sizes);
-  std::memcpy(launcher.h_in(), rows.data(), rows_bytes);
-  std::memcpy(launcher.h_in() + rows_bytes, labels.data(), label_bytes);
-  Batch batch;
-  builder.FillSizes(&batch);  // host_rows: the builder's rows
-  batch.rows = reinterpret_cast<const RowDesc*>(launcher.d_in());
-  batch.labels = launcher.d_in() + rows_bytes;
-  batch.out_indices = reinterpret_cast<int64_t*>(launcher.d_out());
-  batch.out_labels = launcher.d_out() + idx_bytes;
-  batch.out_num_positive = reinterpret_cast<int32_t*>(launcher.d_out() + idx_bytes + olab_bytes);
-  batch.out_num_negative =
-      reinterpret_cast<int32_t*>(launcher.d_out() + idx_bytes + olab_bytes + cnt_bytes);
-  launcher.Launch([&] {
-    CopyAsync(launcher.d_in(), launcher.h_in(), sizes.in_bytes, launcher.stream());
-    launcher.backend().Sample(batch);
-    CopyAsync(launcher.h_out(), launcher.d_out(), sizes.out_bytes, launcher.stream());
-  });
-
-  std::vector<int64_t> idx(static_cast<size_t>(builder.total_slots()));
-  std::vector<uint8_t> olab(olab_bytes + 1);
-  std::vector<int32_t> pos(rows.size()), neg(rows.size());
-  Batch cpu = batch;
-  cpu.rows = rows.data();
-  cpu.labels = reinterpret_cast<const uint8_t*>(labels.data());
-  cpu.out_indices = idx.data();
-  cpu.out_labels = olab.data();
-  cpu.out_num_positive = pos.data();
-  cpu.out_num_negative = neg.data();
-  MakeCpuBackend(1)->Sample(cpu);
-  EXPECT_EQ(std::memcmp(launcher.h_out(), idx.data(), idx_bytes), 0);
-  EXPECT_EQ(std::memcmp(launcher.h_out() + idx_bytes, olab.data(), olab_bytes), 0);
-  EXPECT_EQ(std::memcmp(launcher.h_out() + idx_bytes + olab_bytes, pos.data(), cnt_bytes), 0);
-  EXPECT_EQ(std::memcmp(launcher.h_out() + idx_bytes + olab_bytes + cnt_bytes, neg.data(),
-                        cnt_bytes),
-            0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, LauncherOnDevice, ::testing::Values(kSimDevice, 0),

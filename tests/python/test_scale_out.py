@@ -130,3 +130,77 @@ def test_round_robin_over_three_servers_survives_one_killed(tmp_path: Path) -> N
     # After the kill, round_robin kept both survivors busy.
     for at_kill, after in zip(state["survivors_at_kill"], survivors_after):
         assert after > at_kill, f"a survivor took no traffic after the kill: {at_kill} -> {after}"
+
+
+def test_datasets_across_three_replicas_sharing_one_directory(tmp_path: Path) -> None:
+    """Three CPU replicas share one --dataset-dir (docs/scaling.md): an upload through one is
+    sampled through all at once, a replica SIGKILLed mid-upload leaves nothing behind, and a
+    replica added later serves the dataset too. Every answer is checked against the golden
+    samples (test_repository.py builds the dataset from them)."""
+    import grpc
+
+    from test_repository import (POLL, case_request, check_case, chunks, pb, sample_all, stub,
+                                 upload)
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    servers = [start_server(tmp_path / f"s{i}", ["--dataset-dir", str(repo)] + POLL)
+               for i in range(3)]
+    late = None
+    try:
+        stubs = [stub(s.target) for s in servers]
+        info = upload(stubs[0], "train", 1)
+        versions = {info.sha256: 1}
+        for s in stubs:
+            assert sample_all(s, "train", versions) == []
+
+        # The third replica dies (SIGKILL) while it receives a replacement.
+        sent, release = threading.Event(), threading.Event()
+
+        def stalled():
+            for n, c in enumerate(chunks("train", 2, replace=True)):
+                yield c
+                if n == 2:
+                    sent.set()
+                    release.wait(30)
+                    return
+
+        fut = stubs[2].CreateDataset.future(stalled(), timeout=60)
+        assert sent.wait(10)
+        servers[2].process.send_signal(signal.SIGKILL)
+        servers[2].process.wait()
+        with pytest.raises(grpc.RpcError):
+            fut.result(timeout=30)
+        release.set()
+
+        # A replica added later; then one round_robin channel over the live ones, as a
+        # trainer given every address (or a headless Service) uses them.
+        late = start_server(tmp_path / "late", ["--dataset-dir", str(repo)] + POLL)
+        live = [servers[0], servers[1], late]
+        target = "ipv4:" + ",".join(s.target for s in live)
+        channel = grpc.insecure_channel(
+            target, options=[("grpc.service_config",
+                              json.dumps({"loadBalancingConfig": [{"round_robin": {}}]}))])
+        from gpusampler.v1 import sampler_pb2_grpc as pb_grpc
+
+        rr = pb_grpc.SamplerStub(channel)
+        before = [ok_samples(s.metrics_port) for s in live]
+        wrong = []
+        for rep in range(3):
+            for i in range(len(GOLDEN)):
+                err = check_case(rr.Sample(case_request("train", i), timeout=30), i, versions)
+                if err:
+                    wrong.append(err)
+        assert wrong == [], wrong[:5]
+        served = [ok_samples(s.metrics_port) - b for s, b in zip(live, before)]
+        assert all(n > 0 for n in served), f"a replica took no dataset requests: {served}"
+        names = [d.name for d in rr.ListDatasets(pb.ListDatasetsRequest()).datasets]
+        assert names == ["train"]
+        assert sorted(p.name for p in repo.iterdir() if ".tmp-" not in p.name) == ["train.dataset"]
+        print(f"\nrepository scale-out: {3 * len(GOLDEN)} dataset requests over "
+              f"{len(live)} replicas, answered {served}, all golden-exact")
+    finally:
+        for s in servers[:2] + ([late] if late else []):
+            assert stop_server(s) == 0, s.log_text()
+        if servers[2].process.poll() is None:
+            servers[2].process.kill()

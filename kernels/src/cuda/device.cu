@@ -192,6 +192,52 @@ void StreamSynchronize(void* stream) {
   GPUSAMPLER_CUDA_TRY(cudaStreamSynchronize(AsStream(stream)));
 }
 
+// Capture is thread-local: another thread's CUDA calls (a second worker's) neither join
+// nor break it. An update keeps the instantiated graph (and the driver's work of building
+// it) whenever the new capture has the same nodes with new sizes or pointers; a different
+// launch sequence (other stages) instantiates anew.
+void GraphLaunch(void* stream, void** exec_io, const std::function<void()>& enqueue) {
+  const cudaStream_t s = AsStream(stream);
+  detail::ScopedDevice guard(detail::StreamDevice(s));
+  GPUSAMPLER_CUDA_TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  cudaGraph_t graph = nullptr;
+  try {
+    enqueue();
+  } catch (...) {
+    if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph != nullptr) {
+      GPUSAMPLER_CUDA_TRY_NO_THROW(cudaGraphDestroy(graph));
+    }
+    (void)cudaGetLastError();
+    throw;
+  }
+  GPUSAMPLER_CUDA_TRY(cudaStreamEndCapture(s, &graph));
+  struct GraphGuard {
+    cudaGraph_t g;
+    ~GraphGuard() { GPUSAMPLER_CUDA_TRY_NO_THROW(cudaGraphDestroy(g)); }
+  } graph_guard{graph};
+  auto exec = static_cast<cudaGraphExec_t>(*exec_io);
+  if (exec != nullptr) {
+    cudaGraphExecUpdateResultInfo info{};
+    if (cudaGraphExecUpdate(exec, graph, &info) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: the topology changed
+      GPUSAMPLER_CUDA_TRY_NO_THROW(cudaGraphExecDestroy(exec));
+      exec = nullptr;
+      *exec_io = nullptr;
+    }
+  }
+  if (exec == nullptr) {
+    GPUSAMPLER_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
+    *exec_io = exec;
+  }
+  GPUSAMPLER_CUDA_TRY(cudaGraphLaunch(exec, s));
+}
+
+void GraphDestroy(void* exec) noexcept {
+  if (exec != nullptr) {
+    GPUSAMPLER_CUDA_TRY_NO_THROW(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec)));
+  }
+}
+
 void TimerCreate(void* stream, void** start_out, void** stop_out) {
   // Events must live on the stream's device to be recorded on it.
   detail::ScopedDevice guard(detail::StreamDevice(AsStream(stream)));

@@ -53,14 +53,43 @@ SimStream::~SimStream() {
 void SimStream::Enqueue(std::function<void()> op) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (capturing_) {
+      captured_.push_back(std::move(op));
+      return;
+    }
     queue_.push_back(Op{std::move(op), false});
+    operations_.fetch_add(1, std::memory_order_relaxed);
   }
   cv_.notify_all();
+}
+
+void SimStream::BeginCapture() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (capturing_) throw Error(Error::Code::kInternal, "cuda-sim: the stream is already capturing");
+  capturing_ = true;
+  captured_.clear();
+}
+
+void SimStream::EndCapture(bool launch) {
+  std::vector<std::function<void()>> ops;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    capturing_ = false;
+    ops.swap(captured_);
+  }
+  if (!launch || ops.empty()) return;
+  Enqueue([ops = std::move(ops)] {
+    for (const auto& op : ops) op();
+  });
 }
 
 void SimStream::EnqueueCallback(std::function<void(const std::string& error)> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (capturing_) {
+      throw Error(Error::Code::kInternal, "cuda-sim: a host callback cannot be captured");
+    }
+    operations_.fetch_add(1, std::memory_order_relaxed);
     queue_.push_back(Op{[this, fn = std::move(fn)] {
                           std::string error;
                           {

@@ -4,6 +4,7 @@
 // does on a GPU).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -12,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gpusampler/kernels/sampler.hpp"
 
@@ -28,6 +30,14 @@ class SimStream {
   void Enqueue(std::function<void()> op);
   // Queues a callback that receives the sticky error ("" when none).
   void EnqueueCallback(std::function<void(const std::string& error)> fn);
+  // Stream capture (StreamGraph): from BeginCapture on, Enqueue collects the operations
+  // instead of queuing them; EndCapture(true) queues them as one operation that runs them
+  // in order (a graph launch), EndCapture(false) drops them. A callback cannot be captured
+  // (EnqueueCallback throws Error(kInternal) while capturing).
+  void BeginCapture();
+  void EndCapture(bool launch);
+  // Operations queued so far (a captured graph counts one): the stream_ops of a launch.
+  int64_t operations() const { return operations_.load(std::memory_order_relaxed); }
   // Blocks until everything queued so far has run. Throws Error(kDeviceFault) when an
   // operation failed.
   void Synchronize();
@@ -44,6 +54,9 @@ class SimStream {
     bool callback = false;  // runs even after a failure (it reports the error)
   };
   std::deque<Op> queue_;
+  bool capturing_ = false;
+  std::vector<std::function<void()>> captured_;
+  std::atomic<int64_t> operations_{0};
   bool busy_ = false;
   bool stop_ = false;
   std::string error_;

@@ -58,25 +58,45 @@ void EnqueueHostCallback(void* stream, std::function<void(const std::string& err
 // benchmarks and shutdown.
 void StreamSynchronize(void* stream);
 
-// One contiguous byte range to copy: `bytes` bytes from src + src_offset to dst + dst_offset.
+// One contiguous byte range to copy: `bytes` bytes from src + src_offset to dst + dst_offset
+// (the pipeline's CopySpansBody; no host path launches it since resident datasets are read
+// in place, staged_launch.hpp).
 struct CopySpan {
   int64_t src_offset = 0;
   int64_t dst_offset = 0;
   int64_t bytes = 0;
 };
 
-// Device to device: copies spans[j] for j < n from `src` to `dst` in one launch (the span
-// table `d_spans` is itself in device memory). For gathering many rows of a resident
-// dataset into a launch's staged labels. Does not synchronize.
-void CopySpansAsync(const CopySpan* d_spans, int64_t n, const uint8_t* src, uint8_t* dst,
-                    void* stream);
+// Stream operations enqueued on `stream` so far (copies, memsets, kernels, callbacks, and a
+// captured graph's launch each count one), as the cuda-sim device counts them; -1 for a CUDA
+// stream, which does not count them.
+int64_t StreamOperations(void* stream);
 
-// The feature gather on the device: for rows r < `rows` and slots s < k, copies feature row
-// d_row_start[r] + d_indices[r * k + s] of `features` (rows of `row_bytes` bytes) to row
-// r * k + s of `out`; a negative index (padding) writes zeros. Does not synchronize.
-void GatherFeatureRowsAsync(const int64_t* d_indices, const int64_t* d_row_start, int64_t rows,
-                            int64_t k, int64_t row_bytes, const uint8_t* features, uint8_t* out,
-                            void* stream);
+// The work that a function enqueues on a stream, captured and launched as one stream
+// operation: a CUDA graph on a CUDA stream (captured anew each Launch; the instantiated graph
+// is updated in place when the new capture has the same topology, and instantiated again when
+// not), and one queued operation that runs the captured ones in order on a cuda-sim stream.
+// The captured work must be capturable: copies from pinned or device memory, kernels, no
+// synchronization, no host callback. Not thread-safe.
+class StreamGraph {
+ public:
+  explicit StreamGraph(void* stream);
+  ~StreamGraph();
+  StreamGraph(const StreamGraph&) = delete;
+  StreamGraph& operator=(const StreamGraph&) = delete;
+
+  // Captures what `enqueue` issues on the stream, then launches it. Throws what `enqueue`
+  // throws (the capture is discarded, nothing launched), or Error(kInternal) when capture,
+  // instantiation or the launch fails.
+  void Launch(const std::function<void()>& enqueue);
+  // Destroys the instantiated graph: call it before memory that the graph refers to moves.
+  void Reset() noexcept;
+  bool instantiated() const { return exec_ != nullptr; }
+
+ private:
+  void* stream_;
+  void* exec_ = nullptr;
+};
 
 // Elapsed milliseconds of the work enqueued on `stream` between the two calls, measured
 // with CUDA events (for busy-ratio accounting and benchmarks).

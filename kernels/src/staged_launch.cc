@@ -1,0 +1,456 @@
+// StagedLaunch (staged_launch.hpp) over device.hpp and launcher.hpp: no CUDA headers here,
+// so one source serves builds with and without the CUDA backend.
+#include "gpusampler/kernels/staged_launch.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "gpusampler/kernels/device.hpp"
+#include "gpusampler/kernels/gather.hpp"
+#include "gpusampler/kernels/launcher.hpp"
+
+namespace gpusampler::kernels {
+namespace {
+
+constexpr size_t kSection = 256;  // sections of the staging regions start 256-byte aligned
+constexpr int64_t kPart = 16;     // a request's part of a section starts 16-byte aligned
+
+size_t Section(int64_t bytes) {
+  return (static_cast<size_t>(std::max<int64_t>(0, bytes)) + kSection - 1) / kSection * kSection;
+}
+int64_t Part(int64_t bytes) { return (bytes + kPart - 1) / kPart * kPart; }
+
+[[noreturn]] void Invalid(size_t request, const std::string& what) {
+  throw Error(Error::Code::kInvalidArgument, "request " + std::to_string(request) + ": " + what);
+}
+
+// The byte sizes of a launch's two regions, section by section.
+struct Regions {
+  size_t rows = 0, labels = 0;                     // in: row table, staged labels
+  size_t idx = 0, olab = 0, counts = 0, feat = 0;  // out: indices, labels, 2 x counts, features
+  size_t in() const { return rows + labels; }
+  size_t out() const { return idx + olab + 2 * counts + feat; }
+};
+
+}  // namespace
+
+struct StagedLaunch::Plan {
+  int64_t num_rows = 0;
+  int64_t total_elements = 0;
+  int64_t total_slots = 0;
+  int64_t max_length = 0;
+  int64_t max_samples = 0;
+  int64_t staged_label_bytes = 0;  // labels uploaded from the host
+  int64_t out_label_bytes = 0;
+  int64_t out_feature_bytes = 0;   // features the kernels write
+  int64_t host_feature_bytes = 0;  // features gathered on the host afterwards
+  struct Request {
+    int64_t first_row = 0;
+    int64_t first_slot = 0;
+    const uint8_t* in_place_labels = nullptr;    // read where they are; null: staged
+    int64_t stage_at = -1;                       // byte offset in the staged labels
+    const uint8_t* in_place_features = nullptr;  // written by the kernels from here
+    int64_t out_label_at = 0;
+    int64_t out_feature_at = -1;   // in the kernels' feature output; -1: none
+    int64_t host_feature_at = -1;  // in the host-gathered features; -1: none
+  };
+  std::vector<Request> requests;
+  Regions regions;
+};
+
+StagedLaunch::StagedLaunch(std::unique_ptr<Backend> backend)
+    : host_backend_(std::move(backend)), name_(host_backend_->name()) {
+  if (host_backend_->memory_space() != MemorySpace::kHost) {
+    throw Error(Error::Code::kInvalidArgument,
+                "StagedLaunch(backend): " + name_ + " is not a host backend; give the device");
+  }
+}
+
+StagedLaunch::StagedLaunch(int device, std::chrono::milliseconds timeout)
+    : launcher_(std::make_unique<CudaLauncher>(device, timeout)),
+      name_(launcher_->name()),
+      device_(device) {}
+
+// The graph goes before the launcher: it refers to the launcher's buffers and stream.
+StagedLaunch::~StagedLaunch() {
+  if (graph_ != nullptr) delete static_cast<StreamGraph*>(graph_);
+  graph_ = nullptr;
+}
+
+Backend& StagedLaunch::backend() { return launcher_ ? launcher_->backend() : *host_backend_; }
+
+bool StagedLaunch::faulted() const { return launcher_ && launcher_->faulted(); }
+
+namespace {
+
+// Launch sizes of the CUDA launcher for these regions and counts.
+LaunchSizes SizesOf(const Regions& r, int64_t rows, int64_t elements, int64_t slots) {
+  LaunchSizes sizes;
+  sizes.rows = rows;
+  sizes.elements = elements;
+  sizes.slots = slots;
+  sizes.in_bytes = r.in();
+  sizes.out_bytes = r.out();
+  return sizes;
+}
+
+}  // namespace
+
+void StagedLaunch::Reserve(const StagedSizes& sizes) {
+  if (!launcher_) return;
+  // Every request's part of a section may add up to kPart bytes of alignment; a launch has
+  // at most one request per row.
+  const int64_t slack = std::max<int64_t>(sizes.rows, 1) * kPart;
+  Regions r;
+  r.rows = Section(sizes.rows * static_cast<int64_t>(sizeof(RowDesc)));
+  r.labels = Section(sizes.elements * 8 + slack);
+  r.idx = Section(sizes.slots * 8);
+  r.olab = Section(sizes.slots * 8 + slack);
+  r.counts = Section(sizes.rows * 4);
+  r.feat = Section(sizes.feature_bytes + (sizes.feature_bytes > 0 ? slack : 0));
+  const LaunchSizes want = SizesOf(r, sizes.rows, sizes.elements, sizes.slots);
+  if (launcher_->Holds(want)) return;
+  // The buffers and the scratch may move: the captured graph refers to them.
+  if (graph_ != nullptr) static_cast<StreamGraph*>(graph_)->Reset();
+  launcher_->backend().ReleaseGraphs();
+  launcher_->Reserve(want);
+}
+
+const std::vector<LaunchOutput>& StagedLaunch::Run(const std::vector<LaunchRequest>& requests) {
+  if (faulted()) {
+    throw Error(Error::Code::kDeviceFault,
+                name_ + ": an earlier launch timed out; the device is not used");
+  }
+  Plan plan;
+  plan.requests.resize(requests.size());
+  const bool device = on_device();
+  // Requests: checks, row counts, where their labels and features come from.
+  for (size_t j = 0; j < requests.size(); ++j) {
+    const LaunchRequest& q = requests[j];
+    Plan::Request& pr = plan.requests[j];
+    if (q.num_rows < 0) Invalid(j, "num_rows " + std::to_string(q.num_rows) + " < 0");
+    if (q.num_rows > 0 && q.row_offsets == nullptr) Invalid(j, "null row_offsets");
+    const size_t item = ItemSize(q.label_dtype);
+    if (!IsLabelDType(q.label_dtype)) {
+      Invalid(j,
+              std::string("label dtype ") + DTypeName(q.label_dtype) + " is not an integer type");
+    }
+    if (q.spec.num_samples < 0) {
+      Invalid(j, "num_samples " + std::to_string(q.spec.num_samples) + " < 0");
+    }
+    if (q.feature_row_bytes < 0) {
+      Invalid(j, "feature_row_bytes " + std::to_string(q.feature_row_bytes) + " < 0");
+    }
+    const int64_t elements = q.num_rows > 0 ? q.row_offsets[q.num_rows] - q.row_offsets[0] : 0;
+    pr.first_row = plan.num_rows;
+    pr.first_slot = plan.total_slots;
+    plan.num_rows += q.num_rows;
+    plan.total_elements += elements;
+    plan.total_slots += q.num_rows * q.spec.num_samples;
+    if (q.num_rows > 0) plan.max_samples = std::max(plan.max_samples, q.spec.num_samples);
+    for (int64_t r = 0; r < q.num_rows; ++r) {
+      plan.max_length = std::max(plan.max_length, q.row_offsets[r + 1] - q.row_offsets[r]);
+    }
+    if (elements > 0) {
+      const uint8_t* in_place = device ? q.device_labels : q.labels;
+      if (in_place != nullptr) {
+        pr.in_place_labels = in_place;
+      } else if (q.labels != nullptr) {
+        pr.stage_at = Part(plan.staged_label_bytes);
+        plan.staged_label_bytes = pr.stage_at + elements * static_cast<int64_t>(item);
+      } else {
+        Invalid(j, "no labels for " + std::to_string(elements) + " elements");
+      }
+    }
+    pr.out_label_at = Part(plan.out_label_bytes);
+    plan.out_label_bytes =
+        pr.out_label_at + q.num_rows * q.spec.num_samples * static_cast<int64_t>(item);
+    const int64_t feature_out = q.num_rows * q.spec.num_samples * q.feature_row_bytes;
+    if (q.feature_row_bytes > 0 && q.num_rows > 0) {
+      const uint8_t* in_place = device ? q.device_features : q.features;
+      if (in_place != nullptr) {
+        pr.in_place_features = in_place;
+        pr.out_feature_at = Part(plan.out_feature_bytes);
+        plan.out_feature_bytes = pr.out_feature_at + feature_out;
+      } else if (q.features != nullptr) {
+        pr.host_feature_at = Part(plan.host_feature_bytes);
+        plan.host_feature_bytes = pr.host_feature_at + feature_out;
+      } else if (elements > 0) {
+        Invalid(j, "feature_row_bytes " + std::to_string(q.feature_row_bytes) + " but no features");
+      }
+    }
+  }
+  Regions& reg = plan.regions;
+  reg.rows = Section(plan.num_rows * static_cast<int64_t>(sizeof(RowDesc)));
+  reg.labels = Section(plan.staged_label_bytes);
+  reg.idx = Section(plan.total_slots * 8);
+  reg.olab = Section(plan.out_label_bytes);
+  reg.counts = Section(plan.num_rows * 4);
+  reg.feat = Section(plan.out_feature_bytes);
+
+  stats_ = StagedStats{};
+  stats_.rows = plan.num_rows;
+  if (device) {
+    RunDevice(requests, plan);
+  } else {
+    RunHost(requests, plan);
+  }
+  return outputs_;
+}
+
+namespace {
+
+// The lowest of the addresses, as the base of offsets that reach all of them.
+uintptr_t LowestOf(const std::vector<uintptr_t>& addresses) {
+  return addresses.empty() ? 0 : *std::min_element(addresses.begin(), addresses.end());
+}
+
+// The rows of every request, with their offsets from the launch's base pointers: labels from
+// `label_base` (a staged request's from `staged`), features from `feature_base`.
+void FillRows(const std::vector<LaunchRequest>& requests,
+              const std::vector<uintptr_t>& in_place_labels, uintptr_t staged, uintptr_t label_base,
+              uintptr_t feature_base, const std::vector<const uint8_t*>& in_place_features,
+              const std::vector<int64_t>& stage_at, const std::vector<int64_t>& out_label_at,
+              const std::vector<int64_t>& out_feature_at, std::vector<RowDesc>* rows) {
+  rows->clear();
+  int64_t slot = 0;
+  for (size_t j = 0; j < requests.size(); ++j) {
+    const LaunchRequest& q = requests[j];
+    const int64_t item = static_cast<int64_t>(ItemSize(q.label_dtype));
+    const int64_t k = q.spec.num_samples;
+    const int64_t target = TargetPositives(k, q.spec.positive_fraction);
+    const int64_t first = q.num_rows > 0 ? q.row_offsets[0] : 0;
+    for (int64_t r = 0; r < q.num_rows; ++r) {
+      RowDesc row;
+      row.length = q.row_offsets[r + 1] - q.row_offsets[r];
+      row.num_samples = k;
+      row.target = target;
+      row.positive_label = q.spec.positive_label;
+      row.negative_label = q.spec.negative_label;
+      row.seed = q.seed;
+      row.row_in_request = static_cast<uint32_t>(r);
+      row.fill = q.spec.fill;
+      row.label_dtype = q.label_dtype;
+      const int64_t start = q.row_start != nullptr ? q.row_start[r] : q.row_offsets[r];
+      if (row.length > 0) {
+        if (in_place_labels[j] != 0) {
+          row.label_offset = static_cast<int64_t>(in_place_labels[j] - label_base) + start * item;
+        } else {
+          row.label_offset = static_cast<int64_t>(staged - label_base) + stage_at[j] +
+                             (q.row_offsets[r] - first) * item;
+        }
+      }
+      if (in_place_features[j] != nullptr) {
+        row.feature_row_bytes = q.feature_row_bytes;
+        row.feature_offset =
+            static_cast<int64_t>(reinterpret_cast<uintptr_t>(in_place_features[j]) - feature_base) +
+            start * q.feature_row_bytes;
+        row.out_feature_offset = out_feature_at[j] + r * k * q.feature_row_bytes;
+      }
+      row.out_slot = slot;
+      row.out_label_offset = out_label_at[j] + r * k * item;
+      slot += k;
+      rows->push_back(row);
+    }
+  }
+}
+
+}  // namespace
+
+// The launch of `plan` over `rows` (host_rows: their host copy), with every output in the
+// region at `out` (host memory, or the device's).
+Batch StagedLaunch::BatchOf(const Plan& plan, const Bases& bases, const RowDesc* rows,
+                            const RowDesc* host_rows, uint8_t* out) {
+  const Regions& reg = plan.regions;
+  Batch batch;
+  batch.rows = rows;
+  batch.host_rows = host_rows;
+  batch.num_rows = plan.num_rows;
+  batch.labels = reinterpret_cast<const uint8_t*>(bases.labels);
+  batch.features = reinterpret_cast<const uint8_t*>(bases.features);
+  batch.out_indices = reinterpret_cast<int64_t*>(out);
+  batch.out_labels = out + reg.idx;
+  batch.out_num_positive = reinterpret_cast<int32_t*>(out + reg.idx + reg.olab);
+  batch.out_num_negative = reinterpret_cast<int32_t*>(out + reg.idx + reg.olab + reg.counts);
+  batch.out_features = out + reg.idx + reg.olab + 2 * reg.counts;
+  batch.total_elements = plan.total_elements;
+  batch.total_slots = plan.total_slots;
+  batch.max_length = plan.max_length;
+  batch.max_samples = plan.max_samples;
+  return batch;
+}
+
+// rows_ for `plan`, with the staged labels (if any) at `staged`, and the bases of the label and
+// feature offsets: the lowest address among the sources in use.
+StagedLaunch::Bases StagedLaunch::PlaceRows(const std::vector<LaunchRequest>& requests,
+                                            const Plan& plan, uintptr_t staged) {
+  std::vector<uintptr_t> label_src(requests.size(), 0), sources, feature_sources;
+  std::vector<const uint8_t*> feature_src(requests.size(), nullptr);
+  std::vector<int64_t> stage_at(requests.size()), olab_at(requests.size()),
+      ofeat_at(requests.size());
+  if (plan.staged_label_bytes > 0) sources.push_back(staged);
+  for (size_t j = 0; j < requests.size(); ++j) {
+    const Plan::Request& pr = plan.requests[j];
+    label_src[j] = reinterpret_cast<uintptr_t>(pr.in_place_labels);
+    if (label_src[j] != 0) sources.push_back(label_src[j]);
+    feature_src[j] = pr.in_place_features;
+    if (feature_src[j] != nullptr) {
+      feature_sources.push_back(reinterpret_cast<uintptr_t>(feature_src[j]));
+    }
+    stage_at[j] = pr.stage_at;
+    olab_at[j] = pr.out_label_at;
+    ofeat_at[j] = pr.out_feature_at;
+  }
+  Bases bases;
+  bases.labels = LowestOf(sources);
+  bases.features = LowestOf(feature_sources);
+  FillRows(requests, label_src, staged, bases.labels, bases.features, feature_src, stage_at,
+           olab_at, ofeat_at, &rows_);
+  return bases;
+}
+
+void StagedLaunch::RunHost(const std::vector<LaunchRequest>& requests, Plan& plan) {
+  const Regions& reg = plan.regions;
+  const Bases bases = PlaceRows(requests, plan, 0);
+  host_out_.resize(reg.out() + kSection);
+  uint8_t* out = host_out_.data();
+  const Batch batch = BatchOf(plan, bases, rows_.data(), rows_.data(), out);
+  if (plan.num_rows > 0) host_backend_->Sample(batch);
+  Carve(requests, plan, out);
+}
+
+void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& plan) {
+  const Regions& reg = plan.regions;
+  // Within the reserved sizes this allocates nothing; beyond them it is one deliberate growth
+  // before anything of this launch is enqueued (the previous launch has finished).
+  const LaunchSizes want = SizesOf(reg, plan.num_rows, plan.total_elements, plan.total_slots);
+  if (!launcher_->Holds(want)) {
+    if (graph_ != nullptr) static_cast<StreamGraph*>(graph_)->Reset();
+    launcher_->backend().ReleaseGraphs();
+    launcher_->Reserve(want);
+  }
+  uint8_t* h_in = launcher_->h_in();
+  uint8_t* d_in = launcher_->d_in();
+  uint8_t* h_out = launcher_->h_out();
+  uint8_t* d_out = launcher_->d_out();
+
+  const Bases bases = PlaceRows(requests, plan, reinterpret_cast<uintptr_t>(d_in + reg.rows));
+  // Checked here, before anything is enqueued or captured (the backend checks them again).
+  ValidateRows(rows_.data(), plan.num_rows);
+
+  // Staging: the row table, then the labels of the requests read from the host.
+  if (plan.num_rows > 0) std::memcpy(h_in, rows_.data(), rows_.size() * sizeof(RowDesc));
+  uint8_t* h_labels = h_in + reg.rows;
+  for (size_t j = 0; j < requests.size(); ++j) {
+    const LaunchRequest& q = requests[j];
+    const Plan::Request& pr = plan.requests[j];
+    if (pr.stage_at < 0) continue;
+    const size_t item = ItemSize(q.label_dtype);
+    const int64_t first = q.row_offsets[0];
+    if (q.row_start == nullptr) {
+      std::memcpy(h_labels + pr.stage_at, q.labels + static_cast<size_t>(first) * item,
+                  static_cast<size_t>(q.row_offsets[q.num_rows] - first) * item);
+      continue;
+    }
+    for (int64_t r = 0; r < q.num_rows; ++r) {
+      const size_t bytes = static_cast<size_t>(q.row_offsets[r + 1] - q.row_offsets[r]) * item;
+      if (bytes > 0) {
+        std::memcpy(h_labels + pr.stage_at + static_cast<size_t>(q.row_offsets[r] - first) * item,
+                    q.labels + static_cast<size_t>(q.row_start[r]) * item, bytes);
+      }
+    }
+  }
+  // One upload (tables and staged labels are adjacent), the kernels, one download of every
+  // output up to the last section in use.
+  const size_t upload = reg.rows + static_cast<size_t>(plan.staged_label_bytes);
+  const size_t download =
+      reg.idx + reg.olab + 2 * reg.counts + static_cast<size_t>(plan.out_feature_bytes);
+  const Batch batch =
+      BatchOf(plan, bases, reinterpret_cast<const RowDesc*>(d_in), rows_.data(), d_out);
+
+  void* stream = launcher_->stream();
+  Backend& backend = launcher_->backend();
+  const auto work = [&] {
+    CopyAsync(d_in, h_in, upload, stream);
+    backend.Sample(batch);
+    CopyAsync(h_out, d_out, download, stream);
+  };
+  const int64_t ops_before = StreamOperations(stream);
+  bool graphed = false;
+  launcher_->Launch([&] {
+    if (plan.num_rows == 0) return;
+    if (use_graphs_) {
+      if (graph_ == nullptr) graph_ = new StreamGraph(stream);
+      try {
+        static_cast<StreamGraph*>(graph_)->Launch(work);
+        graphed = true;
+        return;
+      } catch (const Error& e) {
+        if (e.code() == Error::Code::kInvalidArgument || e.code() == Error::Code::kOutOfMemory) {
+          throw;
+        }
+        // Capture is an optimization: a device or driver that refuses it still samples.
+        std::fprintf(stderr,
+                     "gpusampler: %s: CUDA graph capture failed (%s); launching "
+                     "without graphs from now on\n",
+                     name_.c_str(), e.what());
+        use_graphs_ = false;
+        static_cast<StreamGraph*>(graph_)->Reset();
+      }
+    }
+    work();
+  });
+  const int64_t ops_after = StreamOperations(stream);
+  stats_.graph = graphed;
+  stats_.stream_ops = ops_before >= 0 && ops_after >= 0 ? ops_after - ops_before : -1;
+  stats_.upload_bytes = plan.num_rows > 0 ? static_cast<int64_t>(upload) : 0;
+  stats_.download_bytes = plan.num_rows > 0 ? static_cast<int64_t>(download) : 0;
+  Carve(requests, plan, h_out);
+  GatherHostFeatures(requests, plan);
+}
+
+void StagedLaunch::Carve(const std::vector<LaunchRequest>& requests, const Plan& plan,
+                         const uint8_t* out) {
+  const Regions& reg = plan.regions;
+  outputs_.assign(requests.size(), LaunchOutput{});
+  for (size_t j = 0; j < requests.size(); ++j) {
+    const LaunchRequest& q = requests[j];
+    const Plan::Request& pr = plan.requests[j];
+    LaunchOutput& o = outputs_[j];
+    o.num_rows = q.num_rows;
+    o.k = q.spec.num_samples;
+    o.indices = reinterpret_cast<const int64_t*>(out) + pr.first_slot;
+    o.labels = out + reg.idx + pr.out_label_at;
+    o.num_positive = reinterpret_cast<const int32_t*>(out + reg.idx + reg.olab) + pr.first_row;
+    o.num_negative =
+        reinterpret_cast<const int32_t*>(out + reg.idx + reg.olab + reg.counts) + pr.first_row;
+    if (pr.out_feature_at >= 0)
+      o.features = out + reg.idx + reg.olab + 2 * reg.counts + pr.out_feature_at;
+  }
+}
+
+// Features that stayed on the host while the launch ran on a device: the K selected rows per
+// row, gathered by the returned indices (a negative index, padding, gives a zero row).
+void StagedLaunch::GatherHostFeatures(const std::vector<LaunchRequest>& requests,
+                                      const Plan& plan) {
+  if (plan.host_feature_bytes == 0) return;
+  host_features_.resize(static_cast<size_t>(plan.host_feature_bytes));
+  for (size_t j = 0; j < requests.size(); ++j) {
+    const LaunchRequest& q = requests[j];
+    const Plan::Request& pr = plan.requests[j];
+    if (pr.host_feature_at < 0) continue;
+    const int64_t k = q.spec.num_samples;
+    const int64_t frb = q.feature_row_bytes;
+    uint8_t* dst = host_features_.data() + pr.host_feature_at;
+    for (int64_t r = 0; r < q.num_rows; ++r) {
+      const int64_t start = q.row_start != nullptr ? q.row_start[r] : q.row_offsets[r];
+      GatherRows(outputs_[j].indices + r * k, nullptr, k, frb, q.features + start * frb,
+                 dst + r * k * frb);
+    }
+    outputs_[j].features = dst;
+  }
+}
+
+}  // namespace gpusampler::kernels

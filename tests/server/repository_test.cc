@@ -1,0 +1,271 @@
+// The dataset repository (SPEC section 6) below the service: commits, read your writes
+// between two in-process replicas, LRU eviction of unused datasets, polls picking up
+// replacements and deletions, damaged files, and the budget's retry pushback. The
+// multi-process scenarios (SIGKILL mid-upload, convergence times) are in
+// tests/python/test_repository.py.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "datasets.hpp"
+#include "gpusampler/client/npy.hpp"
+#include "gpusampler/kernels/device.hpp"
+#include "repository.hpp"
+#include "test_util.hpp"
+
+namespace gpusampler::server::testing {
+namespace {
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/gpusampler-repo-XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+std::set<std::string> Files(const std::string& dir) {
+  std::set<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  while (dirent* e = readdir(d)) {
+    const std::string f = e->d_name;
+    if (f != "." && f != "..") out.insert(f);
+  }
+  closedir(d);
+  return out;
+}
+
+v1::Tensor Labels(int64_t n, uint64_t seed) {
+  const std::vector<int64_t> row = RandomRow(n, seed);
+  v1::Tensor t;
+  t.set_dtype(v1::DTYPE_INT64);
+  t.add_shape(n);
+  t.set_data(std::string(reinterpret_cast<const char*>(row.data()), row.size() * 8));
+  return t;
+}
+
+// Writes NAME.labels.npy the way a careful pipeline does: another name, then rename.
+void WritePlain(const std::string& dir, const std::string& name, const v1::Tensor& labels) {
+  const std::string tmp = dir + "/." + name + ".partial";
+  ASSERT_EQ(client::WriteNpy(tmp, labels), "");
+  ASSERT_EQ(rename(tmp.c_str(), (dir + "/" + name + ".labels.npy").c_str()), 0);
+}
+
+grpc::Status Upload(v1::Sampler::Stub* stub, const std::string& name, const v1::Tensor& labels,
+                    bool replace, v1::DatasetInfo* info) {
+  grpc::ClientContext ctx;
+  auto writer = stub->CreateDataset(&ctx, info);
+  const int64_t n = labels.shape(0);
+  for (int64_t at = 0; at < n; at += 1000) {
+    const int64_t m = std::min<int64_t>(1000, n - at);
+    v1::DatasetChunk c;
+    if (at == 0) {
+      c.set_name(name);
+      c.set_replace(replace);
+    }
+    c.mutable_labels()->set_dtype(v1::DTYPE_INT64);
+    c.mutable_labels()->add_shape(m);
+    c.mutable_labels()->set_data(labels.data().substr(at * 8, m * 8));
+    writer->Write(c);
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+v1::SampleRequest ByName(const std::string& name) {
+  v1::SampleRequest req;
+  req.set_dataset(name);
+  req.mutable_spec()->set_num_samples(32);
+  req.set_seed(11);
+  return req;
+}
+
+TEST(RepositoryTest, AnUploadCommitsOneFileAndAnotherReplicaServesItOnItsFirstRequest) {
+  const std::string dir = TempDir();
+  ServerConfig config = TestConfig();
+  config.dataset_dir = dir;
+  config.dataset_poll_seconds = 0;  // B learns of the dataset from the request alone
+  auto a = StartServer(config);
+  auto b = StartServer(config);
+  const v1::Tensor labels = Labels(5000, 3);
+  v1::DatasetInfo info;
+  ASSERT_TRUE(Upload(a.stub.get(), "x", labels, false, &info).ok());
+  // One committed file; no temporary one left.
+  EXPECT_EQ(Files(dir), (std::set<std::string>{"x.dataset"}));
+
+  v1::SampleResponse from_a, from_b, inline_answer;
+  grpc::ClientContext c1, c2, c3;
+  ASSERT_TRUE(a.stub->Sample(&c1, ByName("x"), &from_a).ok());
+  const grpc::Status s = b.stub->Sample(&c2, ByName("x"), &from_b);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  v1::SampleRequest inl = ByName("");
+  *inl.mutable_labels() = labels;
+  ASSERT_TRUE(b.stub->Sample(&c3, inl, &inline_answer).ok());
+  EXPECT_EQ(from_b.indices().data(), inline_answer.indices().data());
+  EXPECT_EQ(from_b.indices().data(), from_a.indices().data());
+  EXPECT_EQ(from_b.dataset_sha256(), info.sha256());
+  EXPECT_EQ(from_a.dataset_sha256(), info.sha256());
+  EXPECT_TRUE(inline_answer.dataset_sha256().empty());
+
+  // The name is taken on every replica: B never held it in memory before the request, and a
+  // new upload of it without replace through B is ALREADY_EXISTS.
+  v1::DatasetInfo again;
+  EXPECT_EQ(Upload(b.stub.get(), "x", labels, false, &again).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  // ServerInfo says the replicas share a repository.
+  grpc::ClientContext ic;
+  v1::ServerInfo si;
+  ASSERT_TRUE(b.stub->GetServerInfo(&ic, v1::GetServerInfoRequest(), &si).ok());
+  EXPECT_TRUE(si.dataset_repository());
+
+  // Deletion through B removes it from the repository (NOT_FOUND for a replica that never
+  // loaded it), and a second deletion is NOT_FOUND.
+  grpc::ClientContext dc, dc2;
+  v1::DeleteDatasetRequest del;
+  del.set_name("x");
+  v1::DeleteDatasetResponse dresp;
+  ASSERT_TRUE(b.stub->DeleteDataset(&dc, del, &dresp).ok());
+  EXPECT_TRUE(Files(dir).empty());
+  EXPECT_EQ(b.stub->DeleteDataset(&dc2, del, &dresp).error_code(), grpc::StatusCode::NOT_FOUND);
+  auto late = StartServer(config);
+  grpc::ClientContext c4;
+  EXPECT_EQ(late.stub->Sample(&c4, ByName("x"), &from_b).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+struct Counts {
+  int ok = 0, error = 0, evicted = 0;
+};
+
+// A registry with a repository on `dir`, as the server builds it.
+std::unique_ptr<DatasetRegistry> OpenRepository(const std::string& dir, int64_t budget,
+                                                Counts* counts) {
+  std::vector<int> devices;
+  if (TestDevice() == "cuda-sim") devices = {kernels::kSimDevice};
+  auto registry = std::make_unique<DatasetRegistry>(budget, devices);
+  registry->SetEvictionHook([counts] { ++counts->evicted; });
+  auto repo = std::make_unique<Repository>(
+      dir, Limits(), registry.get(),
+      Repository::Hooks{[counts](bool ok) { ++(ok ? counts->ok : counts->error); }, nullptr});
+  Repository* r = repo.get();
+  registry->AttachRepository(std::move(repo));
+  EXPECT_TRUE(r->Open().ok());
+  return registry;
+}
+
+TEST(RepositoryTest, MemoryIsACacheThatEvictsTheLeastRecentlySampledUnusedDataset) {
+  const std::string dir = TempDir();
+  for (const char* name : {"a", "b", "c"}) WritePlain(dir, name, Labels(100, name[0]));
+  Counts counts;
+  // Room for two datasets of 800 bytes.
+  auto registry = OpenRepository(dir, 2000, &counts);
+  EXPECT_EQ(counts.ok, 2);  // a and b at start; c does not fit and loads on demand
+  EXPECT_EQ(registry->count(), 2);
+  Status status;
+  ASSERT_TRUE(registry->Acquire("a", &status));
+  ASSERT_TRUE(registry->Acquire("b", &status));
+  // c evicts a, the least recently sampled.
+  auto c = registry->Acquire("c", &status);
+  ASSERT_TRUE(c) << status.message();
+  EXPECT_EQ(counts.evicted, 1);
+  EXPECT_EQ(registry->Find("a"), nullptr);
+  // b and c in use by accepted requests: a cannot load, and the refusal is transient.
+  auto b = registry->Acquire("b", &status);
+  auto a = registry->Acquire("a", &status);
+  EXPECT_EQ(a, nullptr);
+  EXPECT_EQ(status.code(), Code::kResourceExhausted);
+  EXPECT_GT(status.retry_pushback_ms(), 0);
+  EXPECT_NE(status.message().find("--max-dataset-bytes"), std::string::npos);
+  // Once c's request is answered, c (now the least recently sampled unused one) goes.
+  c.reset();
+  a = registry->Acquire("a", &status);
+  ASSERT_TRUE(a) << status.message();
+  EXPECT_EQ(registry->Find("c"), nullptr);
+  EXPECT_NE(registry->Find("b"), nullptr);
+  EXPECT_EQ(counts.evicted, 2);
+  EXPECT_LE(registry->bytes(), 2000);
+  EXPECT_EQ(counts.error, 0);
+}
+
+TEST(RepositoryTest, APollReloadsAReplacedFileAndDropsADeletedOne) {
+  const std::string dir = TempDir();
+  WritePlain(dir, "p", Labels(300, 1));
+  Counts counts;
+  auto registry = OpenRepository(dir, 1 << 20, &counts);
+  auto v1 = registry->Find("p");
+  ASSERT_TRUE(v1);
+  WritePlain(dir, "p", Labels(300, 2));
+  registry->repository()->Poll();
+  auto v2 = registry->Find("p");
+  ASSERT_TRUE(v2);
+  EXPECT_NE(v2->sha256, v1->sha256);
+  // The old version stays valid for whoever holds it.
+  EXPECT_EQ(v1->num_elements(), 300);
+  ASSERT_EQ(unlink((dir + "/p.labels.npy").c_str()), 0);
+  registry->repository()->Poll();
+  EXPECT_EQ(registry->Find("p"), nullptr);
+  Status status;
+  EXPECT_EQ(registry->Acquire("p", &status), nullptr);
+  EXPECT_EQ(status.code(), Code::kNotFound);
+  EXPECT_EQ(counts.ok, 2);
+}
+
+TEST(RepositoryTest, ADamagedCommittedFileIsABadFileCountedOnce) {
+  const std::string dir = TempDir();
+  {
+    Counts counts;
+    auto registry = OpenRepository(dir, 1 << 20, &counts);
+    DatasetBuilder builder(registry.get(), Limits());
+    v1::DatasetChunk chunk;
+    chunk.set_name("d");
+    *chunk.mutable_labels() = Labels(1000, 5);
+    ASSERT_TRUE(builder.Add(chunk).ok());
+    std::shared_ptr<const Dataset> stored;
+    ASSERT_TRUE(builder.Commit(&stored).ok());
+  }
+  // Flip one label byte (same size): the sha256 in the header no longer matches the data.
+  {
+    std::fstream f(dir + "/d.dataset", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    const char flip = 0x7f;
+    f.write(&flip, 1);
+  }
+  Counts counts;
+  auto registry = OpenRepository(dir, 1 << 20, &counts);
+  EXPECT_EQ(counts.error, 1);
+  Status status;
+  EXPECT_EQ(registry->Acquire("d", &status), nullptr);
+  EXPECT_EQ(status.code(), Code::kNotFound);
+  EXPECT_NE(status.message().find("sha256"), std::string::npos) << status.message();
+  registry->repository()->Poll();
+  EXPECT_EQ(counts.error, 1);  // once per version of the file
+}
+
+TEST(RepositoryTest, BudgetPushbackIsPositiveOnlyWhileUploadsInProgressHoldIt) {
+  DatasetRegistry registry(1000);
+  ASSERT_TRUE(registry.Reserve(600).ok());  // an upload in progress
+  Status s = registry.Reserve(600);
+  EXPECT_EQ(s.code(), Code::kResourceExhausted);
+  EXPECT_GT(s.retry_pushback_ms(), 0) << s.message();
+  registry.Release(600);
+  // A stored dataset holds it: retrying cannot succeed.
+  DatasetBuilder builder(&registry, Limits());
+  v1::DatasetChunk chunk;
+  chunk.set_name("s");
+  *chunk.mutable_labels() = Labels(75, 1);  // 600 bytes
+  ASSERT_TRUE(builder.Add(chunk).ok());
+  std::shared_ptr<const Dataset> stored;
+  ASSERT_TRUE(builder.Commit(&stored).ok());
+  s = registry.Reserve(600);
+  EXPECT_EQ(s.code(), Code::kResourceExhausted);
+  EXPECT_EQ(s.retry_pushback_ms(), kDoNotRetry);
+  // Larger than the whole budget: never.
+  s = registry.Reserve(2000);
+  EXPECT_EQ(s.retry_pushback_ms(), kDoNotRetry);
+}
+
+}  // namespace
+}  // namespace gpusampler::server::testing
