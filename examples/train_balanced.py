@@ -6,8 +6,11 @@
 Every training batch comes from the service. By default the training set is uploaded once as
 a resident dataset (labels and features stay in the server), and each step's request is a
 few bytes that name it; the server samples all training rows and returns K of them with
-their features. `--inline` instead sends a random pool of `--pool` rows (labels and
-features) every step.
+their features. The batches come from `gpusampler.data.SampleIterable`, which keeps
+`--prefetch` requests in flight ahead of the step being trained, so the model rarely waits;
+`--no-prefetch` asks for each batch when the step needs it instead (same seeds, so the same
+batches and the same model: only the speed differs). `--inline` instead sends a random pool
+of `--pool` rows (labels and features) every step.
   - balanced: positive_fraction 0.5: half of each batch positive when the rows hold enough
               positives (a resident 200k-row set holds ~2,000; an inline pool of 8,192 holds
               ~82, so its batches are about a third positive);
@@ -30,6 +33,7 @@ import torch
 from torch import nn
 
 import gpusampler
+from gpusampler.data import SampleIterable
 
 
 def make_dataset(n: int, dim: int, positive_rate: float, generator: np.random.Generator):
@@ -64,32 +68,47 @@ def train(client: gpusampler.Client, mode: str, x: torch.Tensor, y: torch.Tensor
     model = Model(x.shape[1])
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.BCEWithLogitsLoss()
-    pools = np.random.default_rng(args.seed + 1)
     fraction = 0.5 if mode == "balanced" else 0.0
-    for step in range(args.steps):
-        seed = args.seed * 100003 + step
-        if not args.inline:
-            # A few bytes up, K rows with features down: the rows never leave the server.
-            out = client.sample(dataset=f"train-{mode}-example", num_samples=args.batch,
-                                positive_fraction=fraction, return_features=True, seed=seed)
-            indices = torch.from_numpy(out.indices)
-            features = torch.from_numpy(out.features)
-            batch_y = y[indices.clamp(min=0)]  # true labels by index (padding masked below)
-        else:
-            pool = torch.from_numpy(pools.choice(len(y), size=args.pool, replace=False))
-            pool_x, pool_y = x[pool], y[pool]
-            labels = pool_y if mode == "balanced" else torch.zeros_like(pool_y)
-            out = client.sample(labels, pool_x, num_samples=args.batch,
-                                positive_fraction=fraction, seed=seed)
-            indices, features = out.indices, out.features
-            batch_y = pool_y[indices.clamp(min=0)]
+    name = f"train-{mode}-example"
+    if args.inline:
+        batches = inline_batches(client, mode, fraction, x, y, args)
+    elif args.no_prefetch:
+        # One blocking call per step, when the step asks: the trainer waits for each.
+        batches = (
+            (torch.from_numpy(out.indices), torch.from_numpy(out.features))
+            for out in (client.sample(dataset=name, num_samples=args.batch,
+                                      positive_fraction=fraction, return_features=True,
+                                      seed=SampleIterable.seed_for(args.seed, 0, step))
+                        for step in range(args.steps)))
+    else:
+        # A few bytes up, K rows with features down, `prefetch` steps ahead of the training.
+        batches = ((b.indices, b.features) for b in SampleIterable(
+            client, dataset=name, num_samples=args.batch, steps=args.steps, seed=args.seed,
+            positive_fraction=fraction, return_features=True, prefetch=args.prefetch))
+    start = time.perf_counter()
+    for indices, features in batches:
+        batch_y = y[indices.clamp(min=0)]  # true labels by index (padding masked below)
         valid = indices >= 0  # padding slots (fewer rows than K) carry no sample
         logits = model(features[valid])
         loss = loss_fn(logits, batch_y[valid].float())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+    model.steps_per_s = args.steps / (time.perf_counter() - start)
     return model
+
+
+def inline_batches(client: gpusampler.Client, mode: str, fraction: float, x: torch.Tensor,
+                   y: torch.Tensor, args):
+    """A random pool of rows sent with every request; indices are into the whole set."""
+    pools = np.random.default_rng(args.seed + 1)
+    for step in range(args.steps):
+        pool = torch.from_numpy(pools.choice(len(y), size=args.pool, replace=False))
+        pool_x, pool_y = x[pool], y[pool]
+        labels = pool_y if mode == "balanced" else torch.zeros_like(pool_y)
+        out = client.sample(labels, pool_x, num_samples=args.batch, positive_fraction=fraction,
+                            seed=SampleIterable.seed_for(args.seed, 0, step))
+        yield torch.where(out.indices >= 0, pool[out.indices.clamp(min=0)], -1), out.features
 
 
 def evaluate(model: Model, x: torch.Tensor, y: torch.Tensor) -> dict:
@@ -118,6 +137,10 @@ def main() -> None:
     parser.add_argument("--inline", action="store_true",
                         help="send a pool of rows every step instead of a resident dataset")
     parser.add_argument("--pool", type=int, default=8192, help="rows sent per step (--inline)")
+    parser.add_argument("--prefetch", type=int, default=2,
+                        help="batches requested ahead of the training step")
+    parser.add_argument("--no-prefetch", action="store_true",
+                        help="request each batch when the step needs it (for comparison)")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
@@ -145,10 +168,13 @@ def main() -> None:
             model = train(client, mode, x_train, y_train, args)
             results[mode] = evaluate(model, x_test, y_test)
             results[mode]["train_s"] = round(time.perf_counter() - start, 2)
+            results[mode]["steps_per_s"] = round(model.steps_per_s, 1)
 
-    print(f"{'sampler':<10} {'recall':>7} {'precision':>9} {'f1':>6} {'train_s':>8}")
+    print(f"{'sampler':<10} {'recall':>7} {'precision':>9} {'f1':>6} {'train_s':>8} "
+          f"{'steps/s':>8}")
     for mode, r in results.items():
-        print(f"{mode:<10} {r['recall']:7.3f} {r['precision']:9.3f} {r['f1']:6.3f} {r['train_s']:8.2f}")
+        print(f"{mode:<10} {r['recall']:7.3f} {r['precision']:9.3f} {r['f1']:6.3f} "
+              f"{r['train_s']:8.2f} {r['steps_per_s']:8.1f}")
     if args.json:
         print(json.dumps(results))
     if not args.inline:

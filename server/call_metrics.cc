@@ -4,6 +4,7 @@
 #include <grpc/support/alloc.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -43,8 +44,17 @@ class CallMetrics final : public grpc::experimental::Interceptor {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       const double seconds = std::chrono::duration<double>(Clock::now() - arrival_).count();
       if (route_.kind == Kind::kUnary) {
-        metrics_->RecordRequest(route_.method,
-                                static_cast<Code>(methods->GetSendStatus().error_code()), seconds);
+        const auto code = static_cast<Code>(methods->GetSendStatus().error_code());
+        metrics_->RecordRequest(route_.method, code, seconds);
+        if (code == Code::kResourceExhausted) {
+          // Shedding or a limit: the retry pushback the service put in the trailers says.
+          int64_t pushback = 0;
+          if (const auto* trailers = methods->GetSendTrailingMetadata()) {
+            const auto it = trailers->find("grpc-retry-pushback-ms");
+            if (it != trailers->end()) pushback = std::atoll(it->second.c_str());
+          }
+          metrics_->RecordResourceExhausted(route_.method, pushback);
+        }
       } else {
         metrics_->RecordStream(seconds);
       }

@@ -163,6 +163,22 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
                      .Help("Serialized bytes of sampling responses sent.")
                      .Register(*registry_)
                      .Add({});
+  auto& exhausted =
+      BuildCounter()
+          .Name("gpusampler_resource_exhausted_total")
+          .Help(
+              "RESOURCE_EXHAUSTED answers (also in gpusampler_requests_total), by method and "
+              "reason: shed (queue or byte budget full; positive retry pushback), limit (over "
+              "a configured limit; pushback -1, do not retry), other (no pushback: device "
+              "memory).")
+          .Register(*registry_);
+  for (int m = 0; m < kNumMethods; ++m) {
+    const char* reasons[] = {"shed", "limit", "other"};
+    for (int r = 0; r < 3; ++r) {
+      resource_exhausted_[m][r] =
+          &exhausted.Add({{"method", kMethodNames[m]}, {"reason", reasons[r]}});
+    }
+  }
   auto& dropped = BuildCounter()
                       .Name("gpusampler_dropped_requests_total")
                       .Help("Requests dropped before launch (no kernel ran), by reason.")

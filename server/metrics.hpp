@@ -94,6 +94,13 @@ class Metrics {
     requests_[static_cast<int>(method)][static_cast<int>(code)]->Increment();
     durations_[static_cast<int>(method)]->Observe(seconds);
   }
+  // One RESOURCE_EXHAUSTED answer, by what its retry pushback says (status.hpp): positive,
+  // load shedding ("shed": queue or byte budget full, retry later); -1, a request over a
+  // configured limit ("limit": do not retry); none, anything else ("other": device memory).
+  void RecordResourceExhausted(Method method, int64_t retry_pushback_ms) {
+    const int reason = retry_pushback_ms > 0 ? 0 : retry_pushback_ms < 0 ? 1 : 2;
+    resource_exhausted_[static_cast<int>(method)][reason]->Increment();
+  }
   void RecordQueue(double seconds) { queue_duration_->Observe(seconds); }
   // Lifetime of one SampleStream, arrival to final status.
   void RecordStream(double seconds) { stream_duration_->Observe(seconds); }
@@ -132,6 +139,7 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::array<std::array<prometheus::Counter*, kNumCodes>, kNumMethods> requests_{};
   std::array<prometheus::Histogram*, kNumMethods> durations_{};
+  std::array<std::array<prometheus::Counter*, 3>, kNumMethods> resource_exhausted_{};
   prometheus::Histogram* queue_duration_ = nullptr;
   prometheus::Histogram* stream_duration_ = nullptr;
   prometheus::Gauge* queue_capacity_ = nullptr;

@@ -97,6 +97,30 @@ CudaWorkerOptions CudaOptions(const ServerConfig& config) {
   return options;
 }
 
+// Logs the exact reason whenever a visible GPU goes unused: `--device auto` serving on the
+// CPU (no device, a driver too old for this build, no CUDA backend), `--device cpu` with
+// GPUs visible, `--device cuda:N` leaving others idle.
+void LogUnusedGpus(const std::string& device, int cuda_count, const DeviceSelection& selection) {
+  if (selection.cuda_sim) return;
+  if (selection.cuda_devices.empty()) {
+    if (device == "auto") {
+      spdlog::warn("--device auto: serving on the CPU, no usable CUDA device: {}",
+                   kernels::CudaUnavailableReason());
+    } else if (cuda_count > 0) {
+      spdlog::info(
+          "--device {}: {} visible CUDA device(s) left unused (use --device auto or "
+          "cuda to serve on them)",
+          device, cuda_count);
+    }
+    return;
+  }
+  const int unused = cuda_count - static_cast<int>(selection.cuda_devices.size());
+  if (unused > 0) {
+    spdlog::info("--device {}: {} of {} visible CUDA devices left unused", device, unused,
+                 cuda_count);
+  }
+}
+
 }  // namespace
 
 Server::Server(ServerConfig config, BackendFactory backend_factory)
@@ -128,8 +152,11 @@ Status Server::Start() {
   std::string error;
   const int cuda_count = backend_factory_ ? 0 : kernels::CudaDeviceCount();
   if (!ParseDevice(config_.device, cuda_count, &selection, &error)) {
+    // `--device cuda` (or cuda:N) without a usable GPU: the start fails naming the reason.
+    if (cuda_count == 0 && !backend_factory_) error += ": " + kernels::CudaUnavailableReason();
     return Status(Code::kInvalidArgument, error);
   }
+  LogUnusedGpus(config_.device, cuda_count, selection);
 
   // Devices and their workers.
   std::vector<std::pair<std::string, std::string>> devices;

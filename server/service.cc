@@ -347,6 +347,10 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     if (slot->counted) return;
     slot->counted = true;
     svc_->metrics()->RecordRequest(Method::kSampleStream, code, SecondsSince(slot->arrived));
+    if (code == Code::kResourceExhausted) {
+      svc_->metrics()->RecordResourceExhausted(Method::kSampleStream,
+                                               slot->status.retry_pushback_ms());
+    }
   }
 
   // Returns a slot's bytes to the budget (under mu_).

@@ -1,9 +1,14 @@
 """Checks on the rendered kustomize output (run by deploy/k8s/test.sh with the tools venv's
 Python): what an operator's admission review asks of a workload, beyond schema validity.
 
-  check.py RENDERED.yaml OVERLAY ADAPTER_CONFIG.yaml SERVICEMONITOR_SCHEMA.json
+  check.py RENDERED.yaml OVERLAY ADAPTER_CONFIG.yaml SERVICEMONITOR_SCHEMA.json \
+      RULES.yml PROMETHEUSRULE_SCHEMA.json RUNBOOKS.md
+
+The PrometheusRule must hold exactly RULES.yml's groups (one source), and every alert must
+carry a runbook_url naming a section of RUNBOOKS.md that exists.
 """
 import json
+import re
 import sys
 
 import jsonschema
@@ -13,6 +18,41 @@ import yaml
 def fail(msg):
     print(f"k8s check FAILED: {msg}")
     sys.exit(1)
+
+
+def anchors(markdown_path):
+    """GitHub's heading anchors: lowercase, punctuation other than - and _ dropped, spaces
+    to -."""
+    out = set()
+    with open(markdown_path) as f:
+        for line in f:
+            m = re.match(r"#{1,6}\s+(.*?)\s*$", line)
+            if m:
+                text = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower())
+                out.add(text.replace(" ", "-"))
+    return out
+
+
+def check_rules(docs, overlay, rules_path, schema_path, runbooks_path):
+    rule = docs["PrometheusRule"]
+    with open(schema_path) as f:
+        jsonschema.validate(rule, json.load(f))
+    with open(rules_path) as f:
+        groups = yaml.safe_load(f)["groups"]
+    if rule["spec"]["groups"] != groups:
+        fail(f"{overlay}: the PrometheusRule's groups differ from {rules_path} (run "
+             "python3 deploy/prometheus/prometheusrule.py)")
+    have = anchors(runbooks_path)
+    alerts = [r for g in groups for r in g["rules"] if "alert" in r]
+    for r in alerts:
+        url = r.get("annotations", {}).get("runbook_url", "")
+        page, _, anchor = url.partition("#")
+        if not page.endswith("docs/runbooks.md") or not anchor:
+            fail(f"alert {r['alert']}: runbook_url {url!r} names no section of docs/runbooks.md")
+        if anchor not in have:
+            fail(f"alert {r['alert']}: runbook_url anchor #{anchor} is not a heading of "
+                 f"{runbooks_path}")
+    return len(alerts)
 
 
 def check_repository(docs, pod, overlay):
@@ -45,11 +85,12 @@ def check_repository(docs, pod, overlay):
                 fail(f"{overlay}: the repository claim is not ReadWriteMany (replicas share it)")
 
 
-def main(rendered, overlay, adapter_path, schema_path):
+def main(rendered, overlay, adapter_path, schema_path, rules_path, rule_schema_path,
+         runbooks_path):
     with open(rendered) as f:
         docs = {d["kind"]: d for d in yaml.safe_load_all(f) if d}
     for kind in ("Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler",
-                 "ServiceMonitor"):
+                 "ServiceMonitor", "PrometheusRule"):
         if kind not in docs:
             fail(f"{overlay}: no {kind}")
 
@@ -112,11 +153,13 @@ def main(rendered, overlay, adapter_path, schema_path):
         name = m["pods"]["metric"]["name"]
         if name not in served:
             fail(f"HPA metric {name} is not served by the prometheus-adapter rules")
+    alerts = check_rules(docs, overlay, rules_path, rule_schema_path, runbooks_path)
     print(f"k8s check: {overlay}: securityContext, resources, probes, headless Service, "
-          f"ServiceMonitor (schema), HPA on {sorted(served)} ok")
+          f"ServiceMonitor (schema), HPA on {sorted(served)}, PrometheusRule = rules file with "
+          f"{alerts} alerts, each with a runbook section, ok")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 5:
+    if len(sys.argv) != 8:
         sys.exit(__doc__)
     main(*sys.argv[1:])

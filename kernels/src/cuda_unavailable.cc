@@ -13,6 +13,10 @@ namespace {
 
 bool CudaCompiled() { return false; }
 int CudaDeviceCount() { return 0; }
+std::string CudaUnavailableReason() {
+  return "this build has no CUDA backend (configured without nvcc; use the CUDA image or "
+         "build with the CUDA toolkit)";
+}
 
 namespace cuda_api {
 std::unique_ptr<Backend> MakeCudaBackend(int) { Unavailable(); }

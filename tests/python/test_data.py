@@ -89,3 +89,14 @@ def test_inline_pool_and_arguments(server):
         SampleIterable(server.target, dataset="x", num_samples=4, fil="none")
     with pytest.raises(ValueError, match="prefetch"):
         SampleIterable(server.target, dataset="x", num_samples=4, prefetch=0)
+
+
+def test_bfloat16_features_come_back_as_bfloat16(server, client):
+    x = torch.randn(600, 4).to(torch.bfloat16)
+    y = (torch.rand(600) < 0.1).long()
+    client.create_dataset("iterable-bf16", y, x, replace=True)
+    (batch,) = batches(SampleIterable(server.target, dataset="iterable-bf16", num_samples=8,
+                                      steps=1, seed=2, return_features=True))
+    assert batch.features.dtype == torch.bfloat16
+    want = client.sample(y, x, num_samples=8, seed=SampleIterable.seed_for(2, 0, 0))
+    assert torch.equal(batch.features, want.features)

@@ -22,3 +22,22 @@ def test_train_balanced_quick(server):
     assert balanced["recall"] > uniform["recall"] + 0.3, results
     assert balanced["tp"] + balanced["fn"] == uniform["tp"] + uniform["fn"] > 0  # same test set
     assert "uniform" in result.stdout and "balanced" in result.stdout
+
+
+def test_prefetch_changes_speed_not_batches(server):
+    """SampleIterable's prefetch and one blocking call per step use the same seeds: the same
+    batches, so the very same models (only steps/s differs)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO / "client" / "python"))
+    runs = []
+    for extra in ([], ["--no-prefetch"]):
+        result = subprocess.run(
+            [PYTHON, str(REPO / "examples" / "train_balanced.py"), "--quick", "--json",
+             "--steps", "30", "--target", server.target, *extra],
+            capture_output=True, text=True, timeout=300, env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    for mode in ("balanced", "uniform"):
+        a, b = (dict(r[mode]) for r in runs)
+        assert a.pop("steps_per_s") > 0 and b.pop("steps_per_s") > 0
+        a.pop("train_s"), b.pop("train_s")
+        assert a == b, (mode, a, b)

@@ -9,6 +9,7 @@ import asyncio
 import json
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,9 +34,9 @@ def dead_address() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-def names_on(target: str) -> list:
+def names_on(target: str, repository: bool = False) -> list:
     with gpusampler.Client(target) as c:
-        assert c.info().dataset_repository is False
+        assert c.info().dataset_repository is repository
         return [d.name for d in c.list_datasets()]
 
 
@@ -150,3 +151,42 @@ def test_cli_and_cpp_client_reach_every_replica(pair, tmp_path: Path):
     gone = cli("dataset", "delete", "rep-cli2", targets=[a, b])
     assert gone.returncode == 0  # held by one of the two: deleted there, done
     assert "rep-cli2" not in names_on(a)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("repo")
+    servers = [start_server(tmp_path_factory.mktemp(f"shared{i}"),
+                            ["--dataset-dir", str(repo), "--dataset-poll-seconds", "1"])
+               for i in range(2)]
+    yield servers
+    for s in servers:
+        assert stop_server(s) == 0, s.log_text()
+
+
+def test_with_a_repository_one_replica_is_enough(shared, tmp_path: Path):
+    a, b = (s.target for s in shared)
+    labels, features, splits = data(5)
+    with gpusampler.Client([a, b]) as client:
+        assert client.info().dataset_repository is True
+        # One upload (a second one to the other replica would be ALREADY_EXISTS).
+        info = client.create_dataset("rep-shared", labels, features, splits)
+        assert info.replicas == ()
+        listed = [d for d in client.list_datasets() if d.name == "rep-shared"]
+        assert len(listed) == 1 and listed[0].replicas == ()
+        for target in (a, b):  # each replica serves it (read your writes)
+            with gpusampler.Client(target) as one:
+                got = one.sample(dataset="rep-shared", num_samples=16, seed=3)
+                assert got.dataset_sha256 == info.sha256
+        client.delete_dataset("rep-shared")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        held = [t for t in (a, b) if "rep-shared" in names_on(t, repository=True)]
+        if not held:
+            break
+        time.sleep(0.2)
+    assert not held, f"{held} still list the deleted dataset"
+    np.save(tmp_path / "labels.npy", labels)
+    cli("dataset", "create", "rep-shared-cli", "--labels", tmp_path / "labels.npy",
+        targets=[a, b])
+    cli("dataset", "delete", "rep-shared-cli", targets=[a, b])

@@ -24,9 +24,9 @@ try:
     from gpusampler.v1 import sampler_pb2 as _sampler_pb2  # noqa: F401
 except ImportError as _error:  # pragma: no cover - exercised only on a broken install
     raise ImportError(
-        "gpusampler: the generated gRPC stubs are missing (gpusampler/_proto). Build them "
-        "with `make build` (they land in client/python/gpusampler/_proto) or install the "
-        "package with pip, which generates them: " + str(_error)
+        "gpusampler: the gRPC stubs the package ships (gpusampler/_proto) are missing or do "
+        "not import; reinstall the package (`pip install ./client/python`) or restore "
+        "client/python/gpusampler/_proto from the repository: " + str(_error)
     ) from _error
 
 from gpusampler.client import (  # noqa: E402

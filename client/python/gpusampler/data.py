@@ -69,7 +69,13 @@ class Batch(NamedTuple):
 
 
 def _tensor(x: Any) -> torch.Tensor:
-    return x if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x))
+    if isinstance(x, torch.Tensor):
+        return x
+    a = np.asarray(x)
+    if a.dtype == np.uint16 or a.dtype.name == "bfloat16":
+        # The wire has no uint16: these are bfloat16 bits (numpy has no bfloat16 of its own).
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 class SampleIterable(IterableDataset):

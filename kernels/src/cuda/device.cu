@@ -2,6 +2,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -77,6 +78,31 @@ int CudaDeviceCount() {
     return 0;
   }
   return count;
+}
+
+std::string CudaUnavailableReason() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaSuccess && count > 0) return "";
+  (void)cudaGetLastError();  // not sticky: later checks must not see it
+  auto version = [](int v) {
+    return v <= 0 ? std::string("none")
+                  : std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  };
+  int driver = 0;
+  (void)cudaDriverGetVersion(&driver);  // 0 when no driver is loaded
+  std::string reason;
+  if (status != cudaSuccess) {
+    reason = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status) + " (" +
+             cudaGetErrorString(status) + ")";
+  } else {
+    reason = "the CUDA driver reports no device";
+  }
+  reason += "; driver supports CUDA " + version(driver) + ", this build needs CUDA " +
+            version(CUDART_VERSION) + " (NVIDIA driver >= 580 for CUDA 13)";
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible != nullptr) reason += "; CUDA_VISIBLE_DEVICES=\"" + std::string(visible) + "\"";
+  return reason;
 }
 
 namespace cuda_api {

@@ -241,6 +241,10 @@ std::unique_ptr<Backend> MakeCudaSimBackend();
 bool CudaCompiled();
 // Number of usable CUDA devices (0 when not compiled, no driver, or no device).
 int CudaDeviceCount();
+// Why CudaDeviceCount() is 0, in words an operator can act on: no CUDA backend in this build,
+// the CUDA runtime's error (a driver too old for the toolkit, with both versions; no driver;
+// no device), and CUDA_VISIBLE_DEVICES when it is set. Empty when devices are usable.
+std::string CudaUnavailableReason();
 // A CUDA backend on `device` with its own non-blocking stream. Throws Error(kUnavailable)
 // when CUDA is not compiled in or the device is absent.
 std::unique_ptr<Backend> MakeCudaBackend(int device);
