@@ -49,6 +49,7 @@ std::vector<Range> Ranges(const ServerConfig& c) {
       {"--max-inflight-bytes", double(c.max_inflight_bytes), 1, kInt64Max},
       {"--max-stream-inflight-bytes", double(c.max_stream_inflight_bytes), 1, kInt64Max},
       {"--max-concurrent-streams", double(c.max_concurrent_streams), 1, kIntMax},
+      {"--stream-write-timeout-ms", double(c.stream_write_timeout_ms), 1, 86400e3},
   };
 }
 
@@ -156,6 +157,10 @@ void AddFlags(CLI::App* app, ServerConfig* c) {
       "bytes one SampleStream may hold before it stops reading");
   add("--max-concurrent-streams", &c->max_concurrent_streams, "GPUSAMPLER_MAX_CONCURRENT_STREAMS",
       "concurrent calls per connection");
+  add("--stream-write-timeout-ms", &c->stream_write_timeout_ms,
+      "GPUSAMPLER_STREAM_WRITE_TIMEOUT_MS",
+      "a SampleStream whose client has not read an answer this long ends RESOURCE_EXHAUSTED "
+      "and releases its bytes");
   add("--max-dataset-bytes", &c->max_dataset_bytes, "GPUSAMPLER_MAX_DATASET_BYTES",
       "bytes of resident datasets (stored, uploading, and replaced until the new one commits)");
   add("--dataset-dir", &c->dataset_dir, "GPUSAMPLER_DATASET_DIR",

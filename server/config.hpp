@@ -69,6 +69,9 @@ struct ServerConfig {
   // Bytes one SampleStream may hold before it stops reading (at least one request runs).
   int64_t max_stream_inflight_bytes = int64_t{256} << 20;
   int64_t max_concurrent_streams = 128;  // HTTP/2 streams (calls) per connection
+  // A SampleStream whose client has not taken an answer for this long ends
+  // RESOURCE_EXHAUSTED and releases its bytes (a reader that stopped cannot pin the budget).
+  int64_t stream_write_timeout_ms = 30000;
 };
 
 // Registers every flag of `config` on `app` (defaults are the current values); numeric flags
