@@ -349,10 +349,16 @@ def pinned(binary):
                 pass
         except grpc.RpcError:
             pass
-        key = (c.code().name, "--stream-write-timeout-ms" in (c.details() or ""))
-        codes[key] = codes.get(key, 0) + 1
-    check(set(codes) == {("RESOURCE_EXHAUSTED", True)},
-          f"pinned: every stream ended RESOURCE_EXHAUSTED naming the flag: {codes}")
+        details = c.details() or ""
+        flag = next((f for f in ("--stream-write-timeout-ms", "--max-inflight-bytes")
+                     if f in details), "")
+        codes[(c.code().name, flag)] = codes.get((c.code().name, flag), 0) + 1
+    # Streams that held answers end naming --stream-write-timeout-ms; those whose first
+    # request found the budget full were refused at once, naming --max-inflight-bytes.
+    check(set(codes) <= {("RESOURCE_EXHAUSTED", "--stream-write-timeout-ms"),
+                         ("RESOURCE_EXHAUSTED", "--max-inflight-bytes")} and
+          codes.get(("RESOURCE_EXHAUSTED", "--stream-write-timeout-ms"), 0) > 0,
+          f"pinned: every stream ended RESOURCE_EXHAUSTED naming its flag: {codes}")
     labels = np.random.default_rng(1).integers(-1, 2, size=(2 * MB) // 8).astype(np.int64)
     legit = pb.SampleRequest(labels=pb.Tensor(dtype=pb.DTYPE_INT64, shape=[labels.size],
                                               data=labels.tobytes()),
