@@ -343,8 +343,12 @@ Status Server::Start() {
   // Bytes gRPC is still receiving count against the budget too: its memory quota, sized
   // from --max-inflight-bytes, shrinks the HTTP/2 flow-control windows as it fills, so that
   // clients cannot push more than about the budget into the process at once.
+  // At least two of the largest messages the transport takes: below that, gRPC itself would
+  // cancel a single large call under its memory pressure, before the service could refuse
+  // it with a message naming the flag.
   grpc::ResourceQuota quota("gpusampler");
-  quota.Resize(static_cast<size_t>(config_.max_inflight_bytes));
+  quota.Resize(static_cast<size_t>(std::max<int64_t>(config_.max_inflight_bytes,
+                                                     2 * static_cast<int64_t>(max_bytes))));
   builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(max_bytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
