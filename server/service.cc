@@ -233,9 +233,13 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   // Finishes the call; `this` may be gone once Finish returns.
   void Done(Status status) {
     if (finished_) return;
-    if (client_gone_.load()) {
-      // Computed for a client that is gone: nothing can be written, so it is not OK.
-      status = Status(Code::kCancelled, "the client went away before the answer was written");
+    if (status.ok() && client_gone_.load()) {
+      // Computed for a client that is gone (cancelled, or its deadline passed): nothing can
+      // be written, so it is not OK.
+      status =
+          job_ && Clock::now() >= job_->deadline
+              ? Status(Code::kDeadlineExceeded, "deadline passed before the answer was written")
+              : Status(Code::kCancelled, "the client went away before the answer was written");
     }
     if (status.ok()) {
       SetTotal(&response_, accepted_);

@@ -387,15 +387,27 @@ def transport(binary):
                                     request_serializer=lambda b: b,
                                     response_deserializer=lambda b: b))
     t0 = time.time()
+    def one(i):
+        try:
+            calls[i % 2](big, timeout=300)
+            return "OK"
+        except grpc.RpcError as e:  # which limit refused it: the budget or gRPC's own quota
+            if "--max-inflight-bytes" not in (e.details() or ""):
+                print("  refused by gRPC:", e.code().name, (e.details() or "")[:200], flush=True)
+            return e.code().name + (" (--max-inflight-bytes)"
+                                    if "--max-inflight-bytes" in (e.details() or "") else "")
+
     with cf.ThreadPoolExecutor(96) as pool:
-        codes = list(pool.map(lambda i: code_of(lambda: calls[i % 2](big, timeout=300)),
-                              range(96)))
+        codes = list(pool.map(one, range(96)))
     peak = s.rss_mb("VmHWM")
     counts = {c: codes.count(c) for c in set(codes)}
     print(f"transport: 96 x 56 MiB on 2 connections in {time.time() - t0:.0f} s: {counts}",
           flush=True)
-    check(set(codes) <= {"OK", "RESOURCE_EXHAUSTED"}, f"transport: only OK or "
-          f"RESOURCE_EXHAUSTED: {counts}")
+    # RESOURCE_EXHAUSTED either from the budget (naming --max-inflight-bytes, with a retry
+    # pushback) or from gRPC's memory quota, which resets a stream still arriving under
+    # pressure (RST_STREAM ENHANCE_YOUR_CALM, seen as RESOURCE_EXHAUSTED).
+    check(set(codes) <= {"OK", "RESOURCE_EXHAUSTED (--max-inflight-bytes)", "RESOURCE_EXHAUSTED"}
+          and "OK" in codes, f"transport: only OK or RESOURCE_EXHAUSTED: {counts}")
     check(peak < 768, f"transport: server peak RSS {peak:.0f} MB < 768 MB")
     known_good(s, "transport")
     check(s.stop() == 0, "transport: exit 0")
