@@ -301,6 +301,11 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     if (now - write_started_ < limit) return false;
     stalled_ = true;
     ++refs_;
+    // Not finished, so the call is alive now: hold it until EndStall has cancelled it (the
+    // stream may finish on another thread meanwhile).
+    stall_call_ = ctx_->c_call();
+    grpc_call_ref(stall_call_);
+    stall_peer_ = ctx_->peer();
     return true;
   }
   void EndStall() override {
@@ -310,9 +315,10 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     const std::string message = "the client has not read an answer for " +
                                 std::to_string(svc_->config().stream_write_timeout_ms) +
                                 " ms (--stream-write-timeout-ms); the stream's bytes are released";
-    spdlog::warn("SampleStream from {}: {}", ctx_->peer(), message);
-    grpc_call_cancel_with_status(ctx_->c_call(), GRPC_STATUS_RESOURCE_EXHAUSTED, message.c_str(),
+    spdlog::warn("SampleStream from {}: {}", stall_peer_, message);
+    grpc_call_cancel_with_status(stall_call_, GRPC_STATUS_RESOURCE_EXHAUSTED, message.c_str(),
                                  nullptr);
+    grpc_call_unref(stall_call_);
     Pump();
     Unref();
   }
@@ -592,6 +598,8 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   bool stalled_ = false;  // ended by --stream-write-timeout-ms
   bool finished_ = false;
   Clock::time_point write_started_{};  // of the write in flight
+  grpc_call* stall_call_ = nullptr;    // referenced from BeginStall to EndStall
+  std::string stall_peer_;
   bool pumping_ = false;
   bool repump_ = false;
 };
