@@ -347,8 +347,8 @@ Status Server::Start() {
   // cancel a single large call under its memory pressure, before the service could refuse
   // it with a message naming the flag.
   grpc::ResourceQuota quota("gpusampler");
-  quota.Resize(static_cast<size_t>(std::max<int64_t>(config_.max_inflight_bytes,
-                                                     2 * static_cast<int64_t>(max_bytes))));
+  quota.Resize(static_cast<size_t>(
+      std::max<int64_t>(config_.max_inflight_bytes, 2 * static_cast<int64_t>(max_bytes))));
   builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(max_bytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
