@@ -48,9 +48,10 @@ RUN bash /tmp/install-deps.sh --runtime \
 COPY --from=build /opt/gpusampler/bin/ /usr/local/bin/
 # Numeric, so that Kubernetes can verify runAsNonRoot.
 USER 10001:10001
-# The port file (written once SERVING) tells the HEALTHCHECK which port the server listens
-# on, whatever --address or GPUSAMPLER_ADDRESS says; /tmp is the one writable path needed
-# (an emptyDir under a read-only root filesystem).
+# The port file (written once SERVING) tells the HEALTHCHECK which ports the server listens
+# on, whatever --metrics-address or GPUSAMPLER_METRICS_ADDRESS says: it asks GET /readyz on
+# the metrics port, plain HTTP also when gRPC serves TLS or mTLS; /tmp is the one writable
+# path needed (an emptyDir under a read-only root filesystem).
 ENV GPUSAMPLER_ADDRESS=0.0.0.0:50051 \
     GPUSAMPLER_METRICS_ADDRESS=0.0.0.0:9464 \
     GPUSAMPLER_DEVICE=auto \

@@ -52,6 +52,7 @@ std::vector<Range> Ranges(const ServerConfig& c) {
       // The dataset repository.
       {"--dataset-poll-seconds", double(c.dataset_poll_seconds), 0, 86400},
       {"--upload-idle-timeout-ms", double(c.upload_idle_timeout_ms), 1, 86400e3},
+      {"--stream-write-timeout-ms", double(c.stream_write_timeout_ms), 1, 86400e3},
   };
 }
 
@@ -159,6 +160,10 @@ void AddFlags(CLI::App* app, ServerConfig* c) {
       "bytes one SampleStream may hold before it stops reading");
   add("--max-concurrent-streams", &c->max_concurrent_streams, "GPUSAMPLER_MAX_CONCURRENT_STREAMS",
       "concurrent calls per connection");
+  add("--stream-write-timeout-ms", &c->stream_write_timeout_ms,
+      "GPUSAMPLER_STREAM_WRITE_TIMEOUT_MS",
+      "a SampleStream whose client has not read an answer this long ends RESOURCE_EXHAUSTED "
+      "and releases its bytes");
   add("--max-dataset-bytes", &c->max_dataset_bytes, "GPUSAMPLER_MAX_DATASET_BYTES",
       "bytes of resident datasets (stored, uploading, and replaced until the new one commits)");
   add("--dataset-dir", &c->dataset_dir, "GPUSAMPLER_DATASET_DIR",

@@ -73,6 +73,9 @@ struct ServerConfig {
   // never); an upload that sends nothing for upload_idle_timeout_ms ends DEADLINE_EXCEEDED.
   int64_t dataset_poll_seconds = 10;
   int64_t upload_idle_timeout_ms = 30000;
+  // A SampleStream whose client has not taken an answer for this long ends
+  // RESOURCE_EXHAUSTED and releases its bytes (a reader that stopped cannot pin the budget).
+  int64_t stream_write_timeout_ms = 30000;
 };
 
 // Registers every flag of `config` on `app` (defaults are the current values); numeric flags

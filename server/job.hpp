@@ -75,6 +75,9 @@ struct Job {
   Clock::time_point accepted{};
   Clock::time_point deadline = Clock::time_point::max();
   std::atomic<bool> cancelled{false};
+  // The client connection it came from (its peer address): the queue serves connections in
+  // turn (Scheduler).
+  std::string connection;
 
   // Where the worker writes the result (owned by the caller; untouched after `done`).
   v1::SampleResponse* response = nullptr;

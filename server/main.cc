@@ -3,7 +3,11 @@
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "config.hpp"
@@ -42,6 +46,31 @@ int main(int argc, char** argv) {
     return 1;
   }
   server.WaitForShutdownRequest();
+  // The exit bound: grace + 0.5 s whatever is still open. The drain answers accepted work
+  // within the grace; what gRPC may wait on after it (connections that do not close, an
+  // upload still sending) does not hold the exit.
+  const auto grace =
+      std::chrono::duration<double>(server.failed() ? 0.0 : config.shutdown_grace_seconds);
+  static std::atomic<bool> exiting{false};  // the first of main and this thread ends it
+  std::thread([&server, grace] {
+    std::this_thread::sleep_for(grace + std::chrono::milliseconds(350));
+    if (exiting.exchange(true)) return;
+    spdlog::warn("still shutting down {:.2f} s after the drain began; exiting now",
+                 grace.count() + 0.35);
+    server.CleanUpForExit();
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    std::_Exit(server.failed() ? 1 : 0);
+  }).detach();
   server.Shutdown();
-  return server.failed() ? 1 : 0;
+  if (exiting.exchange(true)) {
+    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));  // the watchdog exits
+  }
+  // Drained: exit now rather than in the destructors (stopping the metrics endpoint's
+  // threads alone takes a second or two).
+  const int code = server.failed() ? 1 : 0;
+  server.CleanUpForExit();
+  spdlog::default_logger()->flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
 }

@@ -137,6 +137,13 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
                    .Help("Sampling requests accepted and not yet answered.")
                    .Register(*registry_)
                    .Add({});
+  inflight_bytes_ = &BuildGauge()
+                         .Name("gpusampler_inflight_bytes")
+                         .Help(
+                             "Request and response bytes held now, of the --max-inflight-bytes "
+                             "budget.")
+                         .Register(*registry_)
+                         .Add({});
   datasets_ = &BuildGauge()
                    .Name("gpusampler_datasets")
                    .Help("Resident datasets stored.")

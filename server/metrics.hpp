@@ -116,6 +116,8 @@ class Metrics {
 
   prometheus::Gauge& queue_depth() { return *queue_depth_; }
   prometheus::Gauge& inflight() { return *inflight_; }
+  // gpusampler_inflight_bytes: the --max-inflight-bytes budget in use (ByteBudget).
+  prometheus::Gauge& inflight_bytes() { return *inflight_bytes_; }
   prometheus::Gauge& queue_capacity() { return *queue_capacity_; }
   // 1 while health reports SERVING, else 0.
   prometheus::Gauge& serving() { return *serving_; }
@@ -152,6 +154,7 @@ class Metrics {
   int64_t transport_counted_ = 0;              // under mu_
   prometheus::Gauge* queue_depth_ = nullptr;
   prometheus::Gauge* inflight_ = nullptr;
+  prometheus::Gauge* inflight_bytes_ = nullptr;
   prometheus::Gauge* datasets_ = nullptr;
   std::vector<prometheus::Gauge*> dataset_bytes_;  // one per device
   prometheus::Counter* received_bytes_ = nullptr;

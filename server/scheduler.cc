@@ -25,6 +25,35 @@ int64_t QueueFullPushbackMs() {
 
 }  // namespace
 
+void FairQueue::push_back(std::shared_ptr<Job> job) {
+  auto& lane = lanes_[job->connection];
+  if (lane.empty()) turns_.push_back(job->connection);
+  lane.push_back(std::move(job));
+  ++size_;
+}
+
+void FairQueue::pop_front() {
+  const auto it = lanes_.find(turns_.front());
+  std::string connection = std::move(turns_.front());
+  turns_.pop_front();
+  it->second.pop_front();
+  --size_;
+  if (it->second.empty()) {
+    lanes_.erase(it);
+  } else {
+    turns_.push_back(std::move(connection));  // its next job waits for the others' turns
+  }
+}
+
+std::deque<std::shared_ptr<Job>> FairQueue::TakeAll() {
+  std::deque<std::shared_ptr<Job>> all;
+  while (!empty()) {
+    all.push_back(front());
+    pop_front();
+  }
+  return all;
+}
+
 Scheduler::Scheduler(Options options, Metrics* metrics, std::function<void(const Status&)> on_fatal)
     : options_(options), metrics_(metrics), on_fatal_(std::move(on_fatal)) {}
 
@@ -107,7 +136,7 @@ bool Scheduler::Stop(Clock::time_point deadline) {
     if (stop_) return true;
     stop_ = true;
     accepting_ = false;
-    left.swap(queue_);
+    left = queue_.TakeAll();
     has_work_.store(true, std::memory_order_release);  // ends any spin
     metrics_->queue_depth().Set(0);
   }
@@ -316,7 +345,7 @@ void Scheduler::Fatal(const Status& status) {
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) return;
     failed_ = true;
-    left.swap(queue_);
+    left = queue_.TakeAll();
     metrics_->queue_depth().Set(0);
   }
   spdlog::critical("unrecoverable device fault: {}", status.message());

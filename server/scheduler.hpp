@@ -1,7 +1,9 @@
-// The scheduler: a bounded queue of jobs and one thread per worker. A worker thread takes
-// the oldest job plus whatever else is queued (up to max_batch_rows rows), drops jobs that
-// were cancelled or whose deadline passed, runs the rest as one fused launch and completes
-// them. It launches at once when no other launch is running, so batching never adds
+// The scheduler: a bounded queue of jobs and one thread per worker. The queue serves client
+// connections in turn (one job of each connection with work, round-robin; FIFO within a
+// connection), so that one connection's flood delays another's request by about one launch.
+// A worker thread takes the next job plus whatever else is queued (up to max_batch_rows rows),
+// drops jobs that were cancelled or whose deadline passed, runs the rest as one fused launch and
+// completes them. It launches at once when no other launch is running, so batching never adds
 // latency to an idle server; while launches run, a batch may wait up to max_batch_delay_us
 // to fill. An idle worker polls the queue for spin_us before it parks, so that a request
 // arriving soon after the last one does not pay a thread wake-up. Thread-safe: every public method
@@ -12,8 +14,10 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -23,6 +27,25 @@
 #include "worker.hpp"
 
 namespace gpusampler::server {
+
+// Jobs queued per connection (Job::connection), taken round-robin across connections.
+// Thread-compatible (the scheduler's lock).
+class FairQueue {
+ public:
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+  void push_back(std::shared_ptr<Job> job);
+  // The job that is served next. Not empty.
+  const std::shared_ptr<Job>& front() const { return lanes_.at(turns_.front()).front(); }
+  void pop_front();
+  // Every job, in the order they would be served; leaves the queue empty.
+  std::deque<std::shared_ptr<Job>> TakeAll();
+
+ private:
+  std::map<std::string, std::deque<std::shared_ptr<Job>>> lanes_;  // non-empty lanes only
+  std::deque<std::string> turns_;  // connections with queued jobs, whose turn is next first
+  size_t size_ = 0;
+};
 
 class Scheduler {
  public:
@@ -96,7 +119,7 @@ class Scheduler {
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable idle_cv_;
-  std::deque<std::shared_ptr<Job>> queue_;
+  FairQueue queue_;
   int running_ = 0;  // launches in progress
   bool accepting_ = true;
   bool stop_ = false;

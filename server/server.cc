@@ -4,15 +4,18 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/resource_quota.h>
 #include <malloc.h>
 #include <prometheus/exposer.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "call_metrics.hpp"
@@ -57,17 +60,59 @@ class ReflectionOption final : public grpc::ServerBuilderOption {
   const bool on_;
 };
 
-// civetweb matches a handler's URI as a prefix ("/metricsX" would be served); anything but
-// exactly /metrics is answered 404 here, before the handlers.
-int ExactMetricsPath(mg_connection* conn) {
+}  // namespace
+
+// What /readyz answers for one server: SERVING or not (health).
+struct ProbeState {
+  std::atomic<bool> serving{false};
+};
+
+namespace {
+
+// The probe state of each server of the process by metrics port: civetweb's callback is a
+// plain function that knows the port the request came in on (tests run several servers).
+std::mutex g_probes_mu;
+std::map<int, std::shared_ptr<ProbeState>> g_probes;
+
+void SendText(mg_connection* conn, int code, const char* text) {
+  if (code == 200) {
+    mg_send_http_ok(conn, "text/plain; charset=utf-8", static_cast<long long>(std::strlen(text)));
+    mg_write(conn, text, std::strlen(text));
+  } else {
+    mg_send_http_error(conn, code, "%s", text);
+  }
+}
+
+// The metrics port's own paths: /healthz (200 while the process runs), /readyz (200 while
+// health is SERVING, else 503), and /metrics (handed to prometheus-cpp's handler). civetweb
+// matches a handler's URI as a prefix ("/metricsX" would be served); anything else is
+// answered 404 here, before the handlers.
+int MetricsPortPaths(mg_connection* conn) {
   const mg_request_info* info = mg_get_request_info(conn);
-  if (info && info->local_uri && std::strcmp(info->local_uri, "/metrics") == 0) return 0;
-  mg_send_http_error(conn, 404, "%s", "not found (the metrics are at /metrics)\n");
+  const char* uri = info ? info->local_uri : nullptr;
+  if (uri && std::strcmp(uri, "/metrics") == 0) return 0;
+  if (uri && std::strcmp(uri, "/healthz") == 0) {
+    SendText(conn, 200, "ok\n");
+    return 200;
+  }
+  if (uri && std::strcmp(uri, "/readyz") == 0) {
+    std::shared_ptr<ProbeState> probe;
+    {
+      std::lock_guard<std::mutex> lock(g_probes_mu);
+      const auto it = g_probes.find(info->server_port);
+      if (it != g_probes.end()) probe = it->second;
+    }
+    const bool serving = probe && probe->serving.load();
+    SendText(conn, serving ? 200 : 503, serving ? "SERVING\n" : "NOT_SERVING\n");
+    return serving ? 200 : 503;
+  }
+  mg_send_http_error(conn, 404, "%s",
+                     "not found (this port serves /metrics, /healthz and /readyz)\n");
   return 404;
 }
-const CivetCallbacks kExactMetricsPath = [] {
+const CivetCallbacks kMetricsPortPaths = [] {
   CivetCallbacks callbacks{};
-  callbacks.begin_request = ExactMetricsPath;
+  callbacks.begin_request = MetricsPortPaths;
   return callbacks;
 }();
 
@@ -126,27 +171,57 @@ void LogUnusedGpus(const std::string& device, int cuda_count, const DeviceSelect
 Server::Server(ServerConfig config, BackendFactory backend_factory)
     : config_(std::move(config)), backend_factory_(std::move(backend_factory)) {}
 
-Server::~Server() { Shutdown(); }
+Server::~Server() {
+  Shutdown();
+  if (metrics_port_ != 0) {
+    std::lock_guard<std::mutex> lock(g_probes_mu);
+    const auto it = g_probes.find(metrics_port_);
+    if (it != g_probes.end() && it->second == probe_) g_probes.erase(it);
+  }
+}
+
+void Server::RefreshCredentialsForTesting() {
+  if (credentials_) credentials_->Refresh();
+}
+
+void Server::CleanUpForExit() {
+  if (credentials_) credentials_->RemovePrivateFiles();
+}
 
 Status Server::Start() {
   if (std::string error; !CheckConfig(config_, &error)) {
     return Status(Code::kInvalidArgument, error);
   }
-  if (!config_.auth_token_file.empty()) {
-    if (Status s = LoadTokens(config_.auth_token_file, &config_.auth_tokens); !s.ok()) return s;
-    spdlog::info("authentication on: Sampler calls need a bearer token ({} accepted)",
-                 config_.auth_tokens.size());
+  ledger_ = std::make_shared<CallLedger>();
+  probe_ = std::make_shared<ProbeState>();
+  credentials_ = std::make_unique<CredentialManager>(config_);
+  // Calls the TLS metadata check refuses are counted in requests_total (the ledger's
+  // metrics are set below, before the server listens).
+  if (Status s =
+          credentials_->Init([ledger = ledger_](const std::string& path, const Status& status) {
+            ledger->RecordRefused(path, status);
+          });
+      !s.ok()) {
+    return s;
   }
-  std::shared_ptr<grpc::ServerCredentials> credentials;
-  if (Status s = MakeServerCredentials(config_, &credentials); !s.ok()) return s;
-  if (!config_.auth_tokens.empty() && config_.tls_cert_file.empty()) {
+  std::shared_ptr<grpc::ServerCredentials> credentials = credentials_->server_credentials();
+  const bool auth = !credentials_->tokens()->Get()->empty();
+  if (auth) {
+    spdlog::info(
+        "authentication on: Sampler calls need a bearer token ({} accepted; the file is "
+        "re-read every {} s)",
+        credentials_->tokens()->Get()->size(), config_.tls_refresh_seconds);
+  }
+  if (auth && config_.tls_cert_file.empty()) {
     // Plaintext gRPC has no metadata hook: reflection could not be put behind the token.
     if (config_.reflection) {
       return InvalidArgument(
           "--reflection with --auth-token-file needs TLS (--tls-cert-file), "
           "which puts reflection behind the token");
     }
-    spdlog::warn("--auth-token-file without TLS: bearer tokens cross the network in cleartext");
+    spdlog::warn(
+        "--auth-token-file without TLS: bearer tokens cross the network in cleartext, and a "
+        "call's token is checked only once its request has arrived");
   }
   DeviceSelection selection;
   std::string error;
@@ -245,15 +320,19 @@ Status Server::Start() {
       selection.cuda_sim ? std::vector<int>{kernels::kSimDevice} : selection.cuda_devices);
   service_ = std::make_unique<SamplerService>(config_, scheduler_.get(), metrics_.get(), info,
                                               datasets_.get());
+  service_->SetTokens(credentials_->tokens());
+  ledger_->metrics = metrics_.get();
 
   if (!config_.metrics_address.empty()) {
     try {
-      // More threads than scrapers, and idle connections timed out, so that a few idle
-      // clients cannot block every scrape; paths other than /metrics get 404 (ExactPath).
+      // civetweb serves one connection per thread, and an idle connection holds its thread
+      // until request_timeout_ms: many threads (cheap while idle) and a short timeout, so
+      // that idle connections cannot stall a scrape or a probe (docs/server.md); no
+      // keep-alive. /healthz and /readyz answer here too (MetricsPortPaths).
       exposer_ = std::make_unique<prometheus::Exposer>(
-          std::vector<std::string>{"listening_ports", config_.metrics_address, "num_threads", "8",
-                                   "request_timeout_ms", "5000", "enable_keep_alive", "no"},
-          &kExactMetricsPath);
+          std::vector<std::string>{"listening_ports", config_.metrics_address, "num_threads", "64",
+                                   "request_timeout_ms", "1000", "enable_keep_alive", "no"},
+          &kMetricsPortPaths);
     } catch (const std::exception& e) {
       return Status(Code::kUnavailable, "cannot listen on metrics address " +
                                             config_.metrics_address + ": " + e.what());
@@ -262,6 +341,8 @@ Status Server::Start() {
     exposer_->RegisterCollectable(metrics_->process_collector());
     const auto ports = exposer_->GetListeningPorts();
     metrics_port_ = ports.empty() ? 0 : ports.front();
+    std::lock_guard<std::mutex> lock(g_probes_mu);
+    g_probes[metrics_port_] = probe_;
   }
   metrics_->StartUpdater(std::chrono::milliseconds(1000));
 
@@ -277,7 +358,7 @@ Status Server::Start() {
   builder.RegisterService(service_.get());
   builder.RegisterService(health_.get());
   // Requests are counted and timed from their arrival, before parsing (call_metrics.hpp).
-  auto call_metrics = std::make_unique<CallMetricsFactory>(metrics_.get());
+  auto call_metrics = std::make_unique<CallMetricsFactory>(ledger_);
   auto calls_seen = call_metrics->CallsSeen();
   calls_seen_ = calls_seen;
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
@@ -288,6 +369,16 @@ Status Server::Start() {
   // a message naming the flag and a do-not-retry pushback (validate.hpp).
   const int max_bytes = TransportMessageLimit(config_.limits.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_bytes);
+  // Bytes gRPC is still receiving count against the budget too: its memory quota, sized
+  // from --max-inflight-bytes, shrinks the HTTP/2 flow-control windows as it fills, so that
+  // clients cannot push more than about the budget into the process at once.
+  // At least two of the largest messages the transport takes: below that, gRPC itself would
+  // cancel a single large call under its memory pressure, before the service could refuse
+  // it with a message naming the flag.
+  grpc::ResourceQuota quota("gpusampler");
+  quota.Resize(static_cast<size_t>(
+      std::max<int64_t>(config_.max_inflight_bytes, 2 * static_cast<int64_t>(max_bytes))));
+  builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(max_bytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
                              static_cast<int>(config_.keepalive_time_ms));
@@ -317,7 +408,7 @@ Status Server::Start() {
       continue;
     }
     metrics_->SetTransportRejections([rejections = std::make_shared<TransportRejections>(
-                                          id, calls_seen)] { return rejections->Sample(); });
+                                          id, ledger_)] { return rejections->Sample(); });
     break;
   }
   spdlog::info("gRPC listening on port {} ({}), metrics on port {} ({}); warming up", grpc_port_,
@@ -342,6 +433,8 @@ Status Server::Start() {
   trimmer_ = std::thread([this] { TrimLoop(); });
   health_->SetServing(true);
   metrics_->serving().Set(1);
+  probe_->serving.store(true);
+  credentials_->StartRefresh();
   spdlog::info("SERVING: grpc_port={} metrics_port={} backend={}", grpc_port_, metrics_port_,
                backend_);
   if (!config_.port_file.empty()) {
@@ -391,6 +484,7 @@ void Server::OnFatal(const Status& status) {
     failed_ = true;
   }
   if (service_) service_->StopAccepting();
+  if (probe_) probe_->serving.store(false);
   if (health_) health_->SetServing(false);
   if (metrics_) metrics_->serving().Set(0);
   spdlog::critical("NOT_SERVING after device fault ({}); exiting", status.message());
@@ -411,6 +505,7 @@ void Server::Shutdown() {
   // is never accepted.
   if (service_) service_->StopAccepting();
   if (scheduler_) scheduler_->StopAccepting();
+  if (probe_) probe_->serving.store(false);
   if (health_) health_->SetServing(false);
   if (metrics_) metrics_->serving().Set(0);
   if (grpc_server_) {
@@ -448,6 +543,7 @@ void Server::Shutdown() {
     spdlog::warn(
         "grace period over with a launch still running; exiting without it (its "
         "callers see UNAVAILABLE)");
+    CleanUpForExit();
     spdlog::default_logger()->flush();
     std::fflush(nullptr);
     std::_Exit(0);

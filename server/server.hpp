@@ -28,6 +28,9 @@ class Metrics;
 class Scheduler;
 class SamplerService;
 class HealthService;
+class CredentialManager;
+struct CallLedger;
+struct ProbeState;
 
 // Test hook: builds the backend of CPU worker `index` instead of MakeCpuBackend (CPU workers
 // only: a --device cuda-sim server always runs MakeCudaSimBackend).
@@ -60,6 +63,12 @@ class Server {
   void Shutdown();
 
   Scheduler& scheduler() { return *scheduler_; }
+  // Re-reads the token file and the TLS files now (the refresh thread does it every
+  // --tls-refresh-seconds). Test hook.
+  void RefreshCredentialsForTesting();
+  // Removes what the server keeps on disk (the private copy of the TLS files); called by
+  // the binary before it exits without running destructors.
+  void CleanUpForExit();
 
  private:
   void OnFatal(const Status& status);
@@ -73,6 +82,9 @@ class Server {
   std::unique_ptr<DatasetRegistry> datasets_;
   std::unique_ptr<SamplerService> service_;
   std::unique_ptr<HealthService> health_;
+  std::unique_ptr<CredentialManager> credentials_;
+  std::shared_ptr<CallLedger> ledger_;
+  std::shared_ptr<ProbeState> probe_;  // what /readyz answers
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::function<int64_t()> calls_seen_;  // calls handed to the service so far (drain)

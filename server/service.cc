@@ -2,14 +2,18 @@
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
+#include <grpc/grpc.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <algorithm>
 #include <deque>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <random>
+
+#include <spdlog/spdlog.h>
 
 #include "security.hpp"
 #include "validate.hpp"
@@ -39,7 +43,9 @@ Clock::time_point SteadyDeadline(const grpc::CallbackServerContext& ctx, Clock::
 // header with a configured token. (With TLS the same check already ran in the metadata path,
 // before the body was read; plaintext gRPC has no such hook, so it runs here too.)
 Status Authenticate(const SamplerService& svc, const grpc::CallbackServerContext& ctx) {
-  const std::vector<std::string>& tokens = svc.config().auth_tokens;
+  std::shared_ptr<const std::vector<std::string>> held;
+  if (svc.tokens()) held = svc.tokens()->Get();
+  const std::vector<std::string>& tokens = held ? *held : svc.config().auth_tokens;
   if (tokens.empty()) return Status::Ok();
   std::vector<std::string> values;
   const auto range = ctx.client_metadata().equal_range("authorization");
@@ -151,6 +157,7 @@ std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerC
   *charged += cost;
   job->accepted = accepted;
   job->deadline = SteadyDeadline(ctx, accepted);
+  job->connection = ctx.peer();  // the client's address and port: one per connection
   job->response = response;
   response->set_request_id(request.request_id());
   // The version this response is computed from (SPEC section 6): the job holds that one.
@@ -191,6 +198,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   }
 
   void OnCancel() override {
+    client_gone_.store(true);
     if (job_) job_->cancelled.store(true);
   }
   void OnDone() override {
@@ -229,6 +237,14 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   // Finishes the call; `this` may be gone once Finish returns.
   void Done(Status status) {
     if (finished_) return;
+    if (status.ok() && client_gone_.load()) {
+      // Computed for a client that is gone (cancelled, or its deadline passed): nothing can
+      // be written, so it is not OK.
+      status =
+          job_ && Clock::now() >= job_->deadline
+              ? Status(Code::kDeadlineExceeded, "deadline passed before the answer was written")
+              : Status(Code::kCancelled, "the client went away before the answer was written");
+    }
     if (status.ok()) {
       SetTotal(&response_, accepted_);
       bool own = false;
@@ -252,6 +268,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   std::shared_ptr<Job> job_;
   int64_t charged_ = 0;  // bytes of the budget this call holds
   bool finished_ = false;
+  std::atomic<bool> client_gone_{false};  // OnCancel ran
 };
 
 // One SampleStream call. Requests are parsed, validated and submitted as they arrive (up to
@@ -282,6 +299,34 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     Unref();
   }
 
+  bool BeginStall(Clock::time_point now, Clock::duration limit) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (refs_ == 0 || finished_ || stalled_ || !write_in_flight_) return false;
+    if (now - write_started_ < limit) return false;
+    stalled_ = true;
+    ++refs_;
+    // Not finished, so the call is alive now: hold it until EndStall has cancelled it (the
+    // stream may finish on another thread meanwhile).
+    stall_call_ = ctx_->c_call();
+    grpc_call_ref(stall_call_);
+    stall_peer_ = ctx_->peer();
+    return true;
+  }
+  void EndStall() override {
+    // The answer cannot be written, so the status goes in place of the unread data: a
+    // server-side cancel with a status sends it as trailers and resets the stream, which
+    // ends the outstanding write (OnWriteDone(false)) and releases the stream's bytes.
+    const std::string message = "the client has not read an answer for " +
+                                std::to_string(svc_->config().stream_write_timeout_ms) +
+                                " ms (--stream-write-timeout-ms); the stream's bytes are released";
+    spdlog::warn("SampleStream from {}: {}", stall_peer_, message);
+    grpc_call_cancel_with_status(stall_call_, GRPC_STATUS_RESOURCE_EXHAUSTED, message.c_str(),
+                                 nullptr);
+    grpc_call_unref(stall_call_);
+    Pump();
+    Unref();
+  }
+
   void OnReadDone(bool ok) override {
     try {
       std::lock_guard<std::mutex> lock(mu_);
@@ -308,7 +353,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
       write_in_flight_ = false;
       Slot* front = pending_.front().get();
       // Counted once its bytes were handed to the transport, so a failed send is not OK.
-      Count(front, ok ? Code::kOk : Code::kCancelled);
+      Count(front, ok ? Code::kOk : stalled_ ? Code::kResourceExhausted : Code::kCancelled);
       if (ok) {
         Release(front);
         pending_.pop_front();
@@ -438,7 +483,10 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   // Decides the next gRPC operation (under mu_).
   Op NextLocked(Slot** slot, Status* status) {
     if (finished_) return Op::kNone;
-    if (broken_) {
+    if (broken_ && stalled_) {
+      *status = Status(Code::kResourceExhausted,
+                       "the client stopped reading answers (--stream-write-timeout-ms)");
+    } else if (broken_) {
       *status = Status(Code::kCancelled, "client stopped reading responses");
     } else if (!failure_.ok() && !write_in_flight_) {
       *status = failure_;
@@ -446,6 +494,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
       Slot* front = pending_.front().get();
       if (front->status.ok()) {
         write_in_flight_ = true;
+        write_started_ = Clock::now();
         *slot = front;
         return Op::kWrite;
       }
@@ -471,7 +520,9 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     // now: a failed one with its own code, the others (dropped) as CANCELLED.
     for (auto& p : pending_) {
       if (p->job && !p->done) p->job->cancelled.store(true);
-      Count(p.get(), p->done && !p->status.ok() ? p->status.code() : Code::kCancelled);
+      Count(p.get(), p->done && !p->status.ok() ? p->status.code()
+                     : stalled_                 ? Code::kResourceExhausted
+                                                : Code::kCancelled);
     }
     return Op::kFinish;
   }
@@ -552,7 +603,11 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   bool stop_reading_ = false;
   bool draining_ = false;
   bool broken_ = false;
+  bool stalled_ = false;  // ended by --stream-write-timeout-ms
   bool finished_ = false;
+  Clock::time_point write_started_{};  // of the write in flight
+  grpc_call* stall_call_ = nullptr;    // referenced from BeginStall to EndStall
+  std::string stall_peer_;
   bool pumping_ = false;
   bool repump_ = false;
 };
@@ -578,6 +633,7 @@ bool ByteBudget::TryCharge(int64_t bytes) {
   do {
     if (bytes > limit_ - used) return false;
   } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  if (gauge_) gauge_->Increment(static_cast<double>(bytes));
   int64_t peak = peak_.load(std::memory_order_relaxed);
   while (used + bytes > peak &&
          !peak_.compare_exchange_weak(peak, used + bytes, std::memory_order_relaxed)) {
@@ -585,7 +641,11 @@ bool ByteBudget::TryCharge(int64_t bytes) {
   return true;
 }
 
-void ByteBudget::Release(int64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+void ByteBudget::Release(int64_t bytes) {
+  if (bytes == 0) return;
+  used_.fetch_sub(bytes, std::memory_order_relaxed);
+  if (gauge_) gauge_->Decrement(static_cast<double>(bytes));
+}
 
 int64_t ByteBudget::TakePeak() {
   return peak_.exchange(used_.load(std::memory_order_relaxed), std::memory_order_relaxed);
@@ -598,7 +658,39 @@ SamplerService::SamplerService(const ServerConfig& config, Scheduler* scheduler,
       metrics_(metrics),
       info_(std::move(info)),
       datasets_(datasets),
-      budget_(config.max_inflight_bytes) {}
+      budget_(config.max_inflight_bytes) {
+  budget_.SetGauge(&metrics_->inflight_bytes());
+  stall_thread_ = std::thread([this] { StallLoop(); });
+}
+
+SamplerService::~SamplerService() {
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    stop_ = true;
+  }
+  stall_cv_.notify_all();
+  if (stall_thread_.joinable()) stall_thread_.join();
+}
+
+void SamplerService::StallLoop() {
+  const auto limit = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::milliseconds(config_.stream_write_timeout_ms));
+  // A tenth of the limit (at most 250 ms): a stream ends between 1 and 1.1 limits.
+  const auto period = std::clamp<Clock::duration>(limit / 10, std::chrono::milliseconds(10),
+                                                  std::chrono::milliseconds(250));
+  std::unique_lock<std::mutex> lock(streams_mu_);
+  while (!stall_cv_.wait_for(lock, period, [this] { return stop_; })) {
+    std::vector<DrainableCall*> stalled;
+    const auto now = Clock::now();
+    for (DrainableCall* s : streams_) {
+      if (s->BeginStall(now, limit)) stalled.push_back(s);
+    }
+    if (stalled.empty()) continue;
+    lock.unlock();
+    for (DrainableCall* s : stalled) s->EndStall();
+    lock.lock();
+  }
+}
 
 grpc::ServerUnaryReactor* SamplerService::Sample(grpc::CallbackServerContext* context,
                                                  const grpc::ByteBuffer* request,

@@ -5,14 +5,17 @@
 
 #include <grpcpp/grpcpp.h>
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "config.hpp"
 #include "datasets.hpp"
 #include "gpusampler/v1/sampler.grpc.pb.h"
 #include "metrics.hpp"
 #include "scheduler.hpp"
+#include "security.hpp"
 #include "status.hpp"
 
 namespace gpusampler::server {
@@ -27,6 +30,8 @@ grpc::Status ToGrpcStatus(const Status& status, grpc::CallbackServerContext* con
 class ByteBudget {
  public:
   explicit ByteBudget(int64_t limit) : limit_(limit) {}
+  // gpusampler_inflight_bytes: follows every charge and release from now on.
+  void SetGauge(prometheus::Gauge* gauge) { gauge_ = gauge; }
   // Adds `bytes` unless that would pass the limit; false then.
   bool TryCharge(int64_t bytes);
   void Release(int64_t bytes);
@@ -37,6 +42,7 @@ class ByteBudget {
 
  private:
   const int64_t limit_;
+  prometheus::Gauge* gauge_ = nullptr;
   std::atomic<int64_t> used_{0};
   std::atomic<int64_t> peak_{0};
 };
@@ -48,6 +54,11 @@ class DrainableCall {
   virtual ~DrainableCall() = default;
   virtual bool BeginDrain() = 0;  // false: the call is already ending
   virtual void FinishDrain() = 0;
+  // The write-stall check (--stream-write-timeout-ms), same protocol: BeginStall is called
+  // under the service's lock and true (with the call kept alive) when a write has been
+  // outstanding for `limit` at `now`; EndStall, outside it, ends the call.
+  virtual bool BeginStall(Clock::time_point /*now*/, Clock::duration /*limit*/) { return false; }
+  virtual void EndStall() {}
 };
 
 // Sample and SampleStream are raw (bytes in, bytes out): the service charges a request's
@@ -65,6 +76,7 @@ class SamplerService final : public SamplerBase {
   // `datasets` (may be null: no dataset RPCs) must outlive the service too.
   SamplerService(const ServerConfig& config, Scheduler* scheduler, Metrics* metrics,
                  v1::ServerInfo info, DatasetRegistry* datasets = nullptr);
+  ~SamplerService() override;
 
   grpc::ServerUnaryReactor* Sample(grpc::CallbackServerContext* context,
                                    const grpc::ByteBuffer* request,
@@ -102,8 +114,15 @@ class SamplerService final : public SamplerBase {
   ByteBudget& budget() { return budget_; }
   void AddStream(DrainableCall* stream);
   void RemoveStream(DrainableCall* stream);
+  // The bearer tokens now accepted (re-read with the TLS files; empty: auth off). May be
+  // null: then config().auth_tokens.
+  void SetTokens(std::shared_ptr<TokenSet> tokens) { tokens_ = std::move(tokens); }
+  const TokenSet* tokens() const { return tokens_.get(); }
 
  private:
+  // Ends SampleStreams whose client stopped reading (--stream-write-timeout-ms).
+  void StallLoop();
+
   const ServerConfig config_;
   Scheduler* scheduler_;
   Metrics* metrics_;
@@ -111,8 +130,12 @@ class SamplerService final : public SamplerBase {
   DatasetRegistry* datasets_;
   std::atomic<bool> accepting_{true};
   ByteBudget budget_;
+  std::shared_ptr<TokenSet> tokens_;
   std::mutex streams_mu_;
   std::set<DrainableCall*> streams_;
+  bool stop_ = false;  // under streams_mu_
+  std::condition_variable stall_cv_;
+  std::thread stall_thread_;
 };
 
 }  // namespace gpusampler::server

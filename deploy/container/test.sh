@@ -128,7 +128,15 @@ for _ in $(seq 1 60); do
   sleep 1
 done
 [ -n "$healthy" ] || { podman logs "$name" | tail -20; fail "podman healthcheck run never passed"; }
-say "podman healthcheck run: healthy (gRPC on :$grpc_port, HEALTHCHECK followed --address)"
+say "podman healthcheck run: healthy (GET /readyz on the metrics port from the port file)"
+# The probes Kubernetes uses: plain HTTP on the metrics port, whatever gRPC serves.
+for path in /readyz /healthz; do
+  code=$(/usr/bin/python3 -c 'import sys, urllib.request
+print(urllib.request.urlopen(sys.argv[1], timeout=5).status)' \
+    "http://127.0.0.1:$metrics_port$path" 2>/dev/null) || code=""
+  [ "$code" = 200 ] || fail "GET $path on the metrics port: ${code:-no answer}, not 200"
+done
+say "GET /readyz and /healthz on the metrics port: 200"
 
 ids=$(podman exec "$name" sh -c 'echo "$(id -u):$(id -g)"')
 [ "$ids" = "10001:10001" ] || fail "server runs as $ids, not 10001:10001"

@@ -126,9 +126,14 @@ def main(rendered, overlay, adapter_path, schema_path, rules_path, rule_schema_p
             fail(f"{overlay}: GPUSAMPLER_DEVICE is {env.get('GPUSAMPLER_DEVICE')}")
         if int(env.get("GPUSAMPLER_MAX_CONNECTION_AGE_MS", "0")) <= 0:
             fail("no GPUSAMPLER_MAX_CONNECTION_AGE_MS: clients would never rebalance")
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            if "grpc" not in c.get(probe, {}):
-                fail(f"container {c['name']}: no gRPC {probe}")
+        # HTTP probes on the metrics port: they work whether gRPC serves plaintext, TLS or
+        # mTLS (/readyz follows health; /healthz is the process).
+        want_path = {"startupProbe": "/readyz", "readinessProbe": "/readyz",
+                     "livenessProbe": "/healthz"}
+        for probe, path in want_path.items():
+            get = c.get(probe, {}).get("httpGet", {})
+            if get.get("path") != path or get.get("port") not in ("metrics", 9464):
+                fail(f"container {c['name']}: {probe} is not httpGet {path} on the metrics port")
 
     check_repository(docs, pod, overlay)
 

@@ -1,9 +1,12 @@
 // The real gpusampler-server binary: port file, JSON logs, the probe client, metrics, and a
 // SIGTERM drain with requests in flight (every accepted request answered, exit 0).
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -261,6 +264,57 @@ TEST(BinaryTest, DrainExitsWithinTheGraceWhileALaunchRuns) {
   EXPECT_NE(ReadFile(server.log).find("grace period over with a launch still running"),
             std::string::npos)
       << ReadFile(server.log);
+}
+
+// Finding "exit overruns a short grace": with --shutdown-grace-seconds 1 the process exits
+// within 1.5 s of SIGTERM also with idle gRPC connections, an idle SampleStream, an upload
+// still open and idle connections on the metrics port.
+TEST(BinaryTest, GraceOfOneSecondExitsWithinOneAndAHalfWithIdleConnectionsAndAnOpenUpload) {
+  ServerProcess server("short-grace");
+  ASSERT_TRUE(server.Start({"--device", "cpu", "--address", "127.0.0.1:0", "--metrics-address",
+                            "127.0.0.1:0", "--shutdown-grace-seconds", "1"}))
+      << ReadFile(server.log);
+  std::vector<std::shared_ptr<grpc::Channel>> idle;
+  for (int i = 0; i < 4; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    idle.push_back(
+        grpc::CreateCustomChannel(server.target(), grpc::InsecureChannelCredentials(), args));
+    ASSERT_TRUE(
+        idle.back()->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
+  }
+  auto stub = v1::Sampler::NewStub(idle[0]);
+  grpc::ClientContext stream_ctx;
+  auto stream = stub->SampleStream(&stream_ctx);  // open, nothing sent
+  grpc::ClientContext upload_ctx;
+  v1::DatasetInfo info;
+  auto upload = v1::Sampler::NewStub(idle[1])->CreateDataset(&upload_ctx, &info);
+  v1::DatasetChunk chunk;
+  chunk.set_name("open-upload");
+  chunk.mutable_labels()->set_dtype(v1::DTYPE_INT8);
+  chunk.mutable_labels()->add_shape(1000);
+  chunk.mutable_labels()->set_data(std::string(1000, '\1'));
+  ASSERT_TRUE(upload->Write(chunk));  // and never finished
+  std::vector<int> metrics_idle;
+  for (int i = 0; i < 8; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server.metrics_port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    metrics_idle.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(server.pid, SIGTERM), 0);
+  EXPECT_EQ(server.WaitForExit(std::chrono::seconds(30)), 0) << ReadFile(server.log);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 1.5) << ReadFile(server.log);
+  for (int fd : metrics_idle) close(fd);
+  stream_ctx.TryCancel();
+  upload_ctx.TryCancel();
 }
 
 TEST(BinaryTest, BadFlagsExitNonZero) {

@@ -153,6 +153,36 @@ TEST(MetricsTest, CallsRefusedByTheTransportAreCounted) {
   EXPECT_EQ(Value(scrape, "gpusampler_request_duration_seconds_count{method=\"Sample\"}"), 1);
 }
 
+// Finding "counts lie": calls whose large bodies take a while to arrive are not counted as
+// transport rejections once they reach the service; the budget in use is a gauge.
+TEST(MetricsTest, SlowArrivingCallsAreNotTransportRejectionsAndInflightBytesIsAGauge) {
+  ServerConfig config = TestConfig();
+  auto t = StartServer(config);
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(t.server->grpc_port()),
+                                           grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::Sampler::NewStub(channel);
+  EXPECT_EQ(Value(Scrape(t), "gpusampler_inflight_bytes"), 0);
+  RequestSpec r;
+  r.rows = {RandomRow(int64_t{1} << 20, 1)};  // 8 MiB each, 24 at once on one connection
+  r.num_samples = 16;
+  std::vector<std::unique_ptr<AsyncCall>> calls;
+  for (int i = 0; i < 24; ++i) {
+    calls.push_back(StartSample(stub.get(), MakeRequest(r), std::chrono::seconds(120)));
+  }
+  int ok = 0;
+  for (auto& c : calls) ok += c->status.get().ok();
+  EXPECT_EQ(ok, 24);
+  // Three updater periods pass before a missing call would count.
+  std::this_thread::sleep_for(std::chrono::milliseconds(4500));
+  const std::string scrape = Scrape(t);
+  EXPECT_EQ(Value(scrape, "gpusampler_transport_rejected_calls_total"), 0);
+  EXPECT_EQ(Value(scrape, "gpusampler_requests_total{code=\"OK\",method=\"Sample\"}"), 24);
+  EXPECT_EQ(Value(scrape, "gpusampler_inflight_bytes"), 0);
+}
+
 TEST(MetricsTest, ProcessQueueCapacityAndBusySeconds) {
   ServerConfig config = TestConfig();
   config.queue_capacity = 77;

@@ -1,17 +1,22 @@
 // TLS, mutual TLS and certificate rotation with certificates made by openssl at test time;
 // bearer tokens (several, whole trimmed lines, one header only) checked before the body is
 // read; compressed requests refused; reflection off by default and behind the token.
+#include <arpa/inet.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <thread>
 
 #include "gpusampler/client/client.hpp"
 #include "security.hpp"
@@ -167,6 +172,170 @@ TEST(TlsTest, RotatedCertificateIsServedWithoutRestart) {
   EXPECT_TRUE(WaitFor([&] { return Call(Target(t), Tls(pki, "new-ca")).ok(); },
                       std::chrono::seconds(30)));
   EXPECT_FALSE(Call(Target(t), Tls(pki, "old-ca")).ok());
+}
+
+// Finding "one bad TLS file during rotation blocks every new connection": a mismatched key,
+// a garbage certificate or a deleted file is logged and the last good pair keeps serving;
+// a good pair afterwards is taken.
+TEST(TlsTest, BadCertificateFilesKeepTheLastGoodPairServing) {
+  Pki pki;
+  pki.MakeCa("old-ca");
+  pki.MakeLeaf("old", "old-ca");
+  pki.MakeCa("new-ca");
+  pki.MakeLeaf("new", "new-ca");
+  fs::copy_file(pki.path("old.pem"), pki.path("server.pem"));
+  fs::copy_file(pki.path("old.key"), pki.path("server.key"));
+  ServerConfig c = TestConfig();
+  c.tls_cert_file = pki.path("server.pem");
+  c.tls_key_file = pki.path("server.key");
+  c.tls_refresh_seconds = 1;
+  auto t = StartServer(c);
+  ASSERT_TRUE(Call(Target(t), Tls(pki, "old-ca")).ok());
+  const std::vector<std::pair<std::string, std::function<void()>>> breakages = {
+      {"mismatched key", [&] { WriteFile(pki.path("server.key"), pki.key("new")); }},
+      {"garbage certificate",
+       [&] {
+         WriteFile(pki.path("server.key"), pki.key("old"));
+         WriteFile(pki.path("server.pem"), "-----BEGIN CERTIFICATE-----\ngarbage\n");
+       }},
+      {"deleted certificate", [&] { fs::remove(pki.path("server.pem")); }},
+      {"deleted key",
+       [&] {
+         WriteFile(pki.path("server.pem"), pki.pem("old"));
+         fs::remove(pki.path("server.key"));
+       }},
+  };
+  for (const auto& [what, breakage] : breakages) {
+    SCOPED_TRACE(what);
+    breakage();
+    t.server->RefreshCredentialsForTesting();
+    // gRPC's watcher rereads the served copy every second: give it two.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+    for (int i = 0; i < 3; ++i) {
+      const grpc::Status s = Call(Target(t), Tls(pki, "old-ca"));
+      EXPECT_TRUE(s.ok()) << s.error_message();
+    }
+    EXPECT_EQ(HealthStatus(grpc::CreateChannel(Target(t), Tls(pki, "old-ca"))), "SERVING");
+  }
+  // A good new pair is taken by the refresh (every second here).
+  WriteFile(pki.path("server.key"), pki.key("new"));
+  WriteFile(pki.path("server.pem"), pki.pem("new"));
+  EXPECT_TRUE(
+      WaitFor([&] { return Call(Target(t), Tls(pki, "new-ca")).ok(); }, std::chrono::seconds(30)));
+}
+
+// Finding "the token file is read only at start": it is re-read every --tls-refresh-seconds;
+// an added token works and a removed one stops, without a restart (plaintext and TLS).
+TEST(TokenTest, TokenFileIsReReadWithinTheRefresh) {
+  Pki pki;
+  pki.MakeCa("ca");
+  pki.MakeLeaf("server", "ca");
+  for (const bool tls : {false, true}) {
+    SCOPED_TRACE(tls ? "tls" : "plaintext");
+    WriteFile(pki.path("tokens"), "first\n");
+    ServerConfig c = TestConfig();
+    c.auth_token_file = pki.path("tokens");
+    c.tls_refresh_seconds = 1;
+    if (tls) {
+      c.tls_cert_file = pki.path("server.pem");
+      c.tls_key_file = pki.path("server.key");
+    }
+    auto t = StartServer(c);
+    const std::string target =
+        tls ? Target(t) : "127.0.0.1:" + std::to_string(t.server->grpc_port());
+    auto creds = tls ? Tls(pki, "ca") : grpc::InsecureChannelCredentials();
+    EXPECT_TRUE(Call(target, creds, {"Bearer first"}).ok());
+    EXPECT_EQ(Call(target, creds, {"Bearer second"}).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    // Added (as a rotation does: new token first), then the old one removed.
+    const auto added = std::chrono::steady_clock::now();
+    WriteFile(pki.path("tokens"), "first\nsecond\n");
+    EXPECT_TRUE(WaitFor([&] { return Call(target, creds, {"Bearer second"}).ok(); },
+                        std::chrono::seconds(10)));
+    EXPECT_LT(std::chrono::steady_clock::now() - added, std::chrono::seconds(10));
+    WriteFile(pki.path("tokens"), "second\n");
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          return Call(target, creds, {"Bearer first"}).error_code() ==
+                 grpc::StatusCode::UNAUTHENTICATED;
+        },
+        std::chrono::seconds(10)));
+    // An empty or vanished file keeps the tokens read before.
+    WriteFile(pki.path("tokens"), "");
+    t.server->RefreshCredentialsForTesting();
+    EXPECT_TRUE(Call(target, creds, {"Bearer second"}).ok());
+    fs::remove(pki.path("tokens"));
+    t.server->RefreshCredentialsForTesting();
+    EXPECT_TRUE(Call(target, creds, {"Bearer second"}).ok());
+  }
+}
+
+// The HTTP status line's code of GET http://127.0.0.1:port/path; 0 on failure.
+int HttpCode(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return out.size() > 12 && out.rfind("HTTP/1.", 0) == 0 ? std::atoi(out.c_str() + 9) : 0;
+}
+
+// Finding "turning TLS on breaks the shipped health checks": the probes live on the plain
+// HTTP metrics port, so an mTLS server is probed without a client certificate.
+TEST(ProbeTest, ReadyzAnswersUnderMutualTlsWithoutAClientCertificate) {
+  Pki pki;
+  pki.MakeCa("ca");
+  pki.MakeLeaf("server", "ca");
+  pki.MakeCa("clients");
+  ServerConfig c = TestConfig();
+  c.tls_cert_file = pki.path("server.pem");
+  c.tls_key_file = pki.path("server.key");
+  c.tls_client_ca_file = pki.path("clients.pem");
+  auto t = StartServer(c);
+  EXPECT_EQ(HttpCode(t.server->metrics_port(), "/readyz"), 200);
+  EXPECT_EQ(HttpCode(t.server->metrics_port(), "/healthz"), 200);
+  // The gRPC port itself refuses a client without a certificate.
+  EXPECT_EQ(Call(Target(t), Tls(pki, "ca")).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+// Finding "counts lie": calls the TLS metadata check refuses count UNAUTHENTICATED in
+// requests_total, and not as transport rejections.
+TEST(TlsTest, UnauthenticatedCallsAreCountedInRequestsTotal) {
+  Pki pki;
+  pki.MakeCa("ca");
+  pki.MakeLeaf("server", "ca");
+  WriteFile(pki.path("tokens"), "tok\n");
+  ServerConfig c = TestConfig();
+  c.auth_token_file = pki.path("tokens");
+  c.tls_cert_file = pki.path("server.pem");
+  c.tls_key_file = pki.path("server.key");
+  auto t = StartServer(c);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Call(Target(t), Tls(pki, "ca")).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  EXPECT_TRUE(Call(Target(t), Tls(pki, "ca"), {"Bearer tok"}).ok());
+  const auto scrape = [&] { return HttpGet(t.server->metrics_port(), "/metrics"); };
+  const auto value = [](const std::string& text, const std::string& series) {
+    const size_t at = text.find("\n" + series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 2));
+  };
+  const std::string unauth =
+      "gpusampler_requests_total{code=\"UNAUTHENTICATED\",method=\"Sample\"}";
+  EXPECT_EQ(value(scrape(), unauth), 3);
+  EXPECT_EQ(value(scrape(), "gpusampler_requests_total{code=\"OK\",method=\"Sample\"}"), 1);
+  // Three updater periods (1 s each) pass before a missing call would count.
+  std::this_thread::sleep_for(std::chrono::milliseconds(4500));
+  EXPECT_EQ(value(scrape(), "gpusampler_transport_rejected_calls_total"), 0);
 }
 
 TEST(TlsTest, CppClientAndCliConnectWithCaCertAndKeyAndToken) {

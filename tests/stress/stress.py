@@ -13,6 +13,14 @@ Cases (each on a fresh server, which must exit 0 at the end):
   hostile   --max-inflight-bytes 268435456: streams that never read their 9 MB answers, a
             512 MiB gzip bomb, labels and features of rank 8M; the server's peak RSS stays
             under 512 MB and it then answers a golden request exactly
+  pinned    (the budget can be pinned) --max-inflight-bytes 268435456
+            --stream-write-timeout-ms 5000: 64 never-reading streams on 64 connections end
+            RESOURCE_EXHAUSTED naming the flag and release the budget within 12 s; a 2 MiB
+            request from another connection is then served
+  transport (bytes gRPC is still receiving) 96 concurrent 56 MiB unary calls on 2
+            connections against --max-inflight-bytes 268435456: the server's peak RSS stays
+            under 768 MB. Heavy (5.4 GB through loopback, ~6 GB in this client): run by hand
+            with --only transport; not part of the default run.
 Exits non-zero on the first failed check.
 """
 import argparse
@@ -306,11 +314,111 @@ def hostile(binary, long):
     check(s.stop() == 0, "hostile rank: exit 0")
 
 
+def inflight_bytes(server):
+    m = re.search(r"^gpusampler_inflight_bytes (\S+)$", server.metrics(), re.M)
+    return float(m.group(1)) if m else -1.0
+
+
+def pinned(binary):
+    s = Server(binary, "--max-inflight-bytes", str(268435456), "--stream-write-timeout-ms", "5000")
+    one = np.array([1], dtype=np.int8)
+    pad = pb.SampleRequest(labels=pb.Tensor(dtype=pb.DTYPE_INT8, shape=[1], data=one.tobytes()),
+                           spec=pb.SamplingSpec(num_samples=1 << 20,
+                                                fill_policy=pb.FILL_POLICY_NONE))
+    channels = [s.channel(**{"grpc.use_local_subchannel_pool": 1}) for _ in range(64)]
+    t0 = time.time()
+    streams = [pbg.SamplerStub(ch).SampleStream(iter([pad] * 40)) for ch in channels]  # never read
+    peak = 0.0
+    while time.time() - t0 < 4:
+        peak = max(peak, inflight_bytes(s))
+        time.sleep(0.2)
+    check(peak > 128 * MB, f"pinned: never-reading streams hold the budget ({peak / MB:.0f} MB)")
+    released = None
+    while time.time() - t0 < 30:
+        if inflight_bytes(s) < 16 * MB:
+            released = time.time() - t0
+            break
+        time.sleep(0.2)
+    check(released is not None and released < 12,
+          f"pinned: 64 never-reading streams on 64 connections released the budget after "
+          f"{released if released is None else round(released, 1)} s (< 12 s)")
+    codes = {}
+    for c in streams:
+        try:  # the status comes after what this client has buffered
+            for _ in c:
+                pass
+        except grpc.RpcError:
+            pass
+        details = c.details() or ""
+        flag = next((f for f in ("--stream-write-timeout-ms", "--max-inflight-bytes")
+                     if f in details), "")
+        codes[(c.code().name, flag)] = codes.get((c.code().name, flag), 0) + 1
+    # Streams that held answers end naming --stream-write-timeout-ms; those whose first
+    # request found the budget full were refused at once, naming --max-inflight-bytes.
+    check(set(codes) <= {("RESOURCE_EXHAUSTED", "--stream-write-timeout-ms"),
+                         ("RESOURCE_EXHAUSTED", "--max-inflight-bytes")} and
+          codes.get(("RESOURCE_EXHAUSTED", "--stream-write-timeout-ms"), 0) > 0,
+          f"pinned: every stream ended RESOURCE_EXHAUSTED naming its flag: {codes}")
+    labels = np.random.default_rng(1).integers(-1, 2, size=(2 * MB) // 8).astype(np.int64)
+    legit = pb.SampleRequest(labels=pb.Tensor(dtype=pb.DTYPE_INT64, shape=[labels.size],
+                                              data=labels.tobytes()),
+                             spec=pb.SamplingSpec(num_samples=64), seed=3)
+    stub = pbg.SamplerStub(s.channel(**{"grpc.use_local_subchannel_pool": 1}))
+    r = stub.Sample(legit, timeout=30)
+    check(len(r.indices.data) == 64 * 8, "pinned: a 2 MiB request from another connection is "
+          "then served")
+    known_good(s, "pinned")
+    check(s.stop() == 0, "pinned: exit 0")
+
+
+def transport(binary):
+    s = Server(binary, "--max-inflight-bytes", str(268435456), "--max-message-bytes",
+               str(64 * MB))
+    labels = np.zeros((56 * MB) // 8, dtype=np.int64)
+    labels[::3] = 1
+    big = pb.SampleRequest(labels=pb.Tensor(dtype=pb.DTYPE_INT64, shape=[labels.size],
+                                            data=labels.tobytes()),
+                           spec=pb.SamplingSpec(num_samples=8)).SerializeToString()
+    del labels
+    calls = []
+    for _ in range(2):
+        ch = s.channel(**{"grpc.use_local_subchannel_pool": 1})
+        calls.append(ch.unary_unary("/gpusampler.v1.Sampler/Sample",
+                                    request_serializer=lambda b: b,
+                                    response_deserializer=lambda b: b))
+    t0 = time.time()
+    def one(i):
+        try:
+            calls[i % 2](big, timeout=300)
+            return "OK"
+        except grpc.RpcError as e:  # which limit refused it: the budget or gRPC's own quota
+            if "--max-inflight-bytes" not in (e.details() or ""):
+                print("  refused by gRPC:", e.code().name, (e.details() or "")[:200], flush=True)
+            return e.code().name + (" (--max-inflight-bytes)"
+                                    if "--max-inflight-bytes" in (e.details() or "") else "")
+
+    with cf.ThreadPoolExecutor(96) as pool:
+        codes = list(pool.map(one, range(96)))
+    peak = s.rss_mb("VmHWM")
+    counts = {c: codes.count(c) for c in set(codes)}
+    print(f"transport: 96 x 56 MiB on 2 connections in {time.time() - t0:.0f} s: {counts}",
+          flush=True)
+    # RESOURCE_EXHAUSTED either from the budget (naming --max-inflight-bytes, with a retry
+    # pushback) or from gRPC's memory quota, which resets a stream still arriving under
+    # pressure (RST_STREAM ENHANCE_YOUR_CALM, seen as RESOURCE_EXHAUSTED).
+    check(set(codes) <= {"OK", "RESOURCE_EXHAUSTED (--max-inflight-bytes)", "RESOURCE_EXHAUSTED"}
+          and "OK" in codes, f"transport: only OK or RESOURCE_EXHAUSTED: {counts}")
+    check(peak < 768, f"transport: server peak RSS {peak:.0f} MB < 768 MB")
+    known_good(s, "transport")
+    check(s.stop() == 0, "transport: exit 0")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--server", default=os.path.join(ROOT, "build", "bin", "gpusampler-server"))
     p.add_argument("--long", action="store_true")
-    p.add_argument("--only", choices=["soak", "overload", "drain", "hostile"])
+    p.add_argument("--only", choices=["soak", "overload", "drain", "hostile", "pinned",
+                                      "transport"])
     a = p.parse_args()
     t0 = time.time()
     runs = {
@@ -318,9 +426,11 @@ def main():
         "overload": lambda: overload(a.server, 20000 if a.long else 1500),
         "drain": lambda: drain(a.server, 2000 if a.long else 300),
         "hostile": lambda: hostile(a.server, a.long),
+        "pinned": lambda: pinned(a.server),
+        "transport": lambda: transport(a.server),
     }
     for name, run in runs.items():
-        if a.only in (None, name):
+        if a.only == name or (a.only is None and name != "transport"):
             run()
     print(f"stress: all checks passed in {time.time() - t0:.0f} s")
 
