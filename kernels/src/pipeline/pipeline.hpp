@@ -59,9 +59,9 @@ inline constexpr int kBlockKeys = kThreads * kItems;           // 4096
 inline constexpr int64_t kSmallRowMax = kBlockKeys;            // rows the fused kernel takes
 inline constexpr int64_t kTileElements = int64_t{1} << 16;     // Pass1/Pass2 tile, at most
 inline constexpr int64_t kMinTileElements = int64_t{1} << 14;  // ... and at least
-inline constexpr int64_t kTargetTiles = 512;  // tiles wanted in flight: ~4 blocks per H200 SM
-inline constexpr int kRoundElements = kThreads * 4;  // one Philox call per thread
-inline constexpr int kSelectBits = 11;               // u histogram: 2048 buckets
+inline constexpr int64_t kResidentBlocks = 528;                // one wave: 132 H200 SMs x 4 blocks
+inline constexpr int kRoundElements = kThreads * 4;            // one Philox call per thread
+inline constexpr int kSelectBits = 11;                         // u histogram: 2048 buckets
 inline constexpr int kSelectBins = 1 << kSelectBits;
 inline constexpr int kMaxOrderBits = 11;  // v buckets: at most 2048
 inline constexpr int kMaxOrderBins = 1 << kMaxOrderBits;
@@ -74,6 +74,13 @@ inline constexpr uint32_t kIgnored = 2;
 inline constexpr uint32_t kErrorCandidates = 1;  // Pass2: boundary candidates over the count
 inline constexpr uint32_t kErrorBoundary = 2;    // Boundary: candidates left over a block
 inline constexpr unsigned long long kDropped = ~0ull;
+
+// a0 or a1 by a runtime class c: a select, not an index into a local array (which would put
+// the array in local memory on the device).
+template <class T>
+GPUSAMPLER_HD T Pick(int c, T a0, T a1) {
+  return c == 0 ? a0 : a1;
+}
 
 GPUSAMPLER_HD uint64_t LowMask(int bits) {
   return bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
@@ -117,6 +124,13 @@ struct LargeRowState {
   unsigned long long sel_cursor = 0;
 };
 
+// Sizes read from device memory by a launch captured once for a size class (see
+// EnqueueSmallClass): the batch that replays it may be smaller than the class.
+struct LaunchSizes {
+  int32_t num_rows = 0;
+  int32_t pad = 0;
+};
+
 // Everything a body reads or writes; plain pointers, passed to kernels by value.
 struct Params {
   const RowDesc* rows = nullptr;
@@ -144,6 +158,8 @@ struct Params {
   uint64_t* sel = nullptr;                // [large slots]: (v << 32 | i), unordered
   uint64_t* bucketed = nullptr;           // [large slots]: grouped by v bucket
   uint32_t* error = nullptr;              // device error flags (kError*), OR-ed; see Layout
+  // When set, FusedBody reads the batch's row count here and its blocks past it exit.
+  const LaunchSizes* sizes = nullptr;
 };
 
 // Host-known shape of a launch, from the host copy of the rows.
@@ -534,7 +550,14 @@ struct FusedBody {
     Shared& sh = b.template SharedAs<Shared>();
     b.Threads([&](int t) {
       if (t == 0) {
-        b.SStore(&sh.row, b.Load(p.rows + block));
+        const int64_t rows = p.sizes != nullptr ? b.Load(&p.sizes->num_rows) : p.num_rows;
+        RowDesc row;
+        if (block < rows) {
+          row = b.Load(p.rows + block);
+        } else {
+          row.length = INT64_MAX;  // past the batch (a size class's spare block): exit
+        }
+        b.SStore(&sh.row, row);
         b.SStore(&sh.count[0], 0);
         b.SStore(&sh.count[1], 0);
       }
@@ -549,7 +572,7 @@ struct FusedBody {
     // step (coalesced); quads past the row's end are not read.
     b.Threads([&](int t) {
       uint64_t* mine = b.Mine(keys, t);
-      int32_t counts[2] = {0, 0};
+      int32_t count0 = 0, count1 = 0;
       GPUSAMPLER_UNROLL
       for (int g = 0; g < kItems / 4; ++g) {
         const int64_t i0 = (static_cast<int64_t>(g) * kThreads + t) * 4;
@@ -570,13 +593,14 @@ struct FusedBody {
           if (cls[w] == kIgnored) {
             mine[g * 4 + w] = kAbsent;
           } else {
-            ++counts[cls[w]];
+            count0 += cls[w] == 0 ? 1 : 0;
+            count1 += cls[w] == 1 ? 1 : 0;
             mine[g * 4 + w] = SelKey(x.v[w], cls[w], i0 + w);
           }
         }
       }
-      if (counts[0] != 0) b.SharedAdd(&sh.count[0], counts[0]);
-      if (counts[1] != 0) b.SharedAdd(&sh.count[1], counts[1]);
+      if (count0 != 0) b.SharedAdd(&sh.count[0], count0);
+      if (count1 != 0) b.SharedAdd(&sh.count[1], count1);
     });
     b.Threads([&](int t) {
       if (t < 2) {
@@ -597,7 +621,8 @@ struct FusedBody {
     });
     const int64_t m_pos = b.SLoad(&sh.m[0]);
     const int64_t m_neg = b.SLoad(&sh.m[1]);
-    const bool partial[2] = {b.SLoad(&sh.cand[0]) > 0, b.SLoad(&sh.cand[1]) > 0};
+    const bool partial0 = b.SLoad(&sh.cand[0]) > 0;
+    const bool partial1 = b.SLoad(&sh.cand[1]) > 0;
     // Rounds while a class has more than one key tied with its answer.
     for (int r = 0;; ++r) {
       const bool open0 = b.SLoad(&sh.cand[0]) > 1;
@@ -612,14 +637,14 @@ struct FusedBody {
       });
       b.Threads([&](int t) {
         const uint64_t* mine = b.Mine(keys, t);
-        const uint64_t pre[2] = {open0 ? Above(b.SLoad(&sh.prefix[0]), hi) : kAbsent,
-                                 open1 ? Above(b.SLoad(&sh.prefix[1]), hi) : kAbsent};
+        const uint64_t pre0 = open0 ? Above(b.SLoad(&sh.prefix[0]), hi) : kAbsent;
+        const uint64_t pre1 = open1 ? Above(b.SLoad(&sh.prefix[1]), hi) : kAbsent;
         GPUSAMPLER_UNROLL
         for (int k = 0; k < kItems; ++k) {
           const uint64_t x = mine[k];
           if (x == kAbsent) continue;
           const int c = static_cast<int>((x >> 30) & 1);
-          if (Above(x, hi) == pre[c]) {
+          if (Above(x, hi) == Pick(c, pre0, pre1)) {
             b.SharedAdd(&sh.hist[c][static_cast<int>((x >> lo) & dmask)], 1);
           }
         }
@@ -646,34 +671,32 @@ struct FusedBody {
     // The one key left tied with each partial class's answer is the answer.
     b.Threads([&](int t) {
       const uint64_t* mine = b.Mine(keys, t);
-      int lo[2] = {64, 64};
-      uint64_t pre[2] = {kAbsent, kAbsent};
-      for (int c = 0; c < 2; ++c) {
-        if (!partial[c]) continue;
-        lo[c] = b.SLoad(&sh.lo[c]);
-        pre[c] = Above(b.SLoad(&sh.prefix[c]), lo[c]);
-      }
+      const int lo0 = partial0 ? b.SLoad(&sh.lo[0]) : 64;
+      const int lo1 = partial1 ? b.SLoad(&sh.lo[1]) : 64;
+      const uint64_t pre0 = partial0 ? Above(b.SLoad(&sh.prefix[0]), lo0) : kAbsent;
+      const uint64_t pre1 = partial1 ? Above(b.SLoad(&sh.prefix[1]), lo1) : kAbsent;
       GPUSAMPLER_UNROLL
       for (int k = 0; k < kItems; ++k) {
         const uint64_t x = mine[k];
         if (x == kAbsent) continue;
         const int c = static_cast<int>((x >> 30) & 1);
-        if (partial[c] && Above(x, lo[c]) == pre[c]) b.SStore(&sh.answer[c], x);
+        if (Pick(c, partial0, partial1) && Above(x, Pick(c, lo0, lo1)) == Pick(c, pre0, pre1)) {
+          b.SStore(&sh.answer[c], x);
+        }
       }
     });
     // The selected: all of a class taken whole, keys up to the answer of a partial class.
     // Their key becomes (v, i).
     b.Threads([&](int t) {
       uint64_t* mine = b.Mine(keys, t);
-      const int64_t take[2] = {m_pos, m_neg};
-      const uint64_t limit[2] = {partial[0] ? b.SLoad(&sh.answer[0]) : kAbsent,
-                                 partial[1] ? b.SLoad(&sh.answer[1]) : kAbsent};
+      const uint64_t limit0 = partial0 ? b.SLoad(&sh.answer[0]) : kAbsent;
+      const uint64_t limit1 = partial1 ? b.SLoad(&sh.answer[1]) : kAbsent;
       GPUSAMPLER_UNROLL
       for (int k = 0; k < kItems; ++k) {
         const uint64_t x = mine[k];
         if (x == kAbsent) continue;
         const int c = static_cast<int>((x >> 30) & 1);
-        if (take[c] > 0 && x <= limit[c]) {
+        if (Pick(c, m_pos, m_neg) > 0 && x <= Pick(c, limit0, limit1)) {
           const int64_t i = static_cast<int64_t>(x & 0xFFFu);
           b.CountPhilox(1);
           mine[k] = (static_cast<uint64_t>(OrderKeyOf(row, i)) << 32) | static_cast<uint64_t>(i);
@@ -999,12 +1022,13 @@ struct Pass2Body {
     LargeRowState* st = p.large + l;
     const int64_t begin = b.SLoad(&sh.begin);
     const int64_t end = b.SLoad(&sh.end);
-    const int64_t sel_below[2] = {b.SLoad(&sh.sel_below[0]), b.SLoad(&sh.sel_below[1])};
-    const int64_t cand_bin[2] = {b.SLoad(&sh.cand_bin[0]), b.SLoad(&sh.cand_bin[1])};
-    const int64_t cand_count[2] = {b.SLoad(&sh.cand_count[0]), b.SLoad(&sh.cand_count[1])};
+    const int64_t sel_below0 = b.SLoad(&sh.sel_below[0]), sel_below1 = b.SLoad(&sh.sel_below[1]);
+    const int64_t cand_bin0 = b.SLoad(&sh.cand_bin[0]), cand_bin1 = b.SLoad(&sh.cand_bin[1]);
+    const int64_t cand_count0 = b.SLoad(&sh.cand_count[0]);
+    const int64_t cand_count1 = b.SLoad(&sh.cand_count[1]);
     uint64_t* const sel = p.sel + b.SLoad(&sh.sel_base);
-    uint64_t* const cand[2] = {p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[0]),
-                               p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[1])};
+    uint64_t* const cand0 = p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[0]);
+    uint64_t* const cand1 = p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[1]);
     // Per round, each thread holds up to four keys and where they go (kind: 0 none,
     // 1 selected, 2 + c a candidate of class c; off: its place among the round's keys).
     typename B::template Items<uint64_t, 4> key;
@@ -1032,10 +1056,11 @@ struct Pass2Body {
         for (int w = 0; w < 4; ++w) {
           if (cls[w] == kIgnored) continue;
           const int64_t bin = u.v[w] >> (32 - kSelectBits);
-          if (bin < sel_below[cls[w]]) {
+          const int c = static_cast<int>(cls[w]);
+          if (bin < Pick(c, sel_below0, sel_below1)) {
             kind_[w] = 1;
             any_selected = true;
-          } else if (bin == cand_bin[cls[w]]) {
+          } else if (bin == Pick(c, cand_bin0, cand_bin1)) {
             kind_[w] = 2 + static_cast<int32_t>(cls[w]);
             k_[w] = (static_cast<uint64_t>(u.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
             off_[w] = b.SharedAdd(&sh.n_cand[cls[w]], 1);
@@ -1065,7 +1090,7 @@ struct Pass2Body {
             const unsigned long long at =
                 b.GlobalAdd(&st->cand_cursor[c], static_cast<unsigned long long>(n_cand));
             // Bounded: Threshold counted the boundary bucket's keys.
-            if (static_cast<int64_t>(at) + n_cand > cand_count[c]) {
+            if (static_cast<int64_t>(at) + n_cand > Pick(c, cand_count0, cand_count1)) {
               b.Fail(p.error, kErrorCandidates, "Pass2: more boundary candidates than counted");
               b.SStore(&sh.cand_at[c], kDropped);  // (the device goes on without writing)
             } else {
@@ -1089,7 +1114,9 @@ struct Pass2Body {
           } else if (kind_[w] >= 2) {
             const int c = kind_[w] - 2;
             const unsigned long long at = b.SLoad(&sh.cand_at[c]);
-            if (at != kDropped) b.Store(cand[c] + static_cast<int64_t>(at) + off_[w], k_[w]);
+            if (at != kDropped) {
+              b.Store(Pick(c, cand0, cand1) + static_cast<int64_t>(at) + off_[w], k_[w]);
+            }
           }
         }
       });
@@ -1496,6 +1523,29 @@ struct GatherFeaturesBody {
     });
   }
 };
+
+// One size class of batches whose rows are all small (at most kSmallRowMax elements): the
+// fused kernel over `class_rows` blocks, the batch's row count read from `sizes` (device
+// memory) when it runs, so a launch captured once (a CUDA graph) serves every batch of at
+// most class_rows small rows. How the host binds a class:
+//   - per class, fixed device buffers sized for the class's bounds (rows table of
+//     class_rows RowDescs, LaunchSizes, labels, features, outputs): a graph replays the
+//     pointers it captured, so every replay uses the same buffers;
+//   - capture once: EnqueueSmallClass(exec, class_rows, p) with p = ParamsOf(those buffers)
+//     and p.sizes pointing at the class's LaunchSizes;
+//   - per batch: one host-to-device copy of [LaunchSizes | rows | labels] (one staging
+//     section, laid out back to back), the graph launch, one device-to-host copy of the
+//     outputs (+ an event or a polled flag for completion): three stream operations.
+// Rows past num_rows are never read; their blocks exit at once (~1-2 us for a class of
+// 1024 against the batch's own work). Batches with large rows take Enqueue (sizes planned on
+// the host) until the large-row stages read theirs from device memory too.
+template <class Exec>
+void EnqueueSmallClass(Exec& exec, int32_t class_rows, const Params& base) {
+  Params p = base;
+  p.num_rows = class_rows;
+  p.small_max = kSmallRowMax;
+  exec.Launch(FusedBody{p}, class_rows);
+}
 
 // The launch sequence, for either executor:
 //   exec.Launch(body, blocks)           one kernel of `blocks` blocks of kThreads threads
