@@ -12,28 +12,45 @@
 //   - A thread's state that lives across phases is in b.Mine(items, t) (registers on the
 //     device, a per-thread slice on the host). Block-wide sorts take such arrays.
 //   - Every global memory access goes through b.Load / b.Store / b.GlobalAdd (feature rows:
-//     b.LoadFeature / b.StoreFeature), which the simulator counts; shared memory
-//     (b.SharedAs<T>()) and b.SharedAdd are not counted.
+//     b.LoadFeature / b.StoreFeature), and every shared one through b.SLoad / b.SStore /
+//     b.SharedAdd (on b.SharedAs<T>()): the simulator counts both (LaunchStats::bytes_*,
+//     smem_bytes; block sorts at cub's traffic), faults on a misaligned global access, on a
+//     read of launch scratch this launch has not written, and on a shared-memory race (two
+//     threads of one phase on one byte, one of them storing plainly).
+//   - A bounded step that finds more than it was sized for calls b.Fail(p.error, code):
+//     the device ORs the code into the arena's error word (the host turns a nonzero word
+//     into INTERNAL) and the body skips the overflowing writes; cuda-sim throws INTERNAL.
 //
 // Stages of a launch (B rows; "small" rows have at most kSmallRowMax elements):
-//   Fused       one block per row: count classes, quotas, block sort by (class, u, i), v of
-//               the selected, block sort by (v, i), write indices, labels, features, padding.
-//               A batch of small rows is this one launch.
+//   Fused       one block per row, sized to the row: classes and u of its elements
+//               (registers), a radix select per class of the m-th smallest (u, i) (8-bit
+//               digits over the keys still tied with it, in shared memory), v of the
+//               selected only, the small sort (below) of the selected by (v, i), outputs
+//               striped. A batch of small rows is this one launch (EnqueueSmallClass: one
+//               launch per size class, its row count read from device memory).
 //   Prepare     large-row tables (tile prefix sums, candidate and selection bases) and
 //               zeroed per-row counters.
-//   Pass1       one block per tile (16Ki-64Ki elements): labels read once, u of the two classes,
-//               per-class histograms of u's top kSelectBits bits (shared, then global).
+//   Pass1       one block per tile (16Ki-64Ki elements, the fewest that fit one wave of
+//               kResidentBlocks): labels read once, u of the two classes, per-class
+//               histograms of u's top kSelectBits bits (shared, then global).
 //   Threshold   one block per large row: P, Q, quotas, and per class the histogram bucket
 //               holding the m-th smallest (u, i); padding slots.
 //   Pass2       tiles again: keys below the boundary bucket are selected (their v is computed
 //               and appended); the boundary bucket's keys become candidates; histogram of
 //               the selected v's top bits.
 //   Boundary    one block per (large row, class): the boundary candidates, narrowed by
-//               8-bit histogram rounds while there are more than a block holds, then sorted
-//               by (u, i) in shared memory; the first `need` are selected.
+//               8-bit histogram rounds while there are more than a block holds, then the
+//               small sort by (u, i); the first `need` are selected. More than a block left
+//               (never, keys are distinct) raises kErrorBoundary.
 //   Scatter     selected keys into buckets of v's top bits (row-major, bucket-major).
-//   BucketSort  one block per (large row, bucket): sort by (v, i), write the outputs.
-// Nothing is read back to the host; every grid size is host-known from the row descriptors.
+//   BucketSort  one block per (large row, bucket): the small sort on the bits of (v, i)
+//               below the bucket's, outputs striped. A bucket over a block (a crafted
+//               request) is sorted in block-sized runs and merged pairwise: O(n log n).
+// The small sort (SmallSort): a counting pass on ~log2(n) - 1 bits below the keys' common
+// prefix (about two keys per bin), an insertion sort per bin, striped hand-out; cub's block
+// radix sort only if a bin holds more than kInsertMax keys (crafted input).
+// Nothing is read back to the host; every grid size is host-known from the row descriptors
+// (Enqueue) or the size class (EnqueueSmallClass).
 #pragma once
 
 #include <cstdint>
