@@ -55,6 +55,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/macros.hpp"
@@ -226,6 +227,8 @@ GPUSAMPLER_HD T LoadUnaligned(B& b, const uint8_t* p) {
   return value;
 }
 
+struct Unlabeled {};  // an unknown dtype: every element ignored
+
 GPUSAMPLER_HD int LabelSize(DType dtype) {
   switch (dtype) {
     case DType::kBool:
@@ -243,35 +246,81 @@ GPUSAMPLER_HD int LabelSize(DType dtype) {
   }
 }
 
-// The class of element i of a row (kIgnored past the row's end).
-template <class B>
-GPUSAMPLER_HD uint32_t ClassOf(B& b, const Params& p, const RowDesc& row, int64_t i) {
-  if (i >= row.length) return kIgnored;
-  const uint8_t* at = p.labels + row.label_offset;
-  int64_t label = 0;
-  switch (row.label_dtype) {
+// Label types by dtype: Dispatch calls f(L{}) with the row's label type, once per block, so
+// the element loops are compiled per type (no switch per element).
+template <class F>
+GPUSAMPLER_HD void DispatchLabels(DType dtype, F&& f) {
+  switch (dtype) {
     case DType::kBool:
     case DType::kUInt8:
-      label = b.Load(at + i);
+      f(uint8_t{});
       break;
     case DType::kInt8:
-      label = static_cast<int8_t>(b.Load(at + i));
+      f(int8_t{});
       break;
     case DType::kInt16:
-      label = LoadUnaligned<B, int16_t>(b, at + i * 2);
+      f(int16_t{});
       break;
     case DType::kInt32:
-      label = LoadUnaligned<B, int32_t>(b, at + i * 4);
+      f(int32_t{});
       break;
     case DType::kInt64:
-      label = LoadUnaligned<B, int64_t>(b, at + i * 8);
+      f(int64_t{});
       break;
     default:
-      return kIgnored;
+      f(Unlabeled{});
+      break;
   }
-  if (label == row.positive_label) return kPositive;
-  if (label == row.negative_label) return kNegative;
-  return kIgnored;
+}
+
+// The classes of elements [i0, i0 + 4) of a row whose labels are L (i0 a multiple of 4): a
+// quad inside the row is loaded whole, in 16-byte (or smaller, for 1-2 byte labels) words,
+// when the row's labels start on such a word (`quad_aligned`, uniform); otherwise, and at
+// the row's end, element by element.
+template <class L>
+struct QuadWord {
+  static constexpr int kBytes = 4 * static_cast<int>(sizeof(L)) < 16 ? 4 * sizeof(L) : 16;
+  struct alignas(kBytes) Type {
+    uint8_t bytes[kBytes];
+  };
+};
+template <class L, class B>
+GPUSAMPLER_HD void QuadClasses(B& b, const uint8_t* labels, const RowDesc& row, bool quad_aligned,
+                               int64_t i0, uint32_t cls[4]) {
+  if constexpr (std::is_same_v<L, Unlabeled>) {
+    for (int w = 0; w < 4; ++w) cls[w] = kIgnored;
+    return;
+  } else {
+    L value[4];
+    if (quad_aligned && i0 + 4 <= row.length) {
+      using Word = typename QuadWord<L>::Type;
+      constexpr int kWords = 4 * static_cast<int>(sizeof(L)) / QuadWord<L>::kBytes;
+      const Word* at = reinterpret_cast<const Word*>(labels + i0 * static_cast<int64_t>(sizeof(L)));
+      Word words[kWords];
+      GPUSAMPLER_UNROLL
+      for (int k = 0; k < kWords; ++k) words[k] = b.Load(at + k);
+      memcpy(value, words, sizeof(value));
+    } else {
+      GPUSAMPLER_UNROLL
+      for (int w = 0; w < 4; ++w) {
+        value[w] = i0 + w < row.length
+                       ? LoadUnaligned<B, L>(b, labels + (i0 + w) * static_cast<int64_t>(sizeof(L)))
+                       : L{};
+      }
+    }
+    GPUSAMPLER_UNROLL
+    for (int w = 0; w < 4; ++w) {
+      const int64_t label = static_cast<int64_t>(value[w]);
+      cls[w] = i0 + w >= row.length          ? kIgnored
+               : label == row.positive_label ? kPositive
+               : label == row.negative_label ? kNegative
+                                             : kIgnored;
+    }
+  }
+}
+template <class L>
+GPUSAMPLER_HD bool QuadAligned(const uint8_t* labels) {
+  return reinterpret_cast<uintptr_t>(labels) % QuadWord<L>::kBytes == 0;
 }
 
 // Copies n bytes (or zeroes them when src is null) in the widest word the addresses allow.
@@ -585,39 +634,46 @@ struct FusedBody {
     typename B::template Items<uint64_t, kItems> keys;
 
     // Class and u of every element. Thread t takes the quads (4 consecutive elements, one
-    // Philox call) t, t + 256, t + 512, t + 768: a warp reads 128 consecutive labels per
-    // step (coalesced); quads past the row's end are not read.
-    b.Threads([&](int t) {
-      uint64_t* mine = b.Mine(keys, t);
-      int32_t count0 = 0, count1 = 0;
-      GPUSAMPLER_UNROLL
-      for (int g = 0; g < kItems / 4; ++g) {
-        const int64_t i0 = (static_cast<int64_t>(g) * kThreads + t) * 4;
-        uint32_t cls[4];
-        bool any = false;
+    // Philox call) t, t + 256, t + 512, t + 768, each loaded whole: a warp reads 128
+    // consecutive labels per step (coalesced); quads past the row's end are not read.
+    const uint8_t* labels = p.labels + row.label_offset;
+    DispatchLabels(row.label_dtype, [&](auto tag) {
+      using L = decltype(tag);
+      const bool aligned = QuadAligned<L>(labels);
+      b.Threads([&](int t) {
+        uint64_t* mine = b.Mine(keys, t);
+        int32_t count0 = 0, count1 = 0;
+        uint32_t quad[kItems / 4][4];
         GPUSAMPLER_UNROLL
-        for (int w = 0; w < 4; ++w) {
-          cls[w] = ClassOf(b, p, row, i0 + w);
-          any = any || cls[w] != kIgnored;
-        }
-        Philox4 x{{0, 0, 0, 0}};
-        if (any) {
-          x = GroupKeys(row, kSelectionStream, i0);
-          b.CountPhilox(1);
+        for (int g = 0; g < kItems / 4; ++g) {
+          const int64_t i0 = (static_cast<int64_t>(g) * kThreads + t) * 4;
+          QuadClasses<L>(b, labels, row, aligned, i0, quad[g]);
         }
         GPUSAMPLER_UNROLL
-        for (int w = 0; w < 4; ++w) {
-          if (cls[w] == kIgnored) {
-            mine[g * 4 + w] = kAbsent;
-          } else {
-            count0 += cls[w] == 0 ? 1 : 0;
-            count1 += cls[w] == 1 ? 1 : 0;
-            mine[g * 4 + w] = SelKey(x.v[w], cls[w], i0 + w);
+        for (int g = 0; g < kItems / 4; ++g) {
+          const int64_t i0 = (static_cast<int64_t>(g) * kThreads + t) * 4;
+          const uint32_t* cls = quad[g];
+          const bool any =
+              cls[0] != kIgnored || cls[1] != kIgnored || cls[2] != kIgnored || cls[3] != kIgnored;
+          Philox4 x{{0, 0, 0, 0}};
+          if (any) {
+            x = GroupKeys(row, kSelectionStream, i0);
+            b.CountPhilox(1);
+          }
+          GPUSAMPLER_UNROLL
+          for (int w = 0; w < 4; ++w) {
+            if (cls[w] == kIgnored) {
+              mine[g * 4 + w] = kAbsent;
+            } else {
+              count0 += cls[w] == 0 ? 1 : 0;
+              count1 += cls[w] == 1 ? 1 : 0;
+              mine[g * 4 + w] = SelKey(x.v[w], cls[w], i0 + w);
+            }
           }
         }
-      }
-      if (count0 != 0) b.SharedAdd(&sh.count[0], count0);
-      if (count1 != 0) b.SharedAdd(&sh.count[1], count1);
+        if (count0 != 0) b.SharedAdd(&sh.count[0], count0);
+        if (count1 != 0) b.SharedAdd(&sh.count[1], count1);
+      });
     });
     b.Threads([&](int t) {
       if (t < 2) {
@@ -878,23 +934,39 @@ struct Pass1Body {
     const RowDesc row = b.SLoad(&sh.row);
     const int64_t begin = b.SLoad(&sh.begin);
     const int64_t end = b.SLoad(&sh.end);
-    b.Threads([&](int t) {
-      for (int64_t i0 = begin + 4 * t; i0 < end; i0 += kRoundElements) {
-        uint32_t cls[4];
-        bool any = false;
-        for (int w = 0; w < 4; ++w) {
-          cls[w] = ClassOf(b, p, row, i0 + w);
-          any = any || cls[w] != kIgnored;
-        }
-        if (!any) continue;
-        const Philox4 x = GroupKeys(row, kSelectionStream, i0);
-        b.CountPhilox(1);
-        for (int w = 0; w < 4; ++w) {
-          if (cls[w] != kIgnored) {
-            b.SharedAdd(&sh.hist[cls[w] * kSelectBins + (x.v[w] >> (32 - kSelectBits))], 1);
+    // Two quads per step, both loaded before either is used.
+    const uint8_t* labels = p.labels + row.label_offset;
+    DispatchLabels(row.label_dtype, [&](auto tag) {
+      using L = decltype(tag);
+      const bool aligned = QuadAligned<L>(labels);
+      b.Threads([&](int t) {
+        for (int64_t i0 = begin + 4 * t; i0 < end; i0 += 2 * kRoundElements) {
+          uint32_t quad[2][4];
+          QuadClasses<L>(b, labels, row, aligned, i0, quad[0]);
+          const int64_t i1 = i0 + kRoundElements;
+          if (i1 < end) {
+            QuadClasses<L>(b, labels, row, aligned, i1, quad[1]);
+          } else {
+            quad[1][0] = quad[1][1] = quad[1][2] = quad[1][3] = kIgnored;
+          }
+          GPUSAMPLER_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t* cls = quad[h];
+            if (cls[0] == kIgnored && cls[1] == kIgnored && cls[2] == kIgnored &&
+                cls[3] == kIgnored) {
+              continue;
+            }
+            const Philox4 x = GroupKeys(row, kSelectionStream, h == 0 ? i0 : i1);
+            b.CountPhilox(1);
+            GPUSAMPLER_UNROLL
+            for (int w = 0; w < 4; ++w) {
+              if (cls[w] != kIgnored) {
+                b.SharedAdd(&sh.hist[cls[w] * kSelectBins + (x.v[w] >> (32 - kSelectBits))], 1);
+              }
+            }
           }
         }
-      }
+      });
     });
     const int32_t l = b.SLoad(&sh.large);
     b.Threads([&](int t) {
@@ -1046,98 +1118,115 @@ struct Pass2Body {
     uint64_t* const sel = p.sel + b.SLoad(&sh.sel_base);
     uint64_t* const cand0 = p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[0]);
     uint64_t* const cand1 = p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[1]);
-    // Per round, each thread holds up to four keys and where they go (kind: 0 none,
-    // 1 selected, 2 + c a candidate of class c; off: its place among the round's keys).
-    typename B::template Items<uint64_t, 4> key;
-    typename B::template Items<int32_t, 4> kind;
-    typename B::template Items<int32_t, 4> off;
-    for (int64_t round = begin; round < end; round += kRoundElements) {
-      b.Threads([&](int t) {
-        uint64_t* k_ = b.Mine(key, t);
-        int32_t* kind_ = b.Mine(kind, t);
-        int32_t* off_ = b.Mine(off, t);
-        const int64_t i0 = round + 4 * t;
-        uint32_t cls[4];
-        bool any = false;
-        GPUSAMPLER_UNROLL
-        for (int w = 0; w < 4; ++w) {
-          kind_[w] = 0;
-          cls[w] = i0 + w < end ? ClassOf(b, p, row, i0 + w) : kIgnored;
-          any = any || cls[w] != kIgnored;
-        }
-        if (!any) return;
-        const Philox4 u = GroupKeys(row, kSelectionStream, i0);
-        b.CountPhilox(1);
-        bool any_selected = false;
-        GPUSAMPLER_UNROLL
-        for (int w = 0; w < 4; ++w) {
-          if (cls[w] == kIgnored) continue;
-          const int64_t bin = u.v[w] >> (32 - kSelectBits);
-          const int c = static_cast<int>(cls[w]);
-          if (bin < Pick(c, sel_below0, sel_below1)) {
-            kind_[w] = 1;
-            any_selected = true;
-          } else if (bin == Pick(c, cand_bin0, cand_bin1)) {
-            kind_[w] = 2 + static_cast<int32_t>(cls[w]);
-            k_[w] = (static_cast<uint64_t>(u.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
-            off_[w] = b.SharedAdd(&sh.n_cand[cls[w]], 1);
-          }
-        }
-        if (!any_selected) return;
-        const Philox4 v = GroupKeys(row, kOrderStream, i0);
-        b.CountPhilox(1);
-        GPUSAMPLER_UNROLL
-        for (int w = 0; w < 4; ++w) {
-          if (kind_[w] != 1) continue;
-          k_[w] = (static_cast<uint64_t>(v.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
-          off_[w] = b.SharedAdd(&sh.n_sel, 1);
-          b.SharedAdd(&sh.vhist[BucketOf(v.v[w], p.order_bits)], 1);
-        }
-      });
-      b.Threads([&](int t) {
-        if (t != 0) return;
-        const int32_t n_sel = b.SLoad(&sh.n_sel);
-        if (n_sel > 0) {
-          b.SStore(&sh.sel_at,
-                   b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(n_sel)));
-        }
-        for (int c = 0; c < 2; ++c) {
-          const int32_t n_cand = b.SLoad(&sh.n_cand[c]);
-          if (n_cand > 0) {
-            const unsigned long long at =
-                b.GlobalAdd(&st->cand_cursor[c], static_cast<unsigned long long>(n_cand));
-            // Bounded: Threshold counted the boundary bucket's keys.
-            if (static_cast<int64_t>(at) + n_cand > Pick(c, cand_count0, cand_count1)) {
-              b.Fail(p.error, kErrorCandidates, "Pass2: more boundary candidates than counted");
-              b.SStore(&sh.cand_at[c], kDropped);  // (the device goes on without writing)
+    // Per round (two quads per thread, both loaded before either is used), each thread
+    // holds up to eight keys and where they go (kind: 0 none, 1 selected, 2 + c a candidate
+    // of class c; off: its place among the round's keys).
+    const uint8_t* labels = p.labels + row.label_offset;
+    DispatchLabels(row.label_dtype, [&](auto tag) {
+      using L = decltype(tag);
+      const bool aligned = QuadAligned<L>(labels);
+      typename B::template Items<uint64_t, 8> key;
+      typename B::template Items<int32_t, 8> kind;
+      typename B::template Items<int32_t, 8> off;
+      for (int64_t round = begin; round < end; round += 2 * kRoundElements) {
+        b.Threads([&](int t) {
+          uint32_t quad[2][4];
+          GPUSAMPLER_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            const int64_t i0 = round + h * kRoundElements + 4 * t;
+            if (i0 < end) {
+              QuadClasses<L>(b, labels, row, aligned, i0, quad[h]);
             } else {
-              b.SStore(&sh.cand_at[c], at);
+              quad[h][0] = quad[h][1] = quad[h][2] = quad[h][3] = kIgnored;
             }
           }
-        }
-        // Reset the round counters (read above by this thread only).
-        b.SStore(&sh.n_sel, 0);
-        b.SStore(&sh.n_cand[0], 0);
-        b.SStore(&sh.n_cand[1], 0);
-      });
-      b.Threads([&](int t) {
-        const uint64_t* k_ = b.Mine(key, t);
-        const int32_t* kind_ = b.Mine(kind, t);
-        const int32_t* off_ = b.Mine(off, t);
-        GPUSAMPLER_UNROLL
-        for (int w = 0; w < 4; ++w) {
-          if (kind_[w] == 1) {
-            b.Store(sel + static_cast<int64_t>(b.SLoad(&sh.sel_at)) + off_[w], k_[w]);
-          } else if (kind_[w] >= 2) {
-            const int c = kind_[w] - 2;
-            const unsigned long long at = b.SLoad(&sh.cand_at[c]);
-            if (at != kDropped) {
-              b.Store(Pick(c, cand0, cand1) + static_cast<int64_t>(at) + off_[w], k_[w]);
+          GPUSAMPLER_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            uint64_t* k_ = b.Mine(key, t) + 4 * h;
+            int32_t* kind_ = b.Mine(kind, t) + 4 * h;
+            int32_t* off_ = b.Mine(off, t) + 4 * h;
+            const int64_t i0 = round + h * kRoundElements + 4 * t;
+            const uint32_t* cls = quad[h];
+            GPUSAMPLER_UNROLL
+            for (int w = 0; w < 4; ++w) kind_[w] = 0;
+            if (cls[0] == kIgnored && cls[1] == kIgnored && cls[2] == kIgnored &&
+                cls[3] == kIgnored) {
+              continue;
+            }
+            const Philox4 u = GroupKeys(row, kSelectionStream, i0);
+            b.CountPhilox(1);
+            bool any_selected = false;
+            GPUSAMPLER_UNROLL
+            for (int w = 0; w < 4; ++w) {
+              if (cls[w] == kIgnored) continue;
+              const int64_t bin = u.v[w] >> (32 - kSelectBits);
+              const int c = static_cast<int>(cls[w]);
+              if (bin < Pick(c, sel_below0, sel_below1)) {
+                kind_[w] = 1;
+                any_selected = true;
+              } else if (bin == Pick(c, cand_bin0, cand_bin1)) {
+                kind_[w] = 2 + static_cast<int32_t>(cls[w]);
+                k_[w] = (static_cast<uint64_t>(u.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
+                off_[w] = b.SharedAdd(&sh.n_cand[cls[w]], 1);
+              }
+            }
+            if (!any_selected) continue;
+            const Philox4 v = GroupKeys(row, kOrderStream, i0);
+            b.CountPhilox(1);
+            GPUSAMPLER_UNROLL
+            for (int w = 0; w < 4; ++w) {
+              if (kind_[w] != 1) continue;
+              k_[w] = (static_cast<uint64_t>(v.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
+              off_[w] = b.SharedAdd(&sh.n_sel, 1);
+              b.SharedAdd(&sh.vhist[BucketOf(v.v[w], p.order_bits)], 1);
             }
           }
-        }
-      });
-    }
+        });
+        b.Threads([&](int t) {
+          if (t != 0) return;
+          const int32_t n_sel = b.SLoad(&sh.n_sel);
+          if (n_sel > 0) {
+            b.SStore(&sh.sel_at,
+                     b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(n_sel)));
+          }
+          for (int c = 0; c < 2; ++c) {
+            const int32_t n_cand = b.SLoad(&sh.n_cand[c]);
+            if (n_cand > 0) {
+              const unsigned long long at =
+                  b.GlobalAdd(&st->cand_cursor[c], static_cast<unsigned long long>(n_cand));
+              // Bounded: Threshold counted the boundary bucket's keys.
+              if (static_cast<int64_t>(at) + n_cand > Pick(c, cand_count0, cand_count1)) {
+                b.Fail(p.error, kErrorCandidates, "Pass2: more boundary candidates than counted");
+                b.SStore(&sh.cand_at[c], kDropped);  // (the device goes on without writing)
+              } else {
+                b.SStore(&sh.cand_at[c], at);
+              }
+            }
+          }
+          // Reset the round counters (read above by this thread only).
+          b.SStore(&sh.n_sel, 0);
+          b.SStore(&sh.n_cand[0], 0);
+          b.SStore(&sh.n_cand[1], 0);
+        });
+        b.Threads([&](int t) {
+          const uint64_t* k_ = b.Mine(key, t);
+          const int32_t* kind_ = b.Mine(kind, t);
+          const int32_t* off_ = b.Mine(off, t);
+          GPUSAMPLER_UNROLL
+          for (int w = 0; w < 8; ++w) {
+            if (kind_[w] == 1) {
+              b.Store(sel + static_cast<int64_t>(b.SLoad(&sh.sel_at)) + off_[w], k_[w]);
+            } else if (kind_[w] >= 2) {
+              const int c = kind_[w] - 2;
+              const unsigned long long at = b.SLoad(&sh.cand_at[c]);
+              if (at != kDropped) {
+                b.Store(Pick(c, cand0, cand1) + static_cast<int64_t>(at) + off_[w], k_[w]);
+              }
+            }
+          }
+        });
+      }
+    });
     b.Threads([&](int t) {
       for (int bin = t; bin < bins; bin += kThreads) {
         const int32_t h = b.SLoad(&sh.vhist[bin]);
