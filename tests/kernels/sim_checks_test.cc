@@ -90,6 +90,36 @@ TEST(SimChecksTest, AtomicsOnOneWordAreNoRace) {
   EXPECT_EQ(out, kThreads);
 }
 
+// Every thread reads a shared word outside a phase (a uniform read), then thread 0 stores
+// it in the very next phase (`barrier_between`: one phase later).
+struct UniformThenStoreBody {
+  bool barrier_between = false;
+  int32_t* out = nullptr;
+  template <class B>
+  void operator()(B& b, int64_t /*block*/) const {
+    int32_t& word = b.template SharedAs<int32_t>();
+    b.Threads([&](int t) {
+      if (t == 0) b.SStore(&word, 5);
+    });
+    const int32_t seen = b.SLoad(&word);
+    if (barrier_between) b.Threads([&](int /*t*/) {});
+    b.Threads([&](int t) {
+      if (t == 0) b.SStore(&word, seen + 1);
+    });
+    b.Threads([&](int t) {
+      if (t == 0) b.Store(out, b.SLoad(&word));
+    });
+  }
+};
+
+TEST(SimChecksTest, PlantedRaceStoreRightAfterAUniformRead) {
+  LaunchStats stats;
+  int32_t out = 0;
+  EXPECT_THROW(SimExec(&stats).Launch(UniformThenStoreBody{false, &out}, 1), std::logic_error);
+  SimExec(&stats).Launch(UniformThenStoreBody{true, &out}, 2);
+  EXPECT_EQ(out, 6);
+}
+
 // Writes scratch word 0 (when `write`) and copies it to *out.
 struct ScratchBody {
   uint64_t* scratch = nullptr;

@@ -12,32 +12,50 @@
 //   - A thread's state that lives across phases is in b.Mine(items, t) (registers on the
 //     device, a per-thread slice on the host). Block-wide sorts take such arrays.
 //   - Every global memory access goes through b.Load / b.Store / b.GlobalAdd (feature rows:
-//     b.LoadFeature / b.StoreFeature), which the simulator counts; shared memory
-//     (b.SharedAs<T>()) and b.SharedAdd are not counted.
+//     b.LoadFeature / b.StoreFeature), and every shared one through b.SLoad / b.SStore /
+//     b.SharedAdd (on b.SharedAs<T>()): the simulator counts both (LaunchStats::bytes_*,
+//     smem_bytes; block sorts at cub's traffic), faults on a misaligned global access, on a
+//     read of launch scratch this launch has not written, and on a shared-memory race (two
+//     threads of one phase on one byte, one of them storing plainly).
+//   - A bounded step that finds more than it was sized for calls b.Fail(p.error, code):
+//     the device ORs the code into the arena's error word (the host turns a nonzero word
+//     into INTERNAL) and the body skips the overflowing writes; cuda-sim throws INTERNAL.
 //
 // Stages of a launch (B rows; "small" rows have at most kSmallRowMax elements):
-//   Fused       one block per row: count classes, quotas, block sort by (class, u, i), v of
-//               the selected, block sort by (v, i), write indices, labels, features, padding.
-//               A batch of small rows is this one launch.
+//   Fused       one block per row, sized to the row: classes and u of its elements
+//               (registers), a radix select per class of the m-th smallest (u, i) (8-bit
+//               digits over the keys still tied with it, in shared memory), v of the
+//               selected only, the small sort (below) of the selected by (v, i), outputs
+//               striped. A batch of small rows is this one launch (EnqueueSmallClass: one
+//               launch per size class, its row count read from device memory).
 //   Prepare     large-row tables (tile prefix sums, candidate and selection bases) and
 //               zeroed per-row counters.
-//   Pass1       one block per tile (16Ki-64Ki elements): labels read once, u of the two classes,
-//               per-class histograms of u's top kSelectBits bits (shared, then global).
+//   Pass1       one block per tile (16Ki-64Ki elements, the fewest that fit one wave of
+//               kResidentBlocks): labels read once, u of the two classes, per-class
+//               histograms of u's top kSelectBits bits (shared, then global).
 //   Threshold   one block per large row: P, Q, quotas, and per class the histogram bucket
 //               holding the m-th smallest (u, i); padding slots.
 //   Pass2       tiles again: keys below the boundary bucket are selected (their v is computed
 //               and appended); the boundary bucket's keys become candidates; histogram of
 //               the selected v's top bits.
 //   Boundary    one block per (large row, class): the boundary candidates, narrowed by
-//               8-bit histogram rounds while there are more than a block holds, then sorted
-//               by (u, i) in shared memory; the first `need` are selected.
+//               8-bit histogram rounds while there are more than a block holds, then the
+//               small sort by (u, i); the first `need` are selected. More than a block left
+//               (never, keys are distinct) raises kErrorBoundary.
 //   Scatter     selected keys into buckets of v's top bits (row-major, bucket-major).
-//   BucketSort  one block per (large row, bucket): sort by (v, i), write the outputs.
-// Nothing is read back to the host; every grid size is host-known from the row descriptors.
+//   BucketSort  one block per (large row, bucket): the small sort on the bits of (v, i)
+//               below the bucket's, outputs striped. A bucket over a block (a crafted
+//               request) is sorted in block-sized runs and merged pairwise: O(n log n).
+// The small sort (SmallSort): a counting pass on ~log2(n) - 1 bits below the keys' common
+// prefix (about two keys per bin), an insertion sort per bin, striped hand-out; cub's block
+// radix sort only if a bin holds more than kInsertMax keys (crafted input).
+// Nothing is read back to the host; every grid size is host-known from the row descriptors
+// (Enqueue) or the size class (EnqueueSmallClass).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/macros.hpp"
@@ -59,9 +77,9 @@ inline constexpr int kBlockKeys = kThreads * kItems;           // 4096
 inline constexpr int64_t kSmallRowMax = kBlockKeys;            // rows the fused kernel takes
 inline constexpr int64_t kTileElements = int64_t{1} << 16;     // Pass1/Pass2 tile, at most
 inline constexpr int64_t kMinTileElements = int64_t{1} << 14;  // ... and at least
-inline constexpr int64_t kTargetTiles = 512;  // tiles wanted in flight: ~4 blocks per H200 SM
-inline constexpr int kRoundElements = kThreads * 4;  // one Philox call per thread
-inline constexpr int kSelectBits = 11;               // u histogram: 2048 buckets
+inline constexpr int64_t kResidentBlocks = 528;                // one wave: 132 H200 SMs x 4 blocks
+inline constexpr int kRoundElements = kThreads * 4;            // one Philox call per thread
+inline constexpr int kSelectBits = 11;                         // u histogram: 2048 buckets
 inline constexpr int kSelectBins = 1 << kSelectBits;
 inline constexpr int kMaxOrderBits = 11;  // v buckets: at most 2048
 inline constexpr int kMaxOrderBins = 1 << kMaxOrderBits;
@@ -74,6 +92,13 @@ inline constexpr uint32_t kIgnored = 2;
 inline constexpr uint32_t kErrorCandidates = 1;  // Pass2: boundary candidates over the count
 inline constexpr uint32_t kErrorBoundary = 2;    // Boundary: candidates left over a block
 inline constexpr unsigned long long kDropped = ~0ull;
+
+// a0 or a1 by a runtime class c: a select, not an index into a local array (which would put
+// the array in local memory on the device).
+template <class T>
+GPUSAMPLER_HD T Pick(int c, T a0, T a1) {
+  return c == 0 ? a0 : a1;
+}
 
 GPUSAMPLER_HD uint64_t LowMask(int bits) {
   return bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
@@ -117,6 +142,13 @@ struct LargeRowState {
   unsigned long long sel_cursor = 0;
 };
 
+// Sizes read from device memory by a launch captured once for a size class (see
+// EnqueueSmallClass): the batch that replays it may be smaller than the class.
+struct LaunchSizes {
+  int32_t num_rows = 0;
+  int32_t pad = 0;
+};
+
 // Everything a body reads or writes; plain pointers, passed to kernels by value.
 struct Params {
   const RowDesc* rows = nullptr;
@@ -144,6 +176,8 @@ struct Params {
   uint64_t* sel = nullptr;                // [large slots]: (v << 32 | i), unordered
   uint64_t* bucketed = nullptr;           // [large slots]: grouped by v bucket
   uint32_t* error = nullptr;              // device error flags (kError*), OR-ed; see Layout
+  // When set, FusedBody reads the batch's row count here and its blocks past it exit.
+  const LaunchSizes* sizes = nullptr;
 };
 
 // Host-known shape of a launch, from the host copy of the rows.
@@ -193,6 +227,8 @@ GPUSAMPLER_HD T LoadUnaligned(B& b, const uint8_t* p) {
   return value;
 }
 
+struct Unlabeled {};  // an unknown dtype: every element ignored
+
 GPUSAMPLER_HD int LabelSize(DType dtype) {
   switch (dtype) {
     case DType::kBool:
@@ -210,35 +246,81 @@ GPUSAMPLER_HD int LabelSize(DType dtype) {
   }
 }
 
-// The class of element i of a row (kIgnored past the row's end).
-template <class B>
-GPUSAMPLER_HD uint32_t ClassOf(B& b, const Params& p, const RowDesc& row, int64_t i) {
-  if (i >= row.length) return kIgnored;
-  const uint8_t* at = p.labels + row.label_offset;
-  int64_t label = 0;
-  switch (row.label_dtype) {
+// Label types by dtype: Dispatch calls f(L{}) with the row's label type, once per block, so
+// the element loops are compiled per type (no switch per element).
+template <class F>
+GPUSAMPLER_HD void DispatchLabels(DType dtype, F&& f) {
+  switch (dtype) {
     case DType::kBool:
     case DType::kUInt8:
-      label = b.Load(at + i);
+      f(uint8_t{});
       break;
     case DType::kInt8:
-      label = static_cast<int8_t>(b.Load(at + i));
+      f(int8_t{});
       break;
     case DType::kInt16:
-      label = LoadUnaligned<B, int16_t>(b, at + i * 2);
+      f(int16_t{});
       break;
     case DType::kInt32:
-      label = LoadUnaligned<B, int32_t>(b, at + i * 4);
+      f(int32_t{});
       break;
     case DType::kInt64:
-      label = LoadUnaligned<B, int64_t>(b, at + i * 8);
+      f(int64_t{});
       break;
     default:
-      return kIgnored;
+      f(Unlabeled{});
+      break;
   }
-  if (label == row.positive_label) return kPositive;
-  if (label == row.negative_label) return kNegative;
-  return kIgnored;
+}
+
+// The classes of elements [i0, i0 + 4) of a row whose labels are L (i0 a multiple of 4): a
+// quad inside the row is loaded whole, in 16-byte (or smaller, for 1-2 byte labels) words,
+// when the row's labels start on such a word (`quad_aligned`, uniform); otherwise, and at
+// the row's end, element by element.
+template <class L>
+struct QuadWord {
+  static constexpr int kBytes = 4 * static_cast<int>(sizeof(L)) < 16 ? 4 * sizeof(L) : 16;
+  struct alignas(kBytes) Type {
+    uint8_t bytes[kBytes];
+  };
+};
+template <class L, class B>
+GPUSAMPLER_HD void QuadClasses(B& b, const uint8_t* labels, const RowDesc& row, bool quad_aligned,
+                               int64_t i0, uint32_t cls[4]) {
+  if constexpr (std::is_same_v<L, Unlabeled>) {
+    for (int w = 0; w < 4; ++w) cls[w] = kIgnored;
+    return;
+  } else {
+    L value[4];
+    if (quad_aligned && i0 + 4 <= row.length) {
+      using Word = typename QuadWord<L>::Type;
+      constexpr int kWords = 4 * static_cast<int>(sizeof(L)) / QuadWord<L>::kBytes;
+      const Word* at = reinterpret_cast<const Word*>(labels + i0 * static_cast<int64_t>(sizeof(L)));
+      Word words[kWords];
+      GPUSAMPLER_UNROLL
+      for (int k = 0; k < kWords; ++k) words[k] = b.Load(at + k);
+      memcpy(value, words, sizeof(value));
+    } else {
+      GPUSAMPLER_UNROLL
+      for (int w = 0; w < 4; ++w) {
+        value[w] = i0 + w < row.length
+                       ? LoadUnaligned<B, L>(b, labels + (i0 + w) * static_cast<int64_t>(sizeof(L)))
+                       : L{};
+      }
+    }
+    GPUSAMPLER_UNROLL
+    for (int w = 0; w < 4; ++w) {
+      const int64_t label = static_cast<int64_t>(value[w]);
+      cls[w] = i0 + w >= row.length          ? kIgnored
+               : label == row.positive_label ? kPositive
+               : label == row.negative_label ? kNegative
+                                             : kIgnored;
+    }
+  }
+}
+template <class L>
+GPUSAMPLER_HD bool QuadAligned(const uint8_t* labels) {
+  return reinterpret_cast<uintptr_t>(labels) % QuadWord<L>::kBytes == 0;
 }
 
 // Copies n bytes (or zeroes them when src is null) in the widest word the addresses allow.
@@ -534,7 +616,14 @@ struct FusedBody {
     Shared& sh = b.template SharedAs<Shared>();
     b.Threads([&](int t) {
       if (t == 0) {
-        b.SStore(&sh.row, b.Load(p.rows + block));
+        const int64_t rows = p.sizes != nullptr ? b.Load(&p.sizes->num_rows) : p.num_rows;
+        RowDesc row;
+        if (block < rows) {
+          row = b.Load(p.rows + block);
+        } else {
+          row.length = INT64_MAX;  // past the batch (a size class's spare block): exit
+        }
+        b.SStore(&sh.row, row);
         b.SStore(&sh.count[0], 0);
         b.SStore(&sh.count[1], 0);
       }
@@ -545,38 +634,46 @@ struct FusedBody {
     typename B::template Items<uint64_t, kItems> keys;
 
     // Class and u of every element. Thread t takes the quads (4 consecutive elements, one
-    // Philox call) t, t + 256, t + 512, t + 768: a warp reads 128 consecutive labels per
-    // step (coalesced); quads past the row's end are not read.
-    b.Threads([&](int t) {
-      uint64_t* mine = b.Mine(keys, t);
-      int32_t counts[2] = {0, 0};
-      GPUSAMPLER_UNROLL
-      for (int g = 0; g < kItems / 4; ++g) {
-        const int64_t i0 = (static_cast<int64_t>(g) * kThreads + t) * 4;
-        uint32_t cls[4];
-        bool any = false;
+    // Philox call) t, t + 256, t + 512, t + 768, each loaded whole: a warp reads 128
+    // consecutive labels per step (coalesced); quads past the row's end are not read.
+    const uint8_t* labels = p.labels + row.label_offset;
+    DispatchLabels(row.label_dtype, [&](auto tag) {
+      using L = decltype(tag);
+      const bool aligned = QuadAligned<L>(labels);
+      b.Threads([&](int t) {
+        uint64_t* mine = b.Mine(keys, t);
+        int32_t count0 = 0, count1 = 0;
+        uint32_t quad[kItems / 4][4];
         GPUSAMPLER_UNROLL
-        for (int w = 0; w < 4; ++w) {
-          cls[w] = ClassOf(b, p, row, i0 + w);
-          any = any || cls[w] != kIgnored;
-        }
-        Philox4 x{{0, 0, 0, 0}};
-        if (any) {
-          x = GroupKeys(row, kSelectionStream, i0);
-          b.CountPhilox(1);
+        for (int g = 0; g < kItems / 4; ++g) {
+          const int64_t i0 = (static_cast<int64_t>(g) * kThreads + t) * 4;
+          QuadClasses<L>(b, labels, row, aligned, i0, quad[g]);
         }
         GPUSAMPLER_UNROLL
-        for (int w = 0; w < 4; ++w) {
-          if (cls[w] == kIgnored) {
-            mine[g * 4 + w] = kAbsent;
-          } else {
-            ++counts[cls[w]];
-            mine[g * 4 + w] = SelKey(x.v[w], cls[w], i0 + w);
+        for (int g = 0; g < kItems / 4; ++g) {
+          const int64_t i0 = (static_cast<int64_t>(g) * kThreads + t) * 4;
+          const uint32_t* cls = quad[g];
+          const bool any =
+              cls[0] != kIgnored || cls[1] != kIgnored || cls[2] != kIgnored || cls[3] != kIgnored;
+          Philox4 x{{0, 0, 0, 0}};
+          if (any) {
+            x = GroupKeys(row, kSelectionStream, i0);
+            b.CountPhilox(1);
+          }
+          GPUSAMPLER_UNROLL
+          for (int w = 0; w < 4; ++w) {
+            if (cls[w] == kIgnored) {
+              mine[g * 4 + w] = kAbsent;
+            } else {
+              count0 += cls[w] == 0 ? 1 : 0;
+              count1 += cls[w] == 1 ? 1 : 0;
+              mine[g * 4 + w] = SelKey(x.v[w], cls[w], i0 + w);
+            }
           }
         }
-      }
-      if (counts[0] != 0) b.SharedAdd(&sh.count[0], counts[0]);
-      if (counts[1] != 0) b.SharedAdd(&sh.count[1], counts[1]);
+        if (count0 != 0) b.SharedAdd(&sh.count[0], count0);
+        if (count1 != 0) b.SharedAdd(&sh.count[1], count1);
+      });
     });
     b.Threads([&](int t) {
       if (t < 2) {
@@ -597,7 +694,8 @@ struct FusedBody {
     });
     const int64_t m_pos = b.SLoad(&sh.m[0]);
     const int64_t m_neg = b.SLoad(&sh.m[1]);
-    const bool partial[2] = {b.SLoad(&sh.cand[0]) > 0, b.SLoad(&sh.cand[1]) > 0};
+    const bool partial0 = b.SLoad(&sh.cand[0]) > 0;
+    const bool partial1 = b.SLoad(&sh.cand[1]) > 0;
     // Rounds while a class has more than one key tied with its answer.
     for (int r = 0;; ++r) {
       const bool open0 = b.SLoad(&sh.cand[0]) > 1;
@@ -612,14 +710,14 @@ struct FusedBody {
       });
       b.Threads([&](int t) {
         const uint64_t* mine = b.Mine(keys, t);
-        const uint64_t pre[2] = {open0 ? Above(b.SLoad(&sh.prefix[0]), hi) : kAbsent,
-                                 open1 ? Above(b.SLoad(&sh.prefix[1]), hi) : kAbsent};
+        const uint64_t pre0 = open0 ? Above(b.SLoad(&sh.prefix[0]), hi) : kAbsent;
+        const uint64_t pre1 = open1 ? Above(b.SLoad(&sh.prefix[1]), hi) : kAbsent;
         GPUSAMPLER_UNROLL
         for (int k = 0; k < kItems; ++k) {
           const uint64_t x = mine[k];
           if (x == kAbsent) continue;
           const int c = static_cast<int>((x >> 30) & 1);
-          if (Above(x, hi) == pre[c]) {
+          if (Above(x, hi) == Pick(c, pre0, pre1)) {
             b.SharedAdd(&sh.hist[c][static_cast<int>((x >> lo) & dmask)], 1);
           }
         }
@@ -646,34 +744,32 @@ struct FusedBody {
     // The one key left tied with each partial class's answer is the answer.
     b.Threads([&](int t) {
       const uint64_t* mine = b.Mine(keys, t);
-      int lo[2] = {64, 64};
-      uint64_t pre[2] = {kAbsent, kAbsent};
-      for (int c = 0; c < 2; ++c) {
-        if (!partial[c]) continue;
-        lo[c] = b.SLoad(&sh.lo[c]);
-        pre[c] = Above(b.SLoad(&sh.prefix[c]), lo[c]);
-      }
+      const int lo0 = partial0 ? b.SLoad(&sh.lo[0]) : 64;
+      const int lo1 = partial1 ? b.SLoad(&sh.lo[1]) : 64;
+      const uint64_t pre0 = partial0 ? Above(b.SLoad(&sh.prefix[0]), lo0) : kAbsent;
+      const uint64_t pre1 = partial1 ? Above(b.SLoad(&sh.prefix[1]), lo1) : kAbsent;
       GPUSAMPLER_UNROLL
       for (int k = 0; k < kItems; ++k) {
         const uint64_t x = mine[k];
         if (x == kAbsent) continue;
         const int c = static_cast<int>((x >> 30) & 1);
-        if (partial[c] && Above(x, lo[c]) == pre[c]) b.SStore(&sh.answer[c], x);
+        if (Pick(c, partial0, partial1) && Above(x, Pick(c, lo0, lo1)) == Pick(c, pre0, pre1)) {
+          b.SStore(&sh.answer[c], x);
+        }
       }
     });
     // The selected: all of a class taken whole, keys up to the answer of a partial class.
     // Their key becomes (v, i).
     b.Threads([&](int t) {
       uint64_t* mine = b.Mine(keys, t);
-      const int64_t take[2] = {m_pos, m_neg};
-      const uint64_t limit[2] = {partial[0] ? b.SLoad(&sh.answer[0]) : kAbsent,
-                                 partial[1] ? b.SLoad(&sh.answer[1]) : kAbsent};
+      const uint64_t limit0 = partial0 ? b.SLoad(&sh.answer[0]) : kAbsent;
+      const uint64_t limit1 = partial1 ? b.SLoad(&sh.answer[1]) : kAbsent;
       GPUSAMPLER_UNROLL
       for (int k = 0; k < kItems; ++k) {
         const uint64_t x = mine[k];
         if (x == kAbsent) continue;
         const int c = static_cast<int>((x >> 30) & 1);
-        if (take[c] > 0 && x <= limit[c]) {
+        if (Pick(c, m_pos, m_neg) > 0 && x <= Pick(c, limit0, limit1)) {
           const int64_t i = static_cast<int64_t>(x & 0xFFFu);
           b.CountPhilox(1);
           mine[k] = (static_cast<uint64_t>(OrderKeyOf(row, i)) << 32) | static_cast<uint64_t>(i);
@@ -838,23 +934,39 @@ struct Pass1Body {
     const RowDesc row = b.SLoad(&sh.row);
     const int64_t begin = b.SLoad(&sh.begin);
     const int64_t end = b.SLoad(&sh.end);
-    b.Threads([&](int t) {
-      for (int64_t i0 = begin + 4 * t; i0 < end; i0 += kRoundElements) {
-        uint32_t cls[4];
-        bool any = false;
-        for (int w = 0; w < 4; ++w) {
-          cls[w] = ClassOf(b, p, row, i0 + w);
-          any = any || cls[w] != kIgnored;
-        }
-        if (!any) continue;
-        const Philox4 x = GroupKeys(row, kSelectionStream, i0);
-        b.CountPhilox(1);
-        for (int w = 0; w < 4; ++w) {
-          if (cls[w] != kIgnored) {
-            b.SharedAdd(&sh.hist[cls[w] * kSelectBins + (x.v[w] >> (32 - kSelectBits))], 1);
+    // Two quads per step, both loaded before either is used.
+    const uint8_t* labels = p.labels + row.label_offset;
+    DispatchLabels(row.label_dtype, [&](auto tag) {
+      using L = decltype(tag);
+      const bool aligned = QuadAligned<L>(labels);
+      b.Threads([&](int t) {
+        for (int64_t i0 = begin + 4 * t; i0 < end; i0 += 2 * kRoundElements) {
+          uint32_t quad[2][4];
+          QuadClasses<L>(b, labels, row, aligned, i0, quad[0]);
+          const int64_t i1 = i0 + kRoundElements;
+          if (i1 < end) {
+            QuadClasses<L>(b, labels, row, aligned, i1, quad[1]);
+          } else {
+            quad[1][0] = quad[1][1] = quad[1][2] = quad[1][3] = kIgnored;
+          }
+          GPUSAMPLER_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t* cls = quad[h];
+            if (cls[0] == kIgnored && cls[1] == kIgnored && cls[2] == kIgnored &&
+                cls[3] == kIgnored) {
+              continue;
+            }
+            const Philox4 x = GroupKeys(row, kSelectionStream, h == 0 ? i0 : i1);
+            b.CountPhilox(1);
+            GPUSAMPLER_UNROLL
+            for (int w = 0; w < 4; ++w) {
+              if (cls[w] != kIgnored) {
+                b.SharedAdd(&sh.hist[cls[w] * kSelectBins + (x.v[w] >> (32 - kSelectBits))], 1);
+              }
+            }
           }
         }
-      }
+      });
     });
     const int32_t l = b.SLoad(&sh.large);
     b.Threads([&](int t) {
@@ -999,101 +1111,122 @@ struct Pass2Body {
     LargeRowState* st = p.large + l;
     const int64_t begin = b.SLoad(&sh.begin);
     const int64_t end = b.SLoad(&sh.end);
-    const int64_t sel_below[2] = {b.SLoad(&sh.sel_below[0]), b.SLoad(&sh.sel_below[1])};
-    const int64_t cand_bin[2] = {b.SLoad(&sh.cand_bin[0]), b.SLoad(&sh.cand_bin[1])};
-    const int64_t cand_count[2] = {b.SLoad(&sh.cand_count[0]), b.SLoad(&sh.cand_count[1])};
+    const int64_t sel_below0 = b.SLoad(&sh.sel_below[0]), sel_below1 = b.SLoad(&sh.sel_below[1]);
+    const int64_t cand_bin0 = b.SLoad(&sh.cand_bin[0]), cand_bin1 = b.SLoad(&sh.cand_bin[1]);
+    const int64_t cand_count0 = b.SLoad(&sh.cand_count[0]);
+    const int64_t cand_count1 = b.SLoad(&sh.cand_count[1]);
     uint64_t* const sel = p.sel + b.SLoad(&sh.sel_base);
-    uint64_t* const cand[2] = {p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[0]),
-                               p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[1])};
-    // Per round, each thread holds up to four keys and where they go (kind: 0 none,
-    // 1 selected, 2 + c a candidate of class c; off: its place among the round's keys).
-    typename B::template Items<uint64_t, 4> key;
-    typename B::template Items<int32_t, 4> kind;
-    typename B::template Items<int32_t, 4> off;
-    for (int64_t round = begin; round < end; round += kRoundElements) {
-      b.Threads([&](int t) {
-        uint64_t* k_ = b.Mine(key, t);
-        int32_t* kind_ = b.Mine(kind, t);
-        int32_t* off_ = b.Mine(off, t);
-        const int64_t i0 = round + 4 * t;
-        uint32_t cls[4];
-        bool any = false;
-        GPUSAMPLER_UNROLL
-        for (int w = 0; w < 4; ++w) {
-          kind_[w] = 0;
-          cls[w] = i0 + w < end ? ClassOf(b, p, row, i0 + w) : kIgnored;
-          any = any || cls[w] != kIgnored;
-        }
-        if (!any) return;
-        const Philox4 u = GroupKeys(row, kSelectionStream, i0);
-        b.CountPhilox(1);
-        bool any_selected = false;
-        GPUSAMPLER_UNROLL
-        for (int w = 0; w < 4; ++w) {
-          if (cls[w] == kIgnored) continue;
-          const int64_t bin = u.v[w] >> (32 - kSelectBits);
-          if (bin < sel_below[cls[w]]) {
-            kind_[w] = 1;
-            any_selected = true;
-          } else if (bin == cand_bin[cls[w]]) {
-            kind_[w] = 2 + static_cast<int32_t>(cls[w]);
-            k_[w] = (static_cast<uint64_t>(u.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
-            off_[w] = b.SharedAdd(&sh.n_cand[cls[w]], 1);
-          }
-        }
-        if (!any_selected) return;
-        const Philox4 v = GroupKeys(row, kOrderStream, i0);
-        b.CountPhilox(1);
-        GPUSAMPLER_UNROLL
-        for (int w = 0; w < 4; ++w) {
-          if (kind_[w] != 1) continue;
-          k_[w] = (static_cast<uint64_t>(v.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
-          off_[w] = b.SharedAdd(&sh.n_sel, 1);
-          b.SharedAdd(&sh.vhist[BucketOf(v.v[w], p.order_bits)], 1);
-        }
-      });
-      b.Threads([&](int t) {
-        if (t != 0) return;
-        const int32_t n_sel = b.SLoad(&sh.n_sel);
-        if (n_sel > 0) {
-          b.SStore(&sh.sel_at,
-                   b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(n_sel)));
-        }
-        for (int c = 0; c < 2; ++c) {
-          const int32_t n_cand = b.SLoad(&sh.n_cand[c]);
-          if (n_cand > 0) {
-            const unsigned long long at =
-                b.GlobalAdd(&st->cand_cursor[c], static_cast<unsigned long long>(n_cand));
-            // Bounded: Threshold counted the boundary bucket's keys.
-            if (static_cast<int64_t>(at) + n_cand > cand_count[c]) {
-              b.Fail(p.error, kErrorCandidates, "Pass2: more boundary candidates than counted");
-              b.SStore(&sh.cand_at[c], kDropped);  // (the device goes on without writing)
+    uint64_t* const cand0 = p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[0]);
+    uint64_t* const cand1 = p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[1]);
+    // Per round (two quads per thread, both loaded before either is used), each thread
+    // holds up to eight keys and where they go (kind: 0 none, 1 selected, 2 + c a candidate
+    // of class c; off: its place among the round's keys).
+    const uint8_t* labels = p.labels + row.label_offset;
+    DispatchLabels(row.label_dtype, [&](auto tag) {
+      using L = decltype(tag);
+      const bool aligned = QuadAligned<L>(labels);
+      typename B::template Items<uint64_t, 8> key;
+      typename B::template Items<int32_t, 8> kind;
+      typename B::template Items<int32_t, 8> off;
+      for (int64_t round = begin; round < end; round += 2 * kRoundElements) {
+        b.Threads([&](int t) {
+          uint32_t quad[2][4];
+          GPUSAMPLER_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            const int64_t i0 = round + h * kRoundElements + 4 * t;
+            if (i0 < end) {
+              QuadClasses<L>(b, labels, row, aligned, i0, quad[h]);
             } else {
-              b.SStore(&sh.cand_at[c], at);
+              quad[h][0] = quad[h][1] = quad[h][2] = quad[h][3] = kIgnored;
             }
           }
-        }
-        // Reset the round counters (read above by this thread only).
-        b.SStore(&sh.n_sel, 0);
-        b.SStore(&sh.n_cand[0], 0);
-        b.SStore(&sh.n_cand[1], 0);
-      });
-      b.Threads([&](int t) {
-        const uint64_t* k_ = b.Mine(key, t);
-        const int32_t* kind_ = b.Mine(kind, t);
-        const int32_t* off_ = b.Mine(off, t);
-        GPUSAMPLER_UNROLL
-        for (int w = 0; w < 4; ++w) {
-          if (kind_[w] == 1) {
-            b.Store(sel + static_cast<int64_t>(b.SLoad(&sh.sel_at)) + off_[w], k_[w]);
-          } else if (kind_[w] >= 2) {
-            const int c = kind_[w] - 2;
-            const unsigned long long at = b.SLoad(&sh.cand_at[c]);
-            if (at != kDropped) b.Store(cand[c] + static_cast<int64_t>(at) + off_[w], k_[w]);
+          GPUSAMPLER_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            uint64_t* k_ = b.Mine(key, t) + 4 * h;
+            int32_t* kind_ = b.Mine(kind, t) + 4 * h;
+            int32_t* off_ = b.Mine(off, t) + 4 * h;
+            const int64_t i0 = round + h * kRoundElements + 4 * t;
+            const uint32_t* cls = quad[h];
+            GPUSAMPLER_UNROLL
+            for (int w = 0; w < 4; ++w) kind_[w] = 0;
+            if (cls[0] == kIgnored && cls[1] == kIgnored && cls[2] == kIgnored &&
+                cls[3] == kIgnored) {
+              continue;
+            }
+            const Philox4 u = GroupKeys(row, kSelectionStream, i0);
+            b.CountPhilox(1);
+            bool any_selected = false;
+            GPUSAMPLER_UNROLL
+            for (int w = 0; w < 4; ++w) {
+              if (cls[w] == kIgnored) continue;
+              const int64_t bin = u.v[w] >> (32 - kSelectBits);
+              const int c = static_cast<int>(cls[w]);
+              if (bin < Pick(c, sel_below0, sel_below1)) {
+                kind_[w] = 1;
+                any_selected = true;
+              } else if (bin == Pick(c, cand_bin0, cand_bin1)) {
+                kind_[w] = 2 + static_cast<int32_t>(cls[w]);
+                k_[w] = (static_cast<uint64_t>(u.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
+                off_[w] = b.SharedAdd(&sh.n_cand[cls[w]], 1);
+              }
+            }
+            if (!any_selected) continue;
+            const Philox4 v = GroupKeys(row, kOrderStream, i0);
+            b.CountPhilox(1);
+            GPUSAMPLER_UNROLL
+            for (int w = 0; w < 4; ++w) {
+              if (kind_[w] != 1) continue;
+              k_[w] = (static_cast<uint64_t>(v.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
+              off_[w] = b.SharedAdd(&sh.n_sel, 1);
+              b.SharedAdd(&sh.vhist[BucketOf(v.v[w], p.order_bits)], 1);
+            }
           }
-        }
-      });
-    }
+        });
+        b.Threads([&](int t) {
+          if (t != 0) return;
+          const int32_t n_sel = b.SLoad(&sh.n_sel);
+          if (n_sel > 0) {
+            b.SStore(&sh.sel_at,
+                     b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(n_sel)));
+          }
+          for (int c = 0; c < 2; ++c) {
+            const int32_t n_cand = b.SLoad(&sh.n_cand[c]);
+            if (n_cand > 0) {
+              const unsigned long long at =
+                  b.GlobalAdd(&st->cand_cursor[c], static_cast<unsigned long long>(n_cand));
+              // Bounded: Threshold counted the boundary bucket's keys.
+              if (static_cast<int64_t>(at) + n_cand > Pick(c, cand_count0, cand_count1)) {
+                b.Fail(p.error, kErrorCandidates, "Pass2: more boundary candidates than counted");
+                b.SStore(&sh.cand_at[c], kDropped);  // (the device goes on without writing)
+              } else {
+                b.SStore(&sh.cand_at[c], at);
+              }
+            }
+          }
+          // Reset the round counters (read above by this thread only).
+          b.SStore(&sh.n_sel, 0);
+          b.SStore(&sh.n_cand[0], 0);
+          b.SStore(&sh.n_cand[1], 0);
+        });
+        b.Threads([&](int t) {
+          const uint64_t* k_ = b.Mine(key, t);
+          const int32_t* kind_ = b.Mine(kind, t);
+          const int32_t* off_ = b.Mine(off, t);
+          GPUSAMPLER_UNROLL
+          for (int w = 0; w < 8; ++w) {
+            if (kind_[w] == 1) {
+              b.Store(sel + static_cast<int64_t>(b.SLoad(&sh.sel_at)) + off_[w], k_[w]);
+            } else if (kind_[w] >= 2) {
+              const int c = kind_[w] - 2;
+              const unsigned long long at = b.SLoad(&sh.cand_at[c]);
+              if (at != kDropped) {
+                b.Store(Pick(c, cand0, cand1) + static_cast<int64_t>(at) + off_[w], k_[w]);
+              }
+            }
+          }
+        });
+      }
+    });
     b.Threads([&](int t) {
       for (int bin = t; bin < bins; bin += kThreads) {
         const int32_t h = b.SLoad(&sh.vhist[bin]);
@@ -1496,6 +1629,29 @@ struct GatherFeaturesBody {
     });
   }
 };
+
+// One size class of batches whose rows are all small (at most kSmallRowMax elements): the
+// fused kernel over `class_rows` blocks, the batch's row count read from `sizes` (device
+// memory) when it runs, so a launch captured once (a CUDA graph) serves every batch of at
+// most class_rows small rows. How the host binds a class:
+//   - per class, fixed device buffers sized for the class's bounds (rows table of
+//     class_rows RowDescs, LaunchSizes, labels, features, outputs): a graph replays the
+//     pointers it captured, so every replay uses the same buffers;
+//   - capture once: EnqueueSmallClass(exec, class_rows, p) with p = ParamsOf(those buffers)
+//     and p.sizes pointing at the class's LaunchSizes;
+//   - per batch: one host-to-device copy of [LaunchSizes | rows | labels] (one staging
+//     section, laid out back to back), the graph launch, one device-to-host copy of the
+//     outputs (+ an event or a polled flag for completion): three stream operations.
+// Rows past num_rows are never read; their blocks exit at once (~1-2 us for a class of
+// 1024 against the batch's own work). Batches with large rows take Enqueue (sizes planned on
+// the host) until the large-row stages read theirs from device memory too.
+template <class Exec>
+void EnqueueSmallClass(Exec& exec, int32_t class_rows, const Params& base) {
+  Params p = base;
+  p.num_rows = class_rows;
+  p.small_max = kSmallRowMax;
+  exec.Launch(FusedBody{p}, class_rows);
+}
 
 // The launch sequence, for either executor:
 //   exec.Launch(body, blocks)           one kernel of `blocks` blocks of kThreads threads

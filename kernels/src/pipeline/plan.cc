@@ -25,9 +25,10 @@ Shape MakeShape(const RowDesc* host_rows, int64_t num_rows, int64_t small_max) {
   shape.small_max = small_max;
   shape.num_rows = static_cast<int32_t>(num_rows);
   int64_t max_large_k = 0;
-  // Tiles as large as possible (each flushes up to 2 x kSelectBins histogram counters) but
-  // enough of them to keep every SM's memory pipe full: a single 1e7-element row gets 16Ki
-  // tiles (611 blocks), 32 rows of 1e6 keep 64Ki (512 blocks).
+  // The smallest tile (each flushes up to 2 x kSelectBins histogram counters: smaller
+  // tiles, more flushes) whose tiles fit in one wave of resident blocks (kResidentBlocks):
+  // a single 1e7-element row gets 32Ki tiles (306 blocks, not 611 in 1.2 waves), 32 rows
+  // of 1e6 get 64Ki (512 blocks), short large rows 16Ki.
   auto tiles_of = [&](int64_t tile) {
     int64_t tiles = 0;
     for (int64_t j = 0; j < num_rows; ++j) {
@@ -35,8 +36,9 @@ Shape MakeShape(const RowDesc* host_rows, int64_t num_rows, int64_t small_max) {
     }
     return tiles;
   };
-  while (shape.tile_elements > kMinTileElements && tiles_of(shape.tile_elements) < kTargetTiles) {
-    shape.tile_elements /= 2;
+  shape.tile_elements = kMinTileElements;
+  while (shape.tile_elements < kTileElements && tiles_of(shape.tile_elements) > kResidentBlocks) {
+    shape.tile_elements *= 2;
   }
   for (int64_t j = 0; j < num_rows; ++j) {
     const RowDesc& row = host_rows[j];

@@ -5,7 +5,8 @@
 // Philox calls, and checks what a GPU would get wrong or reject:
 //   - a shared-memory race: two threads of one phase touching one byte of shared memory, at
 //     least one of them with a plain store (atomics against atomics, and reads against
-//     reads, are fine);
+//     reads, are fine); or a store in the phase right after a uniform read of the byte
+//     outside a phase (with no barrier between, a slow thread may not have read it yet);
 //   - a misaligned global access (a T* not aligned to sizeof(T): the GPU faults);
 //   - a read of launch scratch that this launch has not written: Exec::Scratch() marks the
 //     arena unwritten and fills it with a poison pattern when a launch begins, so a body
@@ -123,8 +124,10 @@ class SimBlock {
     T* object = static_cast<T*>(std::align(alignof(T), sizeof(T), at, space));
     shared_begin_ = reinterpret_cast<uint8_t*>(object);
     shared_bytes_ = sizeof(T);
-    // (stale entries are from earlier phases: the epoch tells them apart)
+    // (stale entries are from earlier phases: the epoch tells them apart; a new block skips
+    // an epoch so that a uniform read at the end of the last block marks no phase of this)
     if (shadow_.size() < sizeof(T)) shadow_.resize(sizeof(T));
+    epoch_ += 2;
     return *object;
   }
 
@@ -134,6 +137,7 @@ class SimBlock {
   T SLoad(const T* p) {
     if (thread_ < 0) {
       stats_->smem_bytes += int64_t{pipeline::kThreads} * static_cast<int64_t>(sizeof(T));
+      MarkUniformRead(p, sizeof(T));
     } else {
       stats_->smem_bytes += sizeof(T);
       Touch(p, sizeof(T), kRead);
@@ -227,10 +231,22 @@ class SimBlock {
   enum Kind : uint8_t { kRead, kWrite, kAtomic };
   // Per shared byte, within the phase `epoch`: which thread wrote it plainly, read it, or
   // updated it atomically (-1 none, -2 several).
+  // uniform_for: the phase right after a uniform read (outside a phase) of the byte, which
+  // on the device may still be running in a slow thread while that phase begins: a store
+  // there races with it.
   struct Shadow {
     uint64_t epoch = 0;
+    uint64_t uniform_for = 0;
     int16_t writer = -1, reader = -1, atomic = -1;
   };
+  void MarkUniformRead(const void* p, size_t n) {
+    const uint8_t* q = static_cast<const uint8_t*>(p);
+    if (q < shared_begin_ || q + n > shared_begin_ + shared_bytes_) {
+      throw std::logic_error("cuda-sim: a shared access outside the block's shared memory");
+    }
+    for (size_t k = 0; k < n; ++k)
+      shadow_[static_cast<size_t>(q - shared_begin_) + k].uniform_for = epoch_ + 1;
+  }
   static void Note(int16_t* who, int t) {
     if (*who == -1) {
       *who = static_cast<int16_t>(t);
@@ -251,16 +267,21 @@ class SimBlock {
     const int t = thread_;
     for (size_t k = 0; k < n; ++k) {
       Shadow& s = shadow_[static_cast<size_t>(q - shared_begin_) + k];
-      if (s.epoch != epoch_) s = Shadow{epoch_};
-      bool race = false;
+      if (s.epoch != epoch_) {
+        const uint64_t uniform_for = s.uniform_for;
+        s = Shadow{};
+        s.epoch = epoch_;
+        s.uniform_for = uniform_for;
+      }
+      bool race = kind != kRead && s.uniform_for == epoch_;
       if (kind == kWrite) {
-        race = Other(s.writer, t) || Other(s.reader, t) || Other(s.atomic, t);
+        race = race || Other(s.writer, t) || Other(s.reader, t) || Other(s.atomic, t);
         Note(&s.writer, t);
       } else if (kind == kRead) {
         race = Other(s.writer, t);
         Note(&s.reader, t);
       } else {
-        race = Other(s.writer, t);
+        race = race || Other(s.writer, t);
         Note(&s.atomic, t);
       }
       if (race) {
