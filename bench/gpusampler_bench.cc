@@ -13,10 +13,9 @@
 // kernel launches, global-memory bytes read and written, feature-row bytes
 // (counted apart), Philox calls, and (read + written) / label elements. --json adds them as
 // launches, bytes_read, bytes_written, feature_bytes, philox_calls, label_elements and
-// bytes_per_element, smem_bytes_per_element (shared-memory bytes per label element; -1 where
-// the build does not count them), stream_ops (stream operations of the last timed launch: upload,
-// graph, download, completion), graph, upload_bytes and download_bytes; the text output prints
-// them on a line.
+// bytes_per_element, smem_bytes_per_element (shared-memory bytes per label element), stream_ops
+// (stream operations of the last timed launch: upload, graph, download, completion), graph,
+// upload_bytes and download_bytes; the text output prints them on a line.
 //
 // --floor (cpu) also measures, on the same inputs and threads, the work no CPU sampler can
 // avoid: reading the labels once, B (N/4 + K) Philox calls (the selection keys of every
@@ -35,7 +34,6 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -50,22 +48,6 @@
 namespace gk = gpusampler::kernels;
 
 namespace {
-
-// Shared-memory bytes per label element, where this build's LaunchStats counts them
-// (cuda-sim's shared-memory accounting); a negative value where it does not.
-template <class S, class = void>
-struct HasSmem : std::false_type {};
-template <class S>
-struct HasSmem<S, std::void_t<decltype(std::declval<const S&>().smem_bytes_per_element())>>
-    : std::true_type {};
-template <class S>
-double SmemBytesPerElement(const S& stats) {
-  if constexpr (HasSmem<S>::value) {
-    return stats.smem_bytes_per_element();
-  } else {
-    return -1.0;
-  }
-}
 
 struct Options {
   std::string backend = "cpu";
@@ -386,8 +368,8 @@ int main(int argc, char** argv) {
         static_cast<long long>(stats.launches), static_cast<long long>(stats.bytes_read),
         static_cast<long long>(stats.bytes_written), static_cast<long long>(stats.feature_bytes),
         static_cast<long long>(stats.philox_calls), static_cast<long long>(stats.label_elements),
-        stats.bytes_per_element(), SmemBytesPerElement(stats), static_cast<long long>(stream_ops),
-        launch && launch->last_stats().graph ? "true" : "false",
+        stats.bytes_per_element(), stats.smem_bytes_per_element(),
+        static_cast<long long>(stream_ops), launch && launch->last_stats().graph ? "true" : "false",
         static_cast<long long>(launch ? launch->last_stats().upload_bytes : 0),
         static_cast<long long>(launch ? launch->last_stats().download_bytes : 0));
   }

@@ -121,8 +121,8 @@ class LaunchWorker final : public Worker {
 
 std::unique_ptr<Worker> MakeHostWorker(std::unique_ptr<kernels::Backend> backend,
                                        std::string device) {
-  return std::make_unique<LaunchWorker>(
-      std::make_unique<kernels::StagedLaunch>(std::move(backend)), std::move(device));
+  return std::make_unique<LaunchWorker>(std::make_unique<kernels::StagedLaunch>(std::move(backend)),
+                                        std::move(device));
 }
 
 std::unique_ptr<Worker> MakeCudaWorker(int device, const CudaWorkerOptions& options) {

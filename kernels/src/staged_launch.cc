@@ -98,7 +98,7 @@ LaunchSizes SizesOf(const Regions& r, int64_t rows, int64_t elements, int64_t sl
   sizes.elements = elements;
   sizes.slots = slots;
   sizes.in_bytes = r.in();
-  sizes.out_bytes = r.out();
+  sizes.out_bytes = r.out() + kSection;  // + the launch's error word
   return sizes;
 }
 
@@ -382,9 +382,19 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
 
   void* stream = launcher_->stream();
   Backend& backend = launcher_->backend();
+  // The kernels' error word (Backend::error_flags) comes back with the outputs, after them,
+  // and is reset on the device for the next launch.
+  uint8_t* h_flags = h_out + reg.out();
+  std::memset(h_flags, 0, sizeof(uint32_t));
+  uint32_t* d_flags = nullptr;
   const auto work = [&] {
     CopyAsync(d_in, h_in, upload, stream);
     backend.Sample(batch);
+    d_flags = backend.error_flags();
+    if (d_flags != nullptr) {
+      CopyAsync(h_flags, d_flags, sizeof(uint32_t), stream);
+      MemsetAsync(d_flags, 0, sizeof(uint32_t), stream);
+    }
     CopyAsync(h_out, d_out, download, stream);
   };
   const int64_t ops_before = StreamOperations(stream);
@@ -413,6 +423,15 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
     work();
   });
   const int64_t ops_after = StreamOperations(stream);
+  uint32_t flags = 0;
+  if (d_flags != nullptr) std::memcpy(&flags, h_flags, sizeof(flags));
+  if (flags != 0) {
+    // A bounded step of the kernels overflowed (never expected): the results are not used.
+    throw Error(Error::Code::kInternal,
+                name_ + ": the launch raised device error flags " + std::to_string(flags) +
+                    " (1: Pass2 found more boundary candidates than counted, 2: Boundary had " +
+                    "more candidates than a block holds); its results are not used");
+  }
   stats_.graph = graphed;
   stats_.stream_ops = ops_before >= 0 && ops_after >= 0 ? ops_after - ops_before : -1;
   stats_.upload_bytes = plan.num_rows > 0 ? static_cast<int64_t>(upload) : 0;

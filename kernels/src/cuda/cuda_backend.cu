@@ -77,6 +77,7 @@ class CudaBackend final : public Backend {
   void* stream() const override { return stream_; }
   void Reserve(int64_t num_rows, int64_t total_elements, int64_t total_slots) override;
   void ReleaseGraphs() override { policy_.ReleaseGraphs(); }
+  uint32_t* error_flags() override { return error_flags_; }
 
  private:
   // Makes the arena hold at least `need`, or throws when ArenaPolicy refuses the growth.
@@ -88,6 +89,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   bool stream_ordered_alloc_ = false;
   void* d_arena_ = nullptr;
+  uint32_t* error_flags_ = nullptr;  // the last launch's error word (pipeline::Layout::error)
   Capacity capacity_;
   ArenaPolicy policy_;
 };
@@ -161,6 +163,9 @@ void CudaBackend::Reserve(const Capacity& need) {
   }
   d_arena_ = arena;
   capacity_ = next;
+  // The error word at the arena's start: zero until a kernel ORs a code into it, reset by the
+  // caller after each launch that reads it (Backend::error_flags).
+  GPUSAMPLER_CUDA_TRY(cudaMemsetAsync(arena, 0, sizeof(uint32_t), stream_));
   if (stream_ordered_alloc_) {
     // A deliberate growth: hand the pool's unused memory (the old arena once its free has
     // run) back to the device rather than keeping both sizes reserved for good.
@@ -172,6 +177,7 @@ void CudaBackend::Reserve(const Capacity& need) {
 
 void CudaBackend::Sample(const Batch& batch) {
   CheckBatch(batch, /*pointers=*/true);
+  error_flags_ = nullptr;
   if (batch.num_rows == 0) return;
   ValidateRows(batch.host_rows, batch.num_rows);
   detail::ScopedDevice guard(device_);
@@ -185,6 +191,9 @@ void CudaBackend::Sample(const Batch& batch) {
   pipeline::CudaExec exec(stream_);
   pipeline::Enqueue(exec, shape, layout, static_cast<uint8_t*>(d_arena_),
                     pipeline::ParamsOf(batch));
+  if (shape.num_large > 0) {
+    error_flags_ = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(d_arena_) + layout.error);
+  }
 }
 
 }  // namespace

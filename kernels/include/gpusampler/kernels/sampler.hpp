@@ -208,6 +208,11 @@ class Backend {
   // The counts of the last Sample() call, for backends that keep them (cuda-sim); false
   // for the others.
   virtual bool last_launch_stats(LaunchStats* /*stats*/) const { return false; }
+  // The error word of the launch that the last Sample() enqueued, in the backend's memory: its
+  // kernels OR a code into it when a bounded step overflows (the results are then not to be
+  // used). The caller downloads it with the outputs and resets it to zero (stream-ordered);
+  // null when the launch keeps none (CPU; cuda-sim, which faults at once; fused rows only).
+  virtual uint32_t* error_flags() { return nullptr; }
 };
 
 // The row checks of SPEC section 1 that every backend applies before sampling, so that an
