@@ -427,7 +427,7 @@ def test_bad_later_chunk_keeps_nothing(replicas):
 
 def test_stalled_upload_frees_its_reservation_after_the_idle_timeout(replicas):
     budget = G.total * 12 + 2000  # one golden dataset (int64 labels + float32 features) fits
-    s = replicas(["--upload-idle-timeout-ms", "1000", "--max-dataset-bytes", str(budget)])
+    s = replicas(["--upload-idle-timeout-ms", "2000", "--max-dataset-bytes", str(budget)])
     st = stub(s.target)
     release = threading.Event()
 
@@ -440,7 +440,7 @@ def test_stalled_upload_frees_its_reservation_after_the_idle_timeout(replicas):
 
     started = time.monotonic()
     fut = st.CreateDataset.future(stalled(), timeout=30)
-    time.sleep(0.3)
+    time.sleep(0.5)  # the server reserves the chunks sent
     # Meanwhile the budget is held by an upload in progress only: a positive pushback.
     with pytest.raises(grpc.RpcError) as e:
         upload(st, "other", 1)
