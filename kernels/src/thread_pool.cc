@@ -32,7 +32,8 @@ bool SpinUntil(Ready ready, int spin_us) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int threads, int spin_us) : spin_us_(spin_us) {
+ThreadPool::ThreadPool(int threads, int spin_us, int serial_ms)
+    : spin_us_(spin_us), serial_period_(serial_ms) {
   if (threads < 1) threads = 1;
   for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w] { WorkerLoop(w); });
 }
@@ -92,7 +93,8 @@ void ThreadPool::WorkerLoop(int worker) {
 
 void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int)>& fn) {
   if (n <= 0) return;
-  if (workers_.empty() || n == 1) {
+  using Clock = std::chrono::steady_clock;
+  if (workers_.empty() || n == 1 || Clock::now() < serial_until_) {
     for (int64_t i = 0; i < n; ++i) fn(i, 0);
     return;
   }
@@ -114,11 +116,17 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int)>&
     generation_.store(job, std::memory_order_release);
   }
   start_cv_.notify_all();
+  const Clock::time_point begin = Clock::now();
   RunTasks(job, 0);
+  const Clock::time_point ran = Clock::now();
   auto done = [&] { return completed_.load() == n; };
-  if (!SpinUntil(done, spin_us_)) {
+  if (!done() && !SpinUntil(done, spin_us_)) {
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, done);
+  }
+  const Clock::time_point end = Clock::now();
+  if (end - ran > (ran - begin) + std::chrono::microseconds(200)) {
+    serial_until_ = end + serial_period_;  // a stall: see the constructor's comment
   }
   std::exception_ptr error;
   {

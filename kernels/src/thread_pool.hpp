@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -16,7 +17,15 @@ class ThreadPool {
  public:
   // `threads` workers in all, the calling thread included (so threads - 1 are spawned).
   // Idle workers poll for new work for `spin_us` microseconds before they sleep.
-  explicit ThreadPool(int threads, int spin_us = 200);
+  //
+  // An oversubscribed host (more runnable threads than cores) preempts a worker in the
+  // middle of a task, and the caller then waits for a whole scheduler time slice to get
+  // that task back: many short fork-joins in a row (32 rows of 20 us, or the eight phases of
+  // a split row) then cost several times their work. So when a job's caller, out of tasks,
+  // waits for the others longer than it worked itself plus 200 us (a stall, never seen when
+  // the workers run), the next `serial_ms` milliseconds of jobs run on the caller alone;
+  // then the pool tries again. Results never depend on it.
+  explicit ThreadPool(int threads, int spin_us = 200, int serial_ms = 20);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -40,6 +49,8 @@ class ThreadPool {
   void RunTasks(uint32_t job, int worker);
 
   const int spin_us_;
+  const std::chrono::milliseconds serial_period_;
+  std::chrono::steady_clock::time_point serial_until_{};  // the caller's; no lock needed
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable start_cv_;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -309,6 +310,44 @@ TEST(ThreadPoolTest, ExceptionReachesTheCallerAndThePoolKeepsWorking) {
     std::atomic<int64_t> sum{0};
     pool.ParallelFor(100, [&](int64_t i, int) { sum.fetch_add(i); });
     ASSERT_EQ(sum.load(), 4950) << "round " << round;
+  }
+}
+
+TEST(ThreadPoolTest, AStalledJobSendsTheNextJobsToTheCallerAlone) {
+  // A worker that sleeps inside its task is what a preempted worker looks like to the
+  // caller. Until one job shows such a stall (the caller may take every task itself, so
+  // retry), jobs may use every thread; after it, and within the (long) serial period, every
+  // task runs on the caller (worker 0), and all of them still run once.
+  ThreadPool pool(2, 200, 600000);
+  bool stalled = false;
+  for (int attempt = 0; attempt < 200 && !stalled; ++attempt) {
+    std::atomic<bool> worker_slept{false}, worker_started{false};
+    pool.ParallelFor(2, [&](int64_t, int worker) {
+      if (worker != 0) {
+        worker_started.store(true);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        worker_slept.store(true);
+      } else {
+        // Hold the caller's task until the worker has taken the other one (or 1 s).
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        while (!worker_started.load() && std::chrono::steady_clock::now() < give_up) {
+          std::this_thread::yield();
+        }
+      }
+    });
+    stalled = worker_slept.load();
+  }
+  ASSERT_TRUE(stalled) << "the worker never took a task in 200 jobs";
+  for (int job = 0; job < 20; ++job) {
+    std::vector<int> runs(64, 0), workers(64, -1);
+    pool.ParallelFor(64, [&](int64_t i, int worker) {
+      ++runs[static_cast<size_t>(i)];
+      workers[static_cast<size_t>(i)] = worker;
+    });
+    for (int i = 0; i < 64; ++i) {
+      ASSERT_EQ(runs[static_cast<size_t>(i)], 1);
+      ASSERT_EQ(workers[static_cast<size_t>(i)], 0) << "job " << job << " task " << i;
+    }
   }
 }
 
