@@ -51,12 +51,14 @@ USER 10001:10001
 # The port file (written once SERVING) tells the HEALTHCHECK which ports the server listens
 # on, whatever --metrics-address or GPUSAMPLER_METRICS_ADDRESS says: it asks GET /readyz on
 # the metrics port, plain HTTP also when gRPC serves TLS or mTLS; /tmp is the one writable
-# path needed (an emptyDir under a read-only root filesystem).
+# path needed (an emptyDir under a read-only root filesystem). NVIDIA_DRIVER_CAPABILITIES:
+# the container toolkit mounts libcuda (compute) and NVML (utility) only when asked.
 ENV GPUSAMPLER_ADDRESS=0.0.0.0:50051 \
     GPUSAMPLER_METRICS_ADDRESS=0.0.0.0:9464 \
     GPUSAMPLER_DEVICE=auto \
     GPUSAMPLER_LOG_FORMAT=json \
-    GPUSAMPLER_PORT_FILE=/tmp/gpusampler.ports
+    GPUSAMPLER_PORT_FILE=/tmp/gpusampler.ports \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
 EXPOSE 50051 9464
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
   CMD ["gpusampler-healthcheck"]
