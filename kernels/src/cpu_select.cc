@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <string>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -104,7 +105,10 @@ void CountPortable(int size, bool is_signed, const uint8_t* labels, int64_t n, i
   WithLabelType(size, is_signed, labels, [&](const auto* typed) {
     int64_t p = 0, q = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t x = static_cast<int64_t>(typed[i]);
+      // Label rows may start at any byte (ragged rows of a dataset): load without alignment.
+      std::remove_cv_t<std::remove_pointer_t<decltype(typed)>> value;
+      std::memcpy(&value, typed + i, sizeof(value));
+      const int64_t x = static_cast<int64_t>(value);
       p += x == pos_label;
       q += x == neg_label;
     }
