@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
