@@ -14,7 +14,9 @@
 
 #include <atomic>
 #include <fstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "gpusampler/kernels/sampler.hpp"
 #include "test_util.hpp"
@@ -353,11 +355,18 @@ TEST(CountsTest, SigkilledClientsCallCountsCancelled) {
       "call = ch.unary_unary('/gpusampler.v1.Sampler/Sample', request_serializer=lambda b: b,"
       " response_deserializer=lambda b: b)\n"
       "call(open(sys.argv[2], 'rb').read(), timeout=60)\n";
+  // The client is plain Python: it must not inherit an LD_PRELOAD meant for this (sanitized)
+  // test process, such as the TSan stage's gRPC sync shim, which Python cannot load.
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string(*e).rfind("LD_PRELOAD=", 0) != 0) envp.push_back(*e);
+  }
+  envp.push_back(nullptr);
+  const char* argv[] = {"python3", "-c", script, target.c_str(), request_file.c_str(), nullptr};
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    execl("/usr/bin/python3", "python3", "-c", script, target.c_str(), request_file.c_str(),
-          static_cast<char*>(nullptr));
+    execve("/usr/bin/python3", const_cast<char* const*>(argv), envp.data());
     _exit(127);
   }
   const bool running = WaitFor([&] { return g_slow_running.load() > 0; }, std::chrono::seconds(30));
