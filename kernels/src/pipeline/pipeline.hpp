@@ -229,22 +229,7 @@ GPUSAMPLER_HD T LoadUnaligned(B& b, const uint8_t* p) {
 
 struct Unlabeled {};  // an unknown dtype: every element ignored
 
-GPUSAMPLER_HD int LabelSize(DType dtype) {
-  switch (dtype) {
-    case DType::kBool:
-    case DType::kInt8:
-    case DType::kUInt8:
-      return 1;
-    case DType::kInt16:
-      return 2;
-    case DType::kInt32:
-      return 4;
-    case DType::kInt64:
-      return 8;
-    default:
-      return 0;
-  }
-}
+GPUSAMPLER_HD int LabelSize(DType dtype) { return IsLabel(dtype) ? DTypeSize(dtype) : 0; }
 
 // Label types by dtype: Dispatch calls f(L{}) with the row's label type, once per block, so
 // the element loops are compiled per type (no switch per element).

@@ -10,24 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "gpusampler/kernels/dtype.hpp"
 #include "gpusampler/kernels/quota.hpp"
 
 namespace gpusampler::kernels {
-
-// Values match the wire enum gpusampler.v1.DType.
-enum class DType : int32_t {
-  kUnspecified = 0,
-  kBool = 1,
-  kInt8 = 2,
-  kUInt8 = 3,
-  kInt16 = 4,
-  kInt32 = 5,
-  kInt64 = 6,
-  kFloat16 = 7,
-  kBFloat16 = 8,
-  kFloat32 = 9,
-  kFloat64 = 10,
-};
 
 // Bytes per element; 0 for kUnspecified or an out-of-range value.
 size_t ItemSize(DType dtype);
