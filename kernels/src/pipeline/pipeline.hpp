@@ -442,21 +442,26 @@ GPUSAMPLER_HD int SortDigitBits(int64_t n) {
   return bits;
 }
 
-// keys: thread t's kItems keys (kAbsent for none), n of them in all; write(at, key) gets the
-// key of rank `at` (< n). The keys agree on bits [top, 64).
-template <class B, class Write>
-GPUSAMPLER_HD void SmallSort(B& b, SortShared& ss,
-                             typename B::template Items<uint64_t, kItems>& keys, int64_t n, int top,
-                             Write write) {
-  if (n <= 0) return;
-  const int dbits = SortDigitBits(n) < top ? SortDigitBits(n) : top;
-  const int shift = top - dbits;
-  const int bins = 1 << dbits;
-  const uint64_t mask = static_cast<uint64_t>(bins - 1);
-  const int per = (bins + kThreads - 1) / kThreads;  // bins of thread t: [t * per, ...)
-  typename B::template Items<int32_t, kItems> local;
+// The counting pass of SmallSort: 2^digit_bits bins on the key bits [shift, shift + bits);
+// thread t owns the bins [t * per, (t + 1) * per).
+struct SortBins {
+  int shift;
+  int bins;
+  uint64_t mask;
+  int per;
+};
+
+template <class B>
+using KeyItems = typename B::template Items<uint64_t, kItems>;
+template <class B>
+using SlotItems = typename B::template Items<int32_t, kItems>;
+
+// Counts the keys of each bin; each key's place within its bin goes to `local`.
+template <class B>
+GPUSAMPLER_HD void CountIntoBins(B& b, SortShared& ss, const SortBins& sb, KeyItems<B>& keys,
+                                 SlotItems<B>& local) {
   b.Threads([&](int t) {
-    for (int bin = t; bin < bins; bin += kThreads) b.SStore(&ss.count[bin], 0);
+    for (int bin = t; bin < sb.bins; bin += kThreads) b.SStore(&ss.count[bin], 0);
   });
   b.Threads([&](int t) {
     const uint64_t* mine = b.Mine(keys, t);
@@ -464,16 +469,21 @@ GPUSAMPLER_HD void SmallSort(B& b, SortShared& ss,
     GPUSAMPLER_UNROLL
     for (int k = 0; k < kItems; ++k) {
       if (mine[k] != kAbsent) {
-        off[k] = b.SharedAdd(&ss.count[static_cast<int>((mine[k] >> shift) & mask)], 1);
+        off[k] = b.SharedAdd(&ss.count[static_cast<int>((mine[k] >> sb.shift) & sb.mask)], 1);
       }
     }
   });
-  // Exclusive starts of the bins in place, and the largest bin.
+}
+
+// Exclusive starts of each thread's share of the bins (ss.part), and the largest bin
+// (ss.max_bin).
+template <class B>
+GPUSAMPLER_HD void ScanBinShares(B& b, SortShared& ss, const SortBins& sb) {
   b.Threads([&](int t) {
     int32_t sum = 0, most = 0;
-    for (int k = 0; k < per; ++k) {
-      const int bin = t * per + k;
-      if (bin < bins) {
+    for (int k = 0; k < sb.per; ++k) {
+      const int bin = t * sb.per + k;
+      if (bin < sb.bins) {
         const int32_t c = b.SLoad(&ss.count[bin]);
         sum += c;
         most = c > most ? c : most;
@@ -494,23 +504,33 @@ GPUSAMPLER_HD void SmallSort(B& b, SortShared& ss,
     }
     b.SStore(&ss.max_bin, most);
   });
-  if (b.SLoad(&ss.max_bin) > kInsertMax) {
-    b.SortKeysStriped(keys, 64, &ss);
-    b.Threads([&](int t) {
-      const uint64_t* mine = b.Mine(keys, t);
-      GPUSAMPLER_UNROLL
-      for (int k = 0; k < kItems; ++k) {
-        const int64_t at = static_cast<int64_t>(k) * kThreads + t;
-        if (at < n) write(at, mine[k]);
-      }
-    });
-    return;
-  }
+}
+
+// The crafted-input fallback: cub's block radix sort of the whole keys, handed out striped.
+template <class B, class Write>
+GPUSAMPLER_HD void SortWholeBlock(B& b, SortShared& ss, KeyItems<B>& keys, int64_t n,
+                                  Write& write) {
+  b.SortKeysStriped(keys, 64, &ss);
+  b.Threads([&](int t) {
+    const uint64_t* mine = b.Mine(keys, t);
+    GPUSAMPLER_UNROLL
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t at = static_cast<int64_t>(k) * kThreads + t;
+      if (at < n) write(at, mine[k]);
+    }
+  });
+}
+
+// Each bin's start (replacing its count), then every key stored at its bin's start plus its
+// place.
+template <class B>
+GPUSAMPLER_HD void ScatterIntoBins(B& b, SortShared& ss, const SortBins& sb, KeyItems<B>& keys,
+                                   SlotItems<B>& local) {
   b.Threads([&](int t) {
     int32_t run = b.SLoad(&ss.part[t]);
-    for (int k = 0; k < per; ++k) {
-      const int bin = t * per + k;
-      if (bin < bins) {
+    for (int k = 0; k < sb.per; ++k) {
+      const int bin = t * sb.per + k;
+      if (bin < sb.bins) {
         const int32_t c = b.SLoad(&ss.count[bin]);
         b.SStore(&ss.count[bin], run);
         run += c;
@@ -523,18 +543,22 @@ GPUSAMPLER_HD void SmallSort(B& b, SortShared& ss,
     GPUSAMPLER_UNROLL
     for (int k = 0; k < kItems; ++k) {
       if (mine[k] != kAbsent) {
-        const int bin = static_cast<int>((mine[k] >> shift) & mask);
+        const int bin = static_cast<int>((mine[k] >> sb.shift) & sb.mask);
         b.SStore(&ss.keys[b.SLoad(&ss.count[bin]) + off[k]], mine[k]);
       }
     }
   });
-  // Each thread sorts its own bins' segments.
+}
+
+// Each thread insertion-sorts its own bins' segments of ss.keys.
+template <class B>
+GPUSAMPLER_HD void SortEachBin(B& b, SortShared& ss, const SortBins& sb, int64_t n) {
   b.Threads([&](int t) {
-    for (int k = 0; k < per; ++k) {
-      const int bin = t * per + k;
-      if (bin >= bins) break;
+    for (int k = 0; k < sb.per; ++k) {
+      const int bin = t * sb.per + k;
+      if (bin >= sb.bins) break;
       const int32_t lo = b.SLoad(&ss.count[bin]);
-      const int32_t hi = bin + 1 < bins ? b.SLoad(&ss.count[bin + 1]) : static_cast<int32_t>(n);
+      const int32_t hi = bin + 1 < sb.bins ? b.SLoad(&ss.count[bin + 1]) : static_cast<int32_t>(n);
       for (int32_t a = lo + 1; a < hi; ++a) {
         const uint64_t x = b.SLoad(&ss.keys[a]);
         int32_t c = a;
@@ -548,6 +572,29 @@ GPUSAMPLER_HD void SmallSort(B& b, SortShared& ss,
       }
     }
   });
+}
+
+// keys: thread t's kItems keys (kAbsent for none), n of them in all; write(at, key) gets the
+// key of rank `at` (< n). The keys agree on bits [top, 64).
+template <class B, class Write>
+GPUSAMPLER_HD void SmallSort(B& b, SortShared& ss, KeyItems<B>& keys, int64_t n, int top,
+                             Write write) {
+  if (n <= 0) return;
+  const int dbits = SortDigitBits(n) < top ? SortDigitBits(n) : top;
+  SortBins sb;
+  sb.shift = top - dbits;
+  sb.bins = 1 << dbits;
+  sb.mask = static_cast<uint64_t>(sb.bins - 1);
+  sb.per = (sb.bins + kThreads - 1) / kThreads;
+  SlotItems<B> local;
+  CountIntoBins(b, ss, sb, keys, local);
+  ScanBinShares(b, ss, sb);
+  if (b.SLoad(&ss.max_bin) > kInsertMax) {
+    SortWholeBlock(b, ss, keys, n, write);
+    return;
+  }
+  ScatterIntoBins(b, ss, sb, keys, local);
+  SortEachBin(b, ss, sb, n);
   b.Threads([&](int t) {
     GPUSAMPLER_UNROLL
     for (int k = 0; k < kItems; ++k) {
@@ -599,6 +646,31 @@ struct FusedBody {
   template <class B>
   GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
     Shared& sh = b.template SharedAs<Shared>();
+    const RowDesc row = LoadRow(b, sh, block);
+    if (row.length > p.small_max) return;
+    KeyItems<B> keys;
+    ClassKeys(b, sh, row, keys);
+    TakeQuotas(b, sh, row, block);
+    const int64_t m_pos = b.SLoad(&sh.m[0]);
+    const int64_t m_neg = b.SLoad(&sh.m[1]);
+    const bool partial0 = b.SLoad(&sh.cand[0]) > 0;
+    const bool partial1 = b.SLoad(&sh.cand[1]) > 0;
+    SelectRounds(b, sh, keys, IndexBits(row.length));
+    FindAnswers(b, sh, keys, partial0, partial1);
+    KeepSelected(b, sh, row, keys, m_pos, m_neg, partial0, partial1);
+    const int64_t m = m_pos + m_neg;
+    SmallSort(b, sh.sort, keys, m, 64, [&](int64_t at, uint64_t key) {
+      WriteSlot(b, p, row, at, static_cast<int64_t>(key & 0xFFFFFFFFu));
+    });
+    b.Threads([&](int t) {
+      for (int64_t at = m + t; at < row.num_samples; at += kThreads) WriteSlot(b, p, row, at, -1);
+    });
+  }
+
+  // The block's row, in shared memory (thread 0 loads it and zeroes the class counts). A
+  // spare block of a size class gets a row longer than small_max: it exits.
+  template <class B>
+  GPUSAMPLER_HD RowDesc LoadRow(B& b, Shared& sh, int64_t block) const {
     b.Threads([&](int t) {
       if (t == 0) {
         const int64_t rows = p.sizes != nullptr ? b.Load(&p.sizes->num_rows) : p.num_rows;
@@ -613,11 +685,11 @@ struct FusedBody {
         b.SStore(&sh.count[1], 0);
       }
     });
-    const RowDesc row = b.SLoad(&sh.row);
-    if (row.length > p.small_max) return;
-    const int ib = IndexBits(row.length);
-    typename B::template Items<uint64_t, kItems> keys;
+    return b.SLoad(&sh.row);
+  }
 
+  template <class B>
+  GPUSAMPLER_HD void ClassKeys(B& b, Shared& sh, const RowDesc& row, KeyItems<B>& keys) const {
     // Class and u of every element. Thread t takes the quads (4 consecutive elements, one
     // Philox call) t, t + 256, t + 512, t + 768, each loaded whole: a warp reads 128
     // consecutive labels per step (coalesced); quads past the row's end are not read.
@@ -660,6 +732,11 @@ struct FusedBody {
         if (count1 != 0) b.SharedAdd(&sh.count[1], count1);
       });
     });
+  }
+
+  // Each class's quota m (written out as the row's counts) and the radix select's start.
+  template <class B>
+  GPUSAMPLER_HD void TakeQuotas(B& b, Shared& sh, const RowDesc& row, int64_t block) const {
     b.Threads([&](int t) {
       if (t < 2) {
         const int c = t;
@@ -677,10 +754,10 @@ struct FusedBody {
         b.SStore(&sh.lo[c], 64);
       }
     });
-    const int64_t m_pos = b.SLoad(&sh.m[0]);
-    const int64_t m_neg = b.SLoad(&sh.m[1]);
-    const bool partial0 = b.SLoad(&sh.cand[0]) > 0;
-    const bool partial1 = b.SLoad(&sh.cand[1]) > 0;
+  }
+
+  template <class B>
+  GPUSAMPLER_HD void SelectRounds(B& b, Shared& sh, KeyItems<B>& keys, int ib) const {
     // Rounds while a class has more than one key tied with its answer.
     for (int r = 0;; ++r) {
       const bool open0 = b.SLoad(&sh.cand[0]) > 1;
@@ -726,6 +803,11 @@ struct FusedBody {
         b.SStore(&sh.lo[c], lo);
       });
     }
+  }
+
+  template <class B>
+  GPUSAMPLER_HD void FindAnswers(B& b, Shared& sh, KeyItems<B>& keys, bool partial0,
+                                 bool partial1) const {
     // The one key left tied with each partial class's answer is the answer.
     b.Threads([&](int t) {
       const uint64_t* mine = b.Mine(keys, t);
@@ -743,6 +825,12 @@ struct FusedBody {
         }
       }
     });
+  }
+
+  template <class B>
+  GPUSAMPLER_HD void KeepSelected(B& b, Shared& sh, const RowDesc& row, KeyItems<B>& keys,
+                                  int64_t m_pos, int64_t m_neg, bool partial0,
+                                  bool partial1) const {
     // The selected: all of a class taken whole, keys up to the answer of a partial class.
     // Their key becomes (v, i).
     b.Threads([&](int t) {
@@ -762,13 +850,6 @@ struct FusedBody {
           mine[k] = kAbsent;
         }
       }
-    });
-    const int64_t m = m_pos + m_neg;
-    SmallSort(b, sh.sort, keys, m, 64, [&](int64_t at, uint64_t key) {
-      WriteSlot(b, p, row, at, static_cast<int64_t>(key & 0xFFFFFFFFu));
-    });
-    b.Threads([&](int t) {
-      for (int64_t at = m + t; at < row.num_samples; at += kThreads) WriteSlot(b, p, row, at, -1);
     });
   }
 };
@@ -1062,10 +1143,56 @@ struct Pass2Body {
     unsigned long long sel_at, cand_at[2];
     int32_t vhist[kMaxOrderBins];
   };
+  // The tile's uniform values, read once from shared memory (registers).
+  struct Tile {
+    RowDesc row;
+    int32_t l;
+    LargeRowState* st;
+    int64_t begin, end;
+    int64_t sel_below0, sel_below1, cand_bin0, cand_bin1, cand_count0, cand_count1;
+    uint64_t* sel;
+    uint64_t* cand0;
+    uint64_t* cand1;
+  };
+  // Per round (two quads per thread, both loaded before either is used), each thread holds
+  // up to eight keys and where they go (kind: 0 none, 1 selected, 2 + c a candidate of class
+  // c; off: its place among the round's keys).
+  template <class B>
+  struct Round {
+    typename B::template Items<uint64_t, 8> key;
+    typename B::template Items<int32_t, 8> kind;
+    typename B::template Items<int32_t, 8> off;
+  };
+
   template <class B>
   GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
     Shared& sh = b.template SharedAs<Shared>();
     const int bins = 1 << p.order_bits;
+    LoadTile(b, sh, block, bins);
+    const Tile tl = ReadTile(b, sh);
+    const uint8_t* labels = p.labels + tl.row.label_offset;
+    DispatchLabels(tl.row.label_dtype, [&](auto tag) {
+      using L = decltype(tag);
+      const bool aligned = QuadAligned<L>(labels);
+      Round<B> r;
+      for (int64_t round = tl.begin; round < tl.end; round += 2 * kRoundElements) {
+        ClassifyRound<L>(b, sh, tl, labels, aligned, round, r);
+        ReserveRound(b, sh, tl);
+        WriteRound(b, sh, tl, r);
+      }
+    });
+    b.Threads([&](int t) {
+      for (int bin = t; bin < bins; bin += kThreads) {
+        const int32_t h = b.SLoad(&sh.vhist[bin]);
+        if (h != 0) b.GlobalAdd(p.vhist + int64_t{tl.l} * bins + bin, h);
+      }
+    });
+  }
+
+  // Thread 0 copies the tile's row and its large-row state into shared memory; the v
+  // histogram is zeroed.
+  template <class B>
+  GPUSAMPLER_HD void LoadTile(B& b, Shared& sh, int64_t block, int bins) const {
     b.Threads([&](int t) {
       for (int bin = t; bin < bins; bin += kThreads) b.SStore(&sh.vhist[bin], 0);
       if (t == 0) {
@@ -1090,132 +1217,137 @@ struct Pass2Body {
         b.SStore(&sh.n_sel, 0);
       }
     });
-    // The tile's uniform values, read once (registers).
-    const RowDesc row = b.SLoad(&sh.row);
-    const int32_t l = b.SLoad(&sh.large);
-    LargeRowState* st = p.large + l;
-    const int64_t begin = b.SLoad(&sh.begin);
-    const int64_t end = b.SLoad(&sh.end);
-    const int64_t sel_below0 = b.SLoad(&sh.sel_below[0]), sel_below1 = b.SLoad(&sh.sel_below[1]);
-    const int64_t cand_bin0 = b.SLoad(&sh.cand_bin[0]), cand_bin1 = b.SLoad(&sh.cand_bin[1]);
-    const int64_t cand_count0 = b.SLoad(&sh.cand_count[0]);
-    const int64_t cand_count1 = b.SLoad(&sh.cand_count[1]);
-    uint64_t* const sel = p.sel + b.SLoad(&sh.sel_base);
-    uint64_t* const cand0 = p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[0]);
-    uint64_t* const cand1 = p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[1]);
-    // Per round (two quads per thread, both loaded before either is used), each thread
-    // holds up to eight keys and where they go (kind: 0 none, 1 selected, 2 + c a candidate
-    // of class c; off: its place among the round's keys).
-    const uint8_t* labels = p.labels + row.label_offset;
-    DispatchLabels(row.label_dtype, [&](auto tag) {
-      using L = decltype(tag);
-      const bool aligned = QuadAligned<L>(labels);
-      typename B::template Items<uint64_t, 8> key;
-      typename B::template Items<int32_t, 8> kind;
-      typename B::template Items<int32_t, 8> off;
-      for (int64_t round = begin; round < end; round += 2 * kRoundElements) {
-        b.Threads([&](int t) {
-          uint32_t quad[2][4];
-          GPUSAMPLER_UNROLL
-          for (int h = 0; h < 2; ++h) {
-            const int64_t i0 = round + h * kRoundElements + 4 * t;
-            if (i0 < end) {
-              QuadClasses<L>(b, labels, row, aligned, i0, quad[h]);
-            } else {
-              quad[h][0] = quad[h][1] = quad[h][2] = quad[h][3] = kIgnored;
-            }
+  }
+
+  template <class B>
+  GPUSAMPLER_HD Tile ReadTile(B& b, Shared& sh) const {
+    Tile tl;
+    tl.row = b.SLoad(&sh.row);
+    tl.l = b.SLoad(&sh.large);
+    tl.st = p.large + tl.l;
+    tl.begin = b.SLoad(&sh.begin);
+    tl.end = b.SLoad(&sh.end);
+    tl.sel_below0 = b.SLoad(&sh.sel_below[0]);
+    tl.sel_below1 = b.SLoad(&sh.sel_below[1]);
+    tl.cand_bin0 = b.SLoad(&sh.cand_bin[0]);
+    tl.cand_bin1 = b.SLoad(&sh.cand_bin[1]);
+    tl.cand_count0 = b.SLoad(&sh.cand_count[0]);
+    tl.cand_count1 = b.SLoad(&sh.cand_count[1]);
+    tl.sel = p.sel + b.SLoad(&sh.sel_base);
+    tl.cand0 = p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[0]);
+    tl.cand1 = p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[1]);
+    return tl;
+  }
+
+  // Classes, u, and (for the selected) v of the round's two quads per thread; places among
+  // the round's selected and candidates come from shared counters.
+  template <class L, class B>
+  GPUSAMPLER_HD void ClassifyRound(B& b, Shared& sh, const Tile& tl, const uint8_t* labels,
+                                   bool aligned, int64_t round, Round<B>& r) const {
+    const RowDesc& row = tl.row;
+    b.Threads([&](int t) {
+      uint32_t quad[2][4];
+      GPUSAMPLER_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const int64_t i0 = round + h * kRoundElements + 4 * t;
+        if (i0 < tl.end) {
+          QuadClasses<L>(b, labels, row, aligned, i0, quad[h]);
+        } else {
+          quad[h][0] = quad[h][1] = quad[h][2] = quad[h][3] = kIgnored;
+        }
+      }
+      GPUSAMPLER_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        uint64_t* k_ = b.Mine(r.key, t) + 4 * h;
+        int32_t* kind_ = b.Mine(r.kind, t) + 4 * h;
+        int32_t* off_ = b.Mine(r.off, t) + 4 * h;
+        const int64_t i0 = round + h * kRoundElements + 4 * t;
+        const uint32_t* cls = quad[h];
+        GPUSAMPLER_UNROLL
+        for (int w = 0; w < 4; ++w) kind_[w] = 0;
+        if (cls[0] == kIgnored && cls[1] == kIgnored && cls[2] == kIgnored && cls[3] == kIgnored) {
+          continue;
+        }
+        const Philox4 u = GroupKeys(row, kSelectionStream, i0);
+        b.CountPhilox(1);
+        bool any_selected = false;
+        GPUSAMPLER_UNROLL
+        for (int w = 0; w < 4; ++w) {
+          if (cls[w] == kIgnored) continue;
+          const int64_t bin = u.v[w] >> (32 - kSelectBits);
+          const int c = static_cast<int>(cls[w]);
+          if (bin < Pick(c, tl.sel_below0, tl.sel_below1)) {
+            kind_[w] = 1;
+            any_selected = true;
+          } else if (bin == Pick(c, tl.cand_bin0, tl.cand_bin1)) {
+            kind_[w] = 2 + static_cast<int32_t>(cls[w]);
+            k_[w] = (static_cast<uint64_t>(u.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
+            off_[w] = b.SharedAdd(&sh.n_cand[cls[w]], 1);
           }
-          GPUSAMPLER_UNROLL
-          for (int h = 0; h < 2; ++h) {
-            uint64_t* k_ = b.Mine(key, t) + 4 * h;
-            int32_t* kind_ = b.Mine(kind, t) + 4 * h;
-            int32_t* off_ = b.Mine(off, t) + 4 * h;
-            const int64_t i0 = round + h * kRoundElements + 4 * t;
-            const uint32_t* cls = quad[h];
-            GPUSAMPLER_UNROLL
-            for (int w = 0; w < 4; ++w) kind_[w] = 0;
-            if (cls[0] == kIgnored && cls[1] == kIgnored && cls[2] == kIgnored &&
-                cls[3] == kIgnored) {
-              continue;
-            }
-            const Philox4 u = GroupKeys(row, kSelectionStream, i0);
-            b.CountPhilox(1);
-            bool any_selected = false;
-            GPUSAMPLER_UNROLL
-            for (int w = 0; w < 4; ++w) {
-              if (cls[w] == kIgnored) continue;
-              const int64_t bin = u.v[w] >> (32 - kSelectBits);
-              const int c = static_cast<int>(cls[w]);
-              if (bin < Pick(c, sel_below0, sel_below1)) {
-                kind_[w] = 1;
-                any_selected = true;
-              } else if (bin == Pick(c, cand_bin0, cand_bin1)) {
-                kind_[w] = 2 + static_cast<int32_t>(cls[w]);
-                k_[w] = (static_cast<uint64_t>(u.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
-                off_[w] = b.SharedAdd(&sh.n_cand[cls[w]], 1);
-              }
-            }
-            if (!any_selected) continue;
-            const Philox4 v = GroupKeys(row, kOrderStream, i0);
-            b.CountPhilox(1);
-            GPUSAMPLER_UNROLL
-            for (int w = 0; w < 4; ++w) {
-              if (kind_[w] != 1) continue;
-              k_[w] = (static_cast<uint64_t>(v.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
-              off_[w] = b.SharedAdd(&sh.n_sel, 1);
-              b.SharedAdd(&sh.vhist[BucketOf(v.v[w], p.order_bits)], 1);
-            }
-          }
-        });
-        b.Threads([&](int t) {
-          if (t != 0) return;
-          const int32_t n_sel = b.SLoad(&sh.n_sel);
-          if (n_sel > 0) {
-            b.SStore(&sh.sel_at,
-                     b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(n_sel)));
-          }
-          for (int c = 0; c < 2; ++c) {
-            const int32_t n_cand = b.SLoad(&sh.n_cand[c]);
-            if (n_cand > 0) {
-              const unsigned long long at =
-                  b.GlobalAdd(&st->cand_cursor[c], static_cast<unsigned long long>(n_cand));
-              // Bounded: Threshold counted the boundary bucket's keys.
-              if (static_cast<int64_t>(at) + n_cand > Pick(c, cand_count0, cand_count1)) {
-                b.Fail(p.error, kErrorCandidates, "Pass2: more boundary candidates than counted");
-                b.SStore(&sh.cand_at[c], kDropped);  // (the device goes on without writing)
-              } else {
-                b.SStore(&sh.cand_at[c], at);
-              }
-            }
-          }
-          // Reset the round counters (read above by this thread only).
-          b.SStore(&sh.n_sel, 0);
-          b.SStore(&sh.n_cand[0], 0);
-          b.SStore(&sh.n_cand[1], 0);
-        });
-        b.Threads([&](int t) {
-          const uint64_t* k_ = b.Mine(key, t);
-          const int32_t* kind_ = b.Mine(kind, t);
-          const int32_t* off_ = b.Mine(off, t);
-          GPUSAMPLER_UNROLL
-          for (int w = 0; w < 8; ++w) {
-            if (kind_[w] == 1) {
-              b.Store(sel + static_cast<int64_t>(b.SLoad(&sh.sel_at)) + off_[w], k_[w]);
-            } else if (kind_[w] >= 2) {
-              const int c = kind_[w] - 2;
-              const unsigned long long at = b.SLoad(&sh.cand_at[c]);
-              if (at != kDropped) {
-                b.Store(Pick(c, cand0, cand1) + static_cast<int64_t>(at) + off_[w], k_[w]);
-              }
-            }
-          }
-        });
+        }
+        if (!any_selected) continue;
+        const Philox4 v = GroupKeys(row, kOrderStream, i0);
+        b.CountPhilox(1);
+        GPUSAMPLER_UNROLL
+        for (int w = 0; w < 4; ++w) {
+          if (kind_[w] != 1) continue;
+          k_[w] = (static_cast<uint64_t>(v.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
+          off_[w] = b.SharedAdd(&sh.n_sel, 1);
+          b.SharedAdd(&sh.vhist[BucketOf(v.v[w], p.order_bits)], 1);
+        }
       }
     });
+  }
+
+  // Thread 0 reserves the round's places in the row's selected and candidate ranges (global
+  // cursors) and resets the round's counters.
+  template <class B>
+  GPUSAMPLER_HD void ReserveRound(B& b, Shared& sh, const Tile& tl) const {
     b.Threads([&](int t) {
-      for (int bin = t; bin < bins; bin += kThreads) {
-        const int32_t h = b.SLoad(&sh.vhist[bin]);
-        if (h != 0) b.GlobalAdd(p.vhist + int64_t{l} * bins + bin, h);
+      if (t != 0) return;
+      const int32_t n_sel = b.SLoad(&sh.n_sel);
+      if (n_sel > 0) {
+        b.SStore(&sh.sel_at,
+                 b.GlobalAdd(&tl.st->sel_cursor, static_cast<unsigned long long>(n_sel)));
+      }
+      for (int c = 0; c < 2; ++c) {
+        const int32_t n_cand = b.SLoad(&sh.n_cand[c]);
+        if (n_cand > 0) {
+          const unsigned long long at =
+              b.GlobalAdd(&tl.st->cand_cursor[c], static_cast<unsigned long long>(n_cand));
+          // Bounded: Threshold counted the boundary bucket's keys.
+          if (static_cast<int64_t>(at) + n_cand > Pick(c, tl.cand_count0, tl.cand_count1)) {
+            b.Fail(p.error, kErrorCandidates, "Pass2: more boundary candidates than counted");
+            b.SStore(&sh.cand_at[c], kDropped);  // (the device goes on without writing)
+          } else {
+            b.SStore(&sh.cand_at[c], at);
+          }
+        }
+      }
+      // Reset the round counters (read above by this thread only).
+      b.SStore(&sh.n_sel, 0);
+      b.SStore(&sh.n_cand[0], 0);
+      b.SStore(&sh.n_cand[1], 0);
+    });
+  }
+
+  template <class B>
+  GPUSAMPLER_HD void WriteRound(B& b, Shared& sh, const Tile& tl, Round<B>& r) const {
+    b.Threads([&](int t) {
+      const uint64_t* k_ = b.Mine(r.key, t);
+      const int32_t* kind_ = b.Mine(r.kind, t);
+      const int32_t* off_ = b.Mine(r.off, t);
+      GPUSAMPLER_UNROLL
+      for (int w = 0; w < 8; ++w) {
+        if (kind_[w] == 1) {
+          b.Store(tl.sel + static_cast<int64_t>(b.SLoad(&sh.sel_at)) + off_[w], k_[w]);
+        } else if (kind_[w] >= 2) {
+          const int c = kind_[w] - 2;
+          const unsigned long long at = b.SLoad(&sh.cand_at[c]);
+          if (at != kDropped) {
+            b.Store(Pick(c, tl.cand0, tl.cand1) + static_cast<int64_t>(at) + off_[w], k_[w]);
+          }
+        }
       }
     });
   }
@@ -1265,71 +1397,10 @@ struct BoundaryBody {
     // Narrow by 8-bit digits of (u, i) below u's top kSelectBits bits (equal for all
     // candidates) until a block holds them: at most seven rounds, since keys are distinct.
     int lo_bit = 64 - kSelectBits;
-    typename B::template Items<uint64_t, kItems> keys;
+    KeyItems<B> keys;
     while (b.SLoad(&sh.n) > capacity && lo_bit > 0) {
       const int shift = lo_bit >= 8 ? lo_bit - 8 : 0;
-      const int width = lo_bit - shift;
-      const int64_t n = b.SLoad(&sh.n);
-      b.Threads([&](int t) {
-        for (int d = t; d < 256; d += kThreads) b.SStore(&sh.digit_count[d], 0);
-      });
-      b.Threads([&](int t) {
-        for (int64_t k = t; k < n; k += kThreads) {
-          const uint64_t x = b.Load(cand + k);
-          b.SharedAdd(&sh.digit_count[(x >> shift) & LowMask(width)], 1);
-        }
-      });
-      b.Threads([&](int t) {
-        if (t != 0) return;
-        const int64_t need = b.SLoad(&sh.need);
-        int64_t below = 0;
-        int d = 0;
-        for (;; ++d) {
-          const int32_t h = b.SLoad(&sh.digit_count[d]);
-          if (below + h >= need) break;
-          below += h;
-        }
-        b.SStore(&sh.digit, d);
-        b.SStore(&sh.taken, 0);
-        b.SStore(&sh.kept, 0);
-        if (below > 0) {
-          b.SStore(&sh.sel_at,
-                   b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(below)));
-        }
-      });
-      const int32_t digit = b.SLoad(&sh.digit);
-      // Keys below the digit are selected; keys on it are compacted to the front, in place:
-      // a chunk is read whole before any of it is written, and writes stay behind reads.
-      for (int64_t chunk = 0; chunk < n; chunk += kBlockKeys) {
-        b.Threads([&](int t) {
-          uint64_t* mine = b.Mine(keys, t);
-          GPUSAMPLER_UNROLL
-          for (int k = 0; k < kItems; ++k) {
-            const int64_t at = chunk + static_cast<int64_t>(k) * kThreads + t;
-            mine[k] = at < n ? b.Load(cand + at) : kAbsent;
-          }
-        });
-        b.Threads([&](int t) {
-          const uint64_t* mine = b.Mine(keys, t);
-          const int64_t sel_at = static_cast<int64_t>(b.SLoad(&sh.sel_at));
-          GPUSAMPLER_UNROLL
-          for (int k = 0; k < kItems; ++k) {
-            const int64_t at = chunk + static_cast<int64_t>(k) * kThreads + t;
-            if (at >= n) continue;
-            const int64_t d = static_cast<int64_t>((mine[k] >> shift) & LowMask(width));
-            if (d < digit) {
-              select(mine[k], b.SharedAdd(&sh.taken, 1), sel_at);
-            } else if (d == digit) {
-              b.Store(cand + b.SharedAdd(&sh.kept, 1), mine[k]);
-            }
-          }
-        });
-      }
-      b.Threads([&](int t) {
-        if (t != 0) return;
-        b.SStore(&sh.need, b.SLoad(&sh.need) - b.SLoad(&sh.taken));
-        b.SStore(&sh.n, static_cast<int64_t>(b.SLoad(&sh.kept)));
-      });
+      NarrowRound(b, sh, st, cand, keys, shift, lo_bit - shift, select);
       lo_bit = shift;
     }
     const int64_t n = b.SLoad(&sh.n);
@@ -1356,6 +1427,73 @@ struct BoundaryBody {
     const int64_t sel_at = static_cast<int64_t>(b.SLoad(&sh.sel_at));
     SmallSort(b, sh.sort, keys, n, 64 - kSelectBits, [&](int64_t at, uint64_t key) {
       if (at < need) select(key, at, sel_at);
+    });
+  }
+
+  // One narrowing round on the digit bits [shift, shift + width): the digit holding the
+  // need-th key; keys below it are selected, keys on it stay candidates.
+  template <class B, class Select>
+  GPUSAMPLER_HD void NarrowRound(B& b, Shared& sh, LargeRowState* st, uint64_t* cand,
+                                 KeyItems<B>& keys, int shift, int width, Select& select) const {
+    const int64_t n = b.SLoad(&sh.n);
+    b.Threads([&](int t) {
+      for (int d = t; d < 256; d += kThreads) b.SStore(&sh.digit_count[d], 0);
+    });
+    b.Threads([&](int t) {
+      for (int64_t k = t; k < n; k += kThreads) {
+        const uint64_t x = b.Load(cand + k);
+        b.SharedAdd(&sh.digit_count[(x >> shift) & LowMask(width)], 1);
+      }
+    });
+    b.Threads([&](int t) {
+      if (t != 0) return;
+      const int64_t need = b.SLoad(&sh.need);
+      int64_t below = 0;
+      int d = 0;
+      for (;; ++d) {
+        const int32_t h = b.SLoad(&sh.digit_count[d]);
+        if (below + h >= need) break;
+        below += h;
+      }
+      b.SStore(&sh.digit, d);
+      b.SStore(&sh.taken, 0);
+      b.SStore(&sh.kept, 0);
+      if (below > 0) {
+        b.SStore(&sh.sel_at, b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(below)));
+      }
+    });
+    const int32_t digit = b.SLoad(&sh.digit);
+    // Keys below the digit are selected; keys on it are compacted to the front, in place:
+    // a chunk is read whole before any of it is written, and writes stay behind reads.
+    for (int64_t chunk = 0; chunk < n; chunk += kBlockKeys) {
+      b.Threads([&](int t) {
+        uint64_t* mine = b.Mine(keys, t);
+        GPUSAMPLER_UNROLL
+        for (int k = 0; k < kItems; ++k) {
+          const int64_t at = chunk + static_cast<int64_t>(k) * kThreads + t;
+          mine[k] = at < n ? b.Load(cand + at) : kAbsent;
+        }
+      });
+      b.Threads([&](int t) {
+        const uint64_t* mine = b.Mine(keys, t);
+        const int64_t sel_at = static_cast<int64_t>(b.SLoad(&sh.sel_at));
+        GPUSAMPLER_UNROLL
+        for (int k = 0; k < kItems; ++k) {
+          const int64_t at = chunk + static_cast<int64_t>(k) * kThreads + t;
+          if (at >= n) continue;
+          const int64_t d = static_cast<int64_t>((mine[k] >> shift) & LowMask(width));
+          if (d < digit) {
+            select(mine[k], b.SharedAdd(&sh.taken, 1), sel_at);
+          } else if (d == digit) {
+            b.Store(cand + b.SharedAdd(&sh.kept, 1), mine[k]);
+          }
+        }
+      });
+    }
+    b.Threads([&](int t) {
+      if (t != 0) return;
+      b.SStore(&sh.need, b.SLoad(&sh.need) - b.SLoad(&sh.taken));
+      b.SStore(&sh.n, static_cast<int64_t>(b.SLoad(&sh.kept)));
     });
   }
 };
