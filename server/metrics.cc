@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "datasets.hpp"
+#include "gpusampler/common/status_codes.hpp"
 #include "nvml.hpp"
 #include "process_metrics.hpp"
 
@@ -47,11 +48,9 @@ const Histogram::BucketBoundaries& FractionBuckets() {
 
 const char* kMethodNames[kNumMethods] = {"Sample",        "SampleStream",  "GetServerInfo",
                                          "CreateDataset", "DeleteDataset", "ListDatasets"};
-const char* kGrpcCodeNames[kNumCodes] = {
-    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
-    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
-    "DATA_LOSS", "UNAUTHENTICATED"};
+// The "code" label's values: gRPC's code names, from the one shared table.
+using common::kGrpcCodeNames;
+static_assert(kNumCodes == common::kNumGrpcCodes);
 
 }  // namespace
 

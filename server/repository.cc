@@ -14,7 +14,8 @@
 #include <random>
 #include <set>
 
-#include "gpusampler/client/tensor.hpp"
+#include "gpusampler/common/npy.hpp"
+#include "gpusampler/common/tensor.hpp"
 
 namespace gpusampler::server {
 namespace {
@@ -103,17 +104,6 @@ std::string WriteAll(int fd, const void* data, size_t n) {
   return "";
 }
 
-struct DescrEntry {
-  const char* descr;
-  v1::DType dtype;
-};
-constexpr DescrEntry kDescrs[] = {
-    {"|b1", v1::DTYPE_BOOL},    {"<b1", v1::DTYPE_BOOL},    {"|i1", v1::DTYPE_INT8},
-    {"<i1", v1::DTYPE_INT8},    {"|u1", v1::DTYPE_UINT8},   {"<u1", v1::DTYPE_UINT8},
-    {"<i2", v1::DTYPE_INT16},   {"<i4", v1::DTYPE_INT32},   {"<i8", v1::DTYPE_INT64},
-    {"<f2", v1::DTYPE_FLOAT16}, {"<f4", v1::DTYPE_FLOAT32}, {"<f8", v1::DTYPE_FLOAT64},
-};
-
 // One .npy array inside a file: where it is, and what its header says.
 struct Section {
   std::string what;  // the file (and section) name, for messages
@@ -127,71 +117,35 @@ struct Section {
 // Reads the header of the .npy array at `s` (offset, length) and checks that the length
 // matches it exactly: nothing but the header is read, so a huge or sparse file costs nothing.
 std::string Probe(Section* s) {
-  char fixed[12];
+  char fixed[common::kNpyPreambleBytes];
   if (s->length < 10) return "not a .npy file (too short)";
-  if (std::string e = ReadAt(s->fd, s->offset, std::min<int64_t>(12, s->length), fixed);
+  const int64_t fixed_len = std::min<int64_t>(sizeof(fixed), s->length);
+  if (std::string e = ReadAt(s->fd, s->offset, fixed_len, fixed); !e.empty()) return e;
+  common::NpyPreamble preamble;
+  if (std::string e = common::ParseNpyPreamble({fixed, static_cast<size_t>(fixed_len)}, &preamble);
       !e.empty()) {
     return e;
   }
-  if (std::memcmp(fixed, "\x93NUMPY", 6) != 0) return "not a .npy file (bad magic)";
-  const int major = static_cast<unsigned char>(fixed[6]);
-  if (major < 1 || major > 3 || fixed[7] != 0) return "unsupported .npy version";
-  const int width = major == 1 ? 2 : 4;
-  if (s->length < 8 + width) return "truncated .npy header";
-  int64_t header_len = 0;
-  for (int i = width - 1; i >= 0; --i) {
-    header_len = (header_len << 8) | static_cast<unsigned char>(fixed[8 + i]);
-  }
-  if (header_len > kMaxNpyHeader || 8 + width + header_len > s->length) {
+  const int64_t header_len = static_cast<int64_t>(preamble.header_len);
+  const int64_t header_start = static_cast<int64_t>(preamble.header_start);
+  if (header_len > kMaxNpyHeader || header_start + header_len > s->length) {
     return "bad .npy header length " + std::to_string(header_len);
   }
   std::string text(static_cast<size_t>(header_len), '\0');
-  if (std::string e = ReadAt(s->fd, s->offset + 8 + width, header_len, text.data()); !e.empty()) {
+  if (std::string e = ReadAt(s->fd, s->offset + header_start, header_len, text.data());
+      !e.empty()) {
     return e;
   }
-  // descr, fortran_order and shape: what the size check and the data need.
-  const size_t d = text.find("descr");
-  const size_t q1 = d == std::string::npos ? d : text.find_first_of("'\"", d + 6);
-  const size_t q2 = q1 == std::string::npos ? q1 : text.find(text[q1], q1 + 1);
-  if (q2 == std::string::npos) return ".npy header has no descr";
-  const std::string descr = text.substr(q1 + 1, q2 - q1 - 1);
-  for (const DescrEntry& e : kDescrs) {
-    if (descr == e.descr) s->dtype = e.dtype;
-  }
-  if (s->dtype == v1::DTYPE_UNSPECIFIED) return "unsupported .npy dtype '" + descr + "'";
-  const size_t fo = text.find("fortran_order");
-  const size_t colon = fo == std::string::npos ? fo : text.find(':', fo);
-  const size_t value = colon == std::string::npos ? colon : text.find_first_not_of(" ", colon + 1);
-  if (value == std::string::npos || text.compare(value, 5, "False") != 0) {
-    return ".npy header: fortran_order is not False (save a C-order array)";
-  }
-  const size_t sh = text.find("shape");
-  size_t p = sh == std::string::npos ? sh : text.find('(', sh);
-  if (p == std::string::npos) return ".npy header has no shape";
-  s->shape.clear();
-  ++p;
-  while (p < text.size() && text[p] != ')') {
-    if (std::isdigit(static_cast<unsigned char>(text[p]))) {
-      int64_t v = 0;
-      while (p < text.size() && std::isdigit(static_cast<unsigned char>(text[p]))) {
-        if (v > (INT64_MAX - 9) / 10) return ".npy shape overflows";
-        v = v * 10 + (text[p++] - '0');
-      }
-      s->shape.push_back(v);
-    } else {
-      ++p;
-    }
-  }
-  int64_t payload = client::DTypeSize(s->dtype);
-  for (int64_t dim : s->shape) {
-    if (__builtin_mul_overflow(payload, dim, &payload)) return ".npy shape overflows";
-  }
-  s->header_bytes = 8 + width + header_len;
-  s->payload = payload;
-  if (s->header_bytes + payload != s->length) {
-    return "is " + std::to_string(s->length) + " bytes, but its header (" + descr + ", " +
+  common::NpyHeader header;
+  if (std::string e = common::ParseNpyHeader(text, &header); !e.empty()) return e;
+  s->dtype = header.dtype;
+  s->shape = std::move(header.shape);
+  s->header_bytes = header_start + header_len;
+  s->payload = header.payload_bytes;
+  if (s->header_bytes + s->payload != s->length) {
+    return "is " + std::to_string(s->length) + " bytes, but its header (" + header.descr + ", " +
            std::to_string(s->shape.size()) + "-D) needs " +
-           std::to_string(s->header_bytes + payload);
+           std::to_string(s->header_bytes + s->payload);
   }
   return "";
 }
@@ -203,9 +157,7 @@ std::string ReadSection(const Section& s, v1::Tensor* tensor) {
     return e;
   }
   if (s.dtype == v1::DTYPE_BOOL) {
-    for (char c : data) {
-      if (c != 0 && c != 1) return ".npy bool array holds a byte other than 0 or 1";
-    }
+    if (std::string e = common::CheckNpyBools(data); !e.empty()) return e;
   }
   tensor->Clear();
   tensor->set_dtype(s.dtype);
@@ -216,25 +168,9 @@ std::string ReadSection(const Section& s, v1::Tensor* tensor) {
 
 // A version 1.0 .npy header (magic to '\n') for `dtype` and `shape`; data starts 64-aligned.
 std::string NpyHeader(v1::DType dtype, const std::vector<int64_t>& shape) {
-  const char* descr = "<i2";  // BFLOAT16 is stored as int16 (the container names its dtype)
-  for (const DescrEntry& e : kDescrs) {
-    if (e.dtype == dtype) {
-      descr = e.descr;
-      break;
-    }
-  }
-  std::string text = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    text += std::to_string(shape[i]) + (shape.size() == 1 ? "," : i + 1 < shape.size() ? ", " : "");
-  }
-  text += "), }";
-  const size_t unpadded = 6 + 2 + 2 + text.size() + 1;
-  text.append((64 - unpadded % 64) % 64, ' ');
-  text.push_back('\n');
-  std::string out("\x93NUMPY\x01\x00", 8);
-  out.push_back(static_cast<char>(text.size() & 0xff));
-  out.push_back(static_cast<char>((text.size() >> 8) & 0xff));
-  return out + text;
+  // BFLOAT16, which .npy cannot name, is stored as int16 (the container names its dtype).
+  const v1::DType stored = dtype == v1::DTYPE_BFLOAT16 ? v1::DTYPE_INT16 : dtype;
+  return common::NpyHeaderBytes(common::Traits(stored).npy_descr, shape);
 }
 
 void PutLe64(char* p, uint64_t v) {

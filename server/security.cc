@@ -17,7 +17,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "service.hpp"
+#include "status.hpp"
 
 namespace gpusampler::server {
 namespace {

@@ -614,20 +614,6 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
 
 }  // namespace
 
-grpc::Status ToGrpcStatus(const Status& status, grpc::CallbackServerContext* context) {
-  if (status.ok()) return grpc::Status::OK;
-  if (context && status.retry_pushback_ms() != kNoPushback) {
-    context->AddTrailingMetadata("grpc-retry-pushback-ms",
-                                 std::to_string(status.retry_pushback_ms()));
-  }
-  // Bounded, so that no message outgrows gRPC's metadata limit (the client then would see
-  // a transport error instead); messages name shapes, never whole tensors.
-  constexpr size_t kMaxMessage = 1024;
-  std::string message = status.message();
-  if (message.size() > kMaxMessage) message = message.substr(0, kMaxMessage - 3) + "...";
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message);
-}
-
 bool ByteBudget::TryCharge(int64_t bytes) {
   int64_t used = used_.load(std::memory_order_relaxed);
   do {

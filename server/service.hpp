@@ -20,12 +20,6 @@
 
 namespace gpusampler::server {
 
-// The one place a Status becomes a grpc::Status. A retry pushback goes into `context`'s
-// trailing metadata as `grpc-retry-pushback-ms` (gRFC A6: -1 = do not retry, N > 0 = retry
-// after N ms), which gRPC's client-side retry policy honours.
-// `context` may be null (no call to carry the pushback). The message is cut to 1 KiB.
-grpc::Status ToGrpcStatus(const Status& status, grpc::CallbackServerContext* context = nullptr);
-
 // Request and response bytes held at once (--max-inflight-bytes). Thread-safe.
 class ByteBudget {
  public:

@@ -1,5 +1,7 @@
 #include "status.hpp"
 
+#include "gpusampler/common/status_codes.hpp"
+
 namespace gpusampler::server {
 
 Status FromKernelError(const kernels::Error& error) {
@@ -20,31 +22,22 @@ Status FromKernelError(const kernels::Error& error) {
 }
 
 const char* CodeName(Code code) {
-  switch (code) {
-    case Code::kOk:
-      return "OK";
-    case Code::kCancelled:
-      return "CANCELLED";
-    case Code::kInvalidArgument:
-      return "INVALID_ARGUMENT";
-    case Code::kDeadlineExceeded:
-      return "DEADLINE_EXCEEDED";
-    case Code::kNotFound:
-      return "NOT_FOUND";
-    case Code::kAlreadyExists:
-      return "ALREADY_EXISTS";
-    case Code::kResourceExhausted:
-      return "RESOURCE_EXHAUSTED";
-    case Code::kFailedPrecondition:
-      return "FAILED_PRECONDITION";
-    case Code::kInternal:
-      return "INTERNAL";
-    case Code::kUnavailable:
-      return "UNAVAILABLE";
-    case Code::kUnauthenticated:
-      return "UNAUTHENTICATED";
+  const int i = static_cast<int>(code);
+  return i >= 0 && i < common::kNumGrpcCodes ? common::kGrpcCodeNames[i] : "UNKNOWN";
+}
+
+grpc::Status ToGrpcStatus(const Status& status, grpc::CallbackServerContext* context) {
+  if (status.ok()) return grpc::Status::OK;
+  if (context && status.retry_pushback_ms() != kNoPushback) {
+    context->AddTrailingMetadata("grpc-retry-pushback-ms",
+                                 std::to_string(status.retry_pushback_ms()));
   }
-  return "UNKNOWN";
+  // Bounded, so that no message outgrows gRPC's metadata limit (the client then would see
+  // a transport error instead); messages name shapes, never whole tensors.
+  constexpr size_t kMaxMessage = 1024;
+  std::string message = status.message();
+  if (message.size() > kMaxMessage) message = message.substr(0, kMaxMessage - 3) + "...";
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message);
 }
 
 }  // namespace gpusampler::server

@@ -1,7 +1,10 @@
-// The server's status value. Everything below the gRPC layer speaks Status; the service
-// converts it to grpc::Status in exactly one place (ToGrpcStatus in service.cc), and
-// kernels::Error is converted in exactly one place (FromKernelError).
+// The server's status value. Everything below the gRPC layer speaks Status; it becomes a
+// grpc::Status in exactly one place (ToGrpcStatus, below), and kernels::Error becomes a
+// Status in exactly one place (FromKernelError).
 #pragma once
+
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/status.h>
 
 #include <cstdint>
 #include <string>
@@ -72,5 +75,11 @@ Status FromKernelError(const kernels::Error& error);
 
 // "OK", "INVALID_ARGUMENT", ... (the gRPC code names, used as metric label values).
 const char* CodeName(Code code);
+
+// The one place a Status becomes a grpc::Status. A retry pushback goes into `context`'s
+// trailing metadata as `grpc-retry-pushback-ms` (gRFC A6: -1 = do not retry, N > 0 = retry
+// after N ms), which gRPC's client-side retry policy honours.
+// `context` may be null (no call to carry the pushback). The message is cut to 1 KiB.
+grpc::Status ToGrpcStatus(const Status& status, grpc::CallbackServerContext* context = nullptr);
 
 }  // namespace gpusampler::server

@@ -250,28 +250,6 @@ std::string JsonQuote(const std::string& s) {
   return out + "\"";
 }
 
-std::string StatusCodeName(grpc::StatusCode code) {
-  static const char* const kNames[] = {"OK",
-                                       "CANCELLED",
-                                       "UNKNOWN",
-                                       "INVALID_ARGUMENT",
-                                       "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND",
-                                       "ALREADY_EXISTS",
-                                       "PERMISSION_DENIED",
-                                       "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION",
-                                       "ABORTED",
-                                       "OUT_OF_RANGE",
-                                       "UNIMPLEMENTED",
-                                       "INTERNAL",
-                                       "UNAVAILABLE",
-                                       "DATA_LOSS",
-                                       "UNAUTHENTICATED"};
-  const int i = static_cast<int>(code);
-  return i >= 0 && i < 17 ? kNames[i] : "CODE_" + std::to_string(i);
-}
-
 BenchResult RunBench(Client& client, const BenchOptions& options) {
   BenchOptions o = options;
   if (o.requests <= 0 && o.duration_s <= 0) o.requests = 1000;

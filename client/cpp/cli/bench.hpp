@@ -59,7 +59,5 @@ void PrintBenchJson(const BenchOptions& options, const BenchResult& result, std:
 int64_t RowsPerRequest(const BenchOptions& options);
 // `s` as a JSON string literal (quotes, backslashes and control characters escaped).
 std::string JsonQuote(const std::string& s);
-// "OK", "CANCELLED", ..., "UNAUTHENTICATED".
-std::string StatusCodeName(grpc::StatusCode code);
 
 }  // namespace gpusampler::client

@@ -20,6 +20,8 @@
 #include <iostream>
 #include <iterator>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -104,11 +106,17 @@ int Fail(const grpc::Status& status) {
   return 1;
 }
 
-std::string ShapeString(const v1::Tensor& t) {
-  std::string s = "[";
-  for (int i = 0; i < t.shape_size(); ++i) s += (i ? "," : "") + std::to_string(t.shape(i));
-  return s + "]";
+// `items`, each written by `write`, separated by `sep`.
+template <typename Items, typename Write>
+std::string Join(const Items& items, const std::string& sep, Write write) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : sep) + write(item);
+  return out;
 }
+std::string Int(int64_t v) { return std::to_string(v); }
+std::string Text(const std::string& s) { return s; }
+
+std::string ShapeString(const v1::Tensor& t) { return "[" + Join(t.shape(), ",", Int) + "]"; }
 
 // Builds the client from the global flags; "" or an error message.
 std::string MakeClient(const GlobalFlags& g, std::unique_ptr<Client>* client) {
@@ -162,29 +170,25 @@ struct SampleFlags {
   std::optional<uint64_t> seed;
 };
 
-int RunSample(Client& client, const SampleFlags& f) {
-  v1::SampleRequest request;
+// The request `sample` sends; "" or the error reading one of its .npy files.
+std::string MakeSampleRequest(const SampleFlags& f, v1::SampleRequest* request) {
   std::string error;
   if (!f.dataset.empty()) {
-    request.set_dataset(f.dataset);
-    request.set_return_features(f.return_features);
-    if (!f.rows.empty()) {
-      error = ReadNpy(f.rows, request.mutable_rows());
-      if (!error.empty()) return Fail(error);
-    }
+    request->set_dataset(f.dataset);
+    request->set_return_features(f.return_features);
+    if (!f.rows.empty()) error = ReadNpy(f.rows, request->mutable_rows());
   } else {
-    error = ReadNpy(f.labels, request.mutable_labels());
-    if (!error.empty()) return Fail(error);
+    error = ReadNpy(f.labels, request->mutable_labels());
   }
-  if (!f.features.empty()) {
-    error = ReadNpy(f.features, request.mutable_features());
-    if (!error.empty()) return Fail(error);
+  // mutable_*() marks a field present: only for files given.
+  if (error.empty() && !f.features.empty()) {
+    error = ReadNpy(f.features, request->mutable_features());
   }
-  if (!f.row_splits.empty()) {
-    error = ReadNpy(f.row_splits, request.mutable_row_splits());
-    if (!error.empty()) return Fail(error);
+  if (error.empty() && !f.row_splits.empty()) {
+    error = ReadNpy(f.row_splits, request->mutable_row_splits());
   }
-  v1::SamplingSpec* spec = request.mutable_spec();
+  if (!error.empty()) return error;
+  v1::SamplingSpec* spec = request->mutable_spec();
   spec->set_num_samples(f.num_samples);
   spec->set_positive_fraction(f.positive_fraction);
   spec->set_positive_label(f.positive_label);
@@ -192,16 +196,17 @@ int RunSample(Client& client, const SampleFlags& f) {
   spec->set_fill_policy(f.fill == "both"             ? v1::FILL_POLICY_BOTH
                         : f.fill == "negatives_only" ? v1::FILL_POLICY_NEGATIVES_ONLY
                                                      : v1::FILL_POLICY_NONE);
-  if (f.seed) request.set_seed(*f.seed);
+  if (f.seed) request->set_seed(*f.seed);
+  return "";
+}
 
-  v1::SampleResponse response;
-  grpc::Status status = client.Sample(request, &response);
-  if (!status.ok()) return Fail(status);
-
+// Writes the response's tensors into `out_dir` (made if missing) as indices.npy, labels.npy,
+// features.npy (when it has features), num_positive.npy and num_negative.npy.
+std::string WriteSampleOutputs(const v1::SampleResponse& response, const std::string& out_dir) {
   std::error_code ec;
-  std::filesystem::create_directories(f.out_dir, ec);
-  if (ec) return Fail("cannot create " + f.out_dir + ": " + ec.message());
-  const std::filesystem::path dir(f.out_dir);
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return "cannot create " + out_dir + ": " + ec.message();
+  const std::filesystem::path dir(out_dir);
   const std::pair<const char*, const v1::Tensor*> outputs[] = {
       {"indices.npy", &response.indices()},
       {"labels.npy", &response.labels()},
@@ -211,9 +216,21 @@ int RunSample(Client& client, const SampleFlags& f) {
   };
   for (const auto& [name, tensor] : outputs) {
     if (tensor == nullptr) continue;  // labels-only request: no features to write
-    error = WriteNpy((dir / name).string(), *tensor);
-    if (!error.empty()) return Fail(error);
+    std::string error = WriteNpy((dir / name).string(), *tensor);
+    if (!error.empty()) return error;
   }
+  return "";
+}
+
+int RunSample(Client& client, const SampleFlags& f) {
+  v1::SampleRequest request;
+  std::string error = MakeSampleRequest(f, &request);
+  if (!error.empty()) return Fail(error);
+  v1::SampleResponse response;
+  grpc::Status status = client.Sample(request, &response);
+  if (!status.ok()) return Fail(status);
+  error = WriteSampleOutputs(response, f.out_dir);
+  if (!error.empty()) return Fail(error);
   std::cout << "indices " << ShapeString(response.indices()) << " seed " << response.seed()
             << " device " << response.device() << " server_us " << response.timing().total_us()
             << " -> " << f.out_dir << "\n";
@@ -227,28 +244,33 @@ struct DatasetFlags {
 };
 
 std::string DatasetLine(const v1::DatasetInfo& d) {
-  std::string shape = "[";
-  for (int i = 0; i < d.feature_shape_size(); ++i) {
-    shape += (i ? ", " : "") + std::to_string(d.feature_shape(i));
-  }
-  shape += "]";
-  std::string devices;
-  for (const auto& dev : d.devices()) devices += (devices.empty() ? "" : ",") + dev;
+  const std::string shape = "[" + Join(d.feature_shape(), ", ", Int) + "]";
   return d.name() + "  rows " + std::to_string(d.num_rows()) + "  elements " +
          std::to_string(d.num_elements()) + "  labels " + v1::DType_Name(d.label_dtype()) +
          "  features " +
          (d.feature_dtype() ? v1::DType_Name(d.feature_dtype()) + " " + shape : "none") +
-         "  bytes " + std::to_string(d.bytes()) + "  sha256 " + d.sha256() + "  devices " + devices;
+         "  bytes " + std::to_string(d.bytes()) + "  sha256 " + d.sha256() + "  devices " +
+         Join(d.devices(), ",", Text);
+}
+
+// One JSON object, numbers as numbers (protobuf's JSON writes int64 as strings).
+std::string DatasetJson(const v1::DatasetInfo& d) {
+  std::ostringstream j;
+  j << "{\"name\": " << JsonQuote(d.name()) << ", \"num_rows\": " << d.num_rows()
+    << ", \"num_elements\": " << d.num_elements() << ", \"label_dtype\": \""
+    << v1::DType_Name(d.label_dtype()) << "\", \"feature_dtype\": \""
+    << v1::DType_Name(d.feature_dtype()) << "\", \"feature_shape\": ["
+    << Join(d.feature_shape(), ", ", Int) << "], \"bytes\": " << d.bytes() << ", \"sha256\": \""
+    << d.sha256() << "\", \"devices\": [" << Join(d.devices(), ", ", JsonQuote) << "]}";
+  return j.str();
 }
 
 int RunDatasetCreate(Client& client, const DatasetFlags& f) {
   v1::Tensor labels, features, splits;
   std::string error = ReadNpy(f.labels, &labels);
+  if (error.empty() && !f.features.empty()) error = ReadNpy(f.features, &features);
+  if (error.empty() && !f.row_splits.empty()) error = ReadNpy(f.row_splits, &splits);
   if (!error.empty()) return Fail(error);
-  if (!f.features.empty() && !(error = ReadNpy(f.features, &features)).empty()) return Fail(error);
-  if (!f.row_splits.empty() && !(error = ReadNpy(f.row_splits, &splits)).empty()) {
-    return Fail(error);
-  }
   v1::DatasetInfo info;
   const grpc::Status status =
       client.CreateDataset(f.name, labels, f.features.empty() ? nullptr : &features,
@@ -262,25 +284,8 @@ int RunDatasetList(Client& client, bool json) {
   std::vector<v1::DatasetInfo> datasets;
   const grpc::Status status = client.ListDatasets(&datasets);
   if (!status.ok()) return Fail(status);
-  if (json) {
-    // One JSON object per line, numbers as numbers (protobuf's JSON writes int64 as strings).
-    for (const auto& d : datasets) {
-      std::string shape;
-      for (int i = 0; i < d.feature_shape_size(); ++i) {
-        shape += (i ? ", " : "") + std::to_string(d.feature_shape(i));
-      }
-      std::string devices;
-      for (const auto& dev : d.devices()) devices += (devices.empty() ? "" : ", ") + JsonQuote(dev);
-      std::cout << "{\"name\": " << JsonQuote(d.name()) << ", \"num_rows\": " << d.num_rows()
-                << ", \"num_elements\": " << d.num_elements() << ", \"label_dtype\": \""
-                << v1::DType_Name(d.label_dtype()) << "\", \"feature_dtype\": \""
-                << v1::DType_Name(d.feature_dtype()) << "\", \"feature_shape\": [" << shape
-                << "], \"bytes\": " << d.bytes() << ", \"sha256\": \"" << d.sha256()
-                << "\", \"devices\": [" << devices << "]}\n";
-    }
-    return 0;
-  }
-  for (const auto& d : datasets) std::cout << DatasetLine(d) << "\n";
+  // --json: one JSON object per line.
+  for (const auto& d : datasets) std::cout << (json ? DatasetJson(d) : DatasetLine(d)) << "\n";
   return 0;
 }
 
@@ -355,60 +360,82 @@ int RunInfo(Client& client, bool json) {
   return 0;
 }
 
-int Main(int argc, char** argv) {
-  CLI::App app{"gpusampler-cli: probe, feed and load-test a gpusampler server"};
-  app.set_version_flag("--version", std::string("gpusampler-cli ") + GPUSAMPLER_CLI_VERSION + " (" +
-                                        GPUSAMPLER_CLI_REVISION + ")");
-  app.require_subcommand(1);
-  GlobalFlags g;
-  app.add_option("-t,--target", g.targets,
+// A usage error: exit 2 (as getopt tools and grpc-health-probe's flag errors do).
+int UsageError(const std::string& message) {
+  std::cerr << "gpusampler-cli: " << message << "\nRun with --help for more information.\n";
+  return 2;
+}
+
+void AddGlobalFlags(CLI::App& app, GlobalFlags* g) {
+  app.add_option("-t,--target", g->targets,
                  "server HOST:PORT; repeat or comma-separate for round_robin over several")
       ->default_val(std::vector<std::string>{"127.0.0.1:50051"});
-  app.add_flag("--tls", g.tls, "use TLS (system roots unless --tls-ca)");
-  app.add_option("--tls-ca", g.tls_ca, "PEM file of the CA that signs the server certificate");
-  app.add_option("--tls-cert", g.tls_cert, "PEM client certificate chain (mutual TLS)");
-  app.add_option("--tls-key", g.tls_key, "PEM client private key (mutual TLS)");
-  app.add_option("--tls-server-name", g.tls_server_name, "expected server certificate name");
-  app.add_option("--token", g.token, "bearer token for the authorization header");
-  app.add_option("--token-file", g.token_file, "file holding the bearer token");
-  app.add_option("--timeout", g.timeout_s,
+  app.add_flag("--tls", g->tls, "use TLS (system roots unless --tls-ca)");
+  app.add_option("--tls-ca", g->tls_ca, "PEM file of the CA that signs the server certificate");
+  app.add_option("--tls-cert", g->tls_cert, "PEM client certificate chain (mutual TLS)");
+  app.add_option("--tls-key", g->tls_key, "PEM client private key (mutual TLS)");
+  app.add_option("--tls-server-name", g->tls_server_name, "expected server certificate name");
+  app.add_option("--token", g->token, "bearer token for the authorization header");
+  app.add_option("--token-file", g->token_file, "file holding the bearer token");
+  app.add_option("--timeout", g->timeout_s,
                  "deadline per call, and per message of a stream, in seconds (0 = none)")
       ->default_val(30)
       ->check(Number(false, 0));
-  app.add_option("--max-message-bytes", g.max_message_bytes, "largest message sent or received")
+  app.add_option("--max-message-bytes", g->max_message_bytes, "largest message sent or received")
       ->default_val(256 << 20)
       ->check(Number(true, 1));
-  app.add_option("--max-attempts", g.max_attempts,
+  app.add_option("--max-attempts", g->max_attempts,
                  "attempts per call on UNAVAILABLE / RESOURCE_EXHAUSTED (1 = no retry)")
       ->default_val(4)
       ->check(CLI::Range(1, 5));
+}
 
-  SampleFlags sf;
+CLI::App* AddSampleCommand(CLI::App& app, SampleFlags* f) {
   CLI::App* sample = app.add_subcommand("sample", "sample .npy labels (and features)");
-  sample->add_option("--labels", sf.labels, "labels .npy: [N], [B,N] or [total]");
-  sample->add_option("--dataset", sf.dataset, "sample this resident dataset instead of --labels");
-  sample->add_option("--rows", sf.rows, "with --dataset: int64 [B'] .npy of dataset rows");
-  sample->add_flag("--return-features", sf.return_features,
+  sample->add_option("--labels", f->labels, "labels .npy: [N], [B,N] or [total]");
+  sample->add_option("--dataset", f->dataset, "sample this resident dataset instead of --labels");
+  sample->add_option("--rows", f->rows, "with --dataset: int64 [B'] .npy of dataset rows");
+  sample->add_flag("--return-features", f->return_features,
                    "with --dataset: also return the sampled rows' features");
-  sample->add_option("--features", sf.features, "features .npy: [N,...], [B,N,...], [total,...]");
-  sample->add_option("--row-splits", sf.row_splits, "int64 [B+1] .npy for ragged labels");
-  sample->add_option("-k,--num-samples", sf.num_samples, "K, slots per row")
+  sample->add_option("--features", f->features, "features .npy: [N,...], [B,N,...], [total,...]");
+  sample->add_option("--row-splits", f->row_splits, "int64 [B+1] .npy for ragged labels");
+  sample->add_option("-k,--num-samples", f->num_samples, "K, slots per row")
       ->required()
       ->check(Number(true));
-  sample->add_option("--positive-fraction", sf.positive_fraction)
+  sample->add_option("--positive-fraction", f->positive_fraction)
       ->default_val(0.5)
       ->check(Number(false));
-  sample->add_option("--positive-label", sf.positive_label)->default_val(1)->check(Number(true));
-  sample->add_option("--negative-label", sf.negative_label)->default_val(0)->check(Number(true));
-  sample->add_option("--fill", sf.fill)
+  sample->add_option("--positive-label", f->positive_label)->default_val(1)->check(Number(true));
+  sample->add_option("--negative-label", f->negative_label)->default_val(0)->check(Number(true));
+  sample->add_option("--fill", f->fill)
       ->default_val("both")
       ->check(CLI::IsMember({"both", "negatives_only", "none"}));
-  sample->add_option("--seed", sf.seed, "Philox seed (drawn by the server when absent)")
+  sample->add_option("--seed", f->seed, "Philox seed (drawn by the server when absent)")
       ->check(Seed());
-  sample->add_option("--out-dir", sf.out_dir, "directory for the output .npy files")->required();
+  sample->add_option("--out-dir", f->out_dir, "directory for the output .npy files")->required();
+  return sample;
+}
 
-  BenchOptions bo;
-  bool bench_json = false;
+// The flag combinations CLI11 cannot check; "" or the usage error.
+std::string CheckSampleFlags(const SampleFlags& f) {
+  if (f.labels.empty() == f.dataset.empty()) {
+    return "sample needs exactly one of --labels and --dataset";
+  }
+  if (f.dataset.empty() && (!f.rows.empty() || f.return_features)) {
+    return "--rows and --return-features need --dataset";
+  }
+  return "";
+}
+
+struct BenchFlags {
+  BenchOptions options;
+  CLI::Option* rows = nullptr;  // given or not: with --dataset, all rows unless given
+  bool json = false;
+  bool quiet = false;
+};
+
+CLI::App* AddBenchCommand(CLI::App& app, BenchFlags* f) {
+  BenchOptions& bo = f->options;
   CLI::App* bench = app.add_subcommand("bench", "load generator");
   bench->add_option("-c,--concurrency", bo.concurrency)->default_val(4)->check(Number(true, 1));
   bench->add_option("-n,--requests", bo.requests, "total requests (default 1000)")
@@ -421,12 +448,11 @@ int Main(int argc, char** argv) {
       ->default_val(4)
       ->check(Number(true, 1));
   bench->add_flag("--labels-only", bo.labels_only, "send no features");
-  CLI::Option* bench_rows =
-      bench
-          ->add_option("--rows", bo.rows,
-                       "rows per request (B); with --dataset, dataset rows drawn per request")
-          ->default_val(8)
-          ->check(Number(true, 1));
+  f->rows = bench
+                ->add_option("--rows", bo.rows,
+                             "rows per request (B); with --dataset, dataset rows drawn per request")
+                ->default_val(8)
+                ->check(Number(true, 1));
   bench->add_option("--dataset", bo.dataset,
                     "sample this resident dataset (all its rows unless --rows) instead of "
                     "synthetic labels");
@@ -440,125 +466,167 @@ int Main(int argc, char** argv) {
   bench->add_option("--positive-rate", bo.positive_rate, "share of positive labels")
       ->default_val(0.05)
       ->check(CLI::Range(0.0, 1.0));
-  bench->add_flag("--json", bench_json, "print one JSON object");
-  bool bench_quiet = false;
-  bench->add_flag("-q,--quiet", bench_quiet, "no progress lines on stderr");
+  bench->add_flag("--json", f->json, "print one JSON object");
+  bench->add_flag("-q,--quiet", f->quiet, "no progress lines on stderr");
   bench
       ->add_option("--abort-after", bo.abort_after_s,
                    "stop once every request has failed for this many seconds (0 = never)")
       ->default_val(3)
       ->check(Number(false, 0));
+  return bench;
+}
 
-  DatasetFlags df;
+// The dataset's row count, for bench --rows' ids and rows/s; a missing dataset fails here.
+grpc::Status LookUpDatasetRows(Client& client, const std::string& name, int64_t* num_rows) {
+  std::vector<v1::DatasetInfo> datasets;
+  const grpc::Status status = client.ListDatasets(&datasets);
+  if (!status.ok()) return status;
+  bool found = false;
+  for (const v1::DatasetInfo& d : datasets) {
+    if (d.name() == name) {
+      *num_rows = d.num_rows();
+      found = true;
+    }
+  }
+  if (!found) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        "bench --dataset " + name + ": no such dataset");
+  }
+  return grpc::Status::OK;
+}
+
+int RunBenchCommand(Client& client, BenchFlags& f) {
+  BenchOptions& bo = f.options;
+  if (bo.dataset.empty() && bo.return_features) {
+    return UsageError("bench --return-features needs --dataset");
+  }
+  if (!bo.dataset.empty()) {
+    const grpc::Status status = LookUpDatasetRows(client, bo.dataset, &bo.dataset_num_rows);
+    if (!status.ok()) return Fail(status);
+    bo.dataset_rows = f.rows->count() > 0 ? bo.rows : 0;
+  }
+  if (!f.quiet) bo.progress = &std::cerr;
+  BenchResult result = RunBench(client, bo);
+  if (f.json) {
+    PrintBenchJson(bo, result, std::cout);
+  } else {
+    PrintBenchText(bo, result, std::cout);
+  }
+  return result.errors.empty() && result.ok > 0 ? 0 : 1;
+}
+
+struct DatasetCommands {
+  CLI::App* create = nullptr;
+  CLI::App* list = nullptr;
+  CLI::App* remove = nullptr;
+};
+
+DatasetCommands AddDatasetCommands(CLI::App& app, DatasetFlags* f) {
   CLI::App* dataset = app.add_subcommand("dataset", "resident datasets: create, list, delete");
   dataset->require_subcommand(1);
-  CLI::App* dataset_create = dataset->add_subcommand("create", "upload .npy files as a dataset");
-  dataset_create->add_option("name", df.name, "[A-Za-z0-9._-]{1,128}")->required();
-  dataset_create->add_option("--labels", df.labels, "labels .npy, 1-D [total]")->required();
-  dataset_create->add_option("--features", df.features, "features .npy [total, ...]");
-  dataset_create->add_option("--row-splits", df.row_splits, "int64 [B+1] .npy");
-  dataset_create->add_flag("--replace", df.replace, "replace a dataset of the same name");
-  CLI::App* dataset_list = dataset->add_subcommand("list", "list the stored datasets");
-  dataset_list->add_flag("--json", df.json, "one JSON object per line");
-  CLI::App* dataset_delete = dataset->add_subcommand("delete", "delete a dataset");
-  dataset_delete->add_option("name", df.name)->required();
+  DatasetCommands c;
+  c.create = dataset->add_subcommand("create", "upload .npy files as a dataset");
+  c.create->add_option("name", f->name, "[A-Za-z0-9._-]{1,128}")->required();
+  c.create->add_option("--labels", f->labels, "labels .npy, 1-D [total]")->required();
+  c.create->add_option("--features", f->features, "features .npy [total, ...]");
+  c.create->add_option("--row-splits", f->row_splits, "int64 [B+1] .npy");
+  c.create->add_flag("--replace", f->replace, "replace a dataset of the same name");
+  c.list = dataset->add_subcommand("list", "list the stored datasets");
+  c.list->add_flag("--json", f->json, "one JSON object per line");
+  c.remove = dataset->add_subcommand("delete", "delete a dataset");
+  c.remove->add_option("name", f->name)->required();
+  return c;
+}
 
+// The command line: every subcommand, its flags' values, and which one was given.
+struct Commands {
+  GlobalFlags global;
+  SampleFlags sample_flags;
+  BenchFlags bench_flags;
+  DatasetFlags dataset_flags;
   std::string health_service;
-  CLI::App* health = app.add_subcommand(
-      "health", "exit 0 if SERVING; 2 connection failure, 3 RPC failure, 4 not serving");
-  health->add_option("--service", health_service, "service name (default: whole server)");
-
   bool info_json = false;
-  CLI::App* info = app.add_subcommand("info", "print the server's version, devices and limits");
-  info->add_flag("--json", info_json, "print JSON");
+  CLI::App* sample = nullptr;
+  CLI::App* bench = nullptr;
+  DatasetCommands dataset;
+  CLI::App* health = nullptr;
+  CLI::App* info = nullptr;
+};
 
+void AddCommands(CLI::App& app, Commands* c) {
+  app.set_version_flag("--version", std::string("gpusampler-cli ") + GPUSAMPLER_CLI_VERSION + " (" +
+                                        GPUSAMPLER_CLI_REVISION + ")");
+  app.require_subcommand(1);
+  AddGlobalFlags(app, &c->global);
+  c->sample = AddSampleCommand(app, &c->sample_flags);
+  c->bench = AddBenchCommand(app, &c->bench_flags);
+  c->dataset = AddDatasetCommands(app, &c->dataset_flags);
+  c->health = app.add_subcommand(
+      "health", "exit 0 if SERVING; 2 connection failure, 3 RPC failure, 4 not serving");
+  c->health->add_option("--service", c->health_service, "service name (default: whole server)");
+  c->info = app.add_subcommand("info", "print the server's version, devices and limits");
+  c->info->add_flag("--json", c->info_json, "print JSON");
+}
+
+// The message for a command line CLI11 rejects: a word where a subcommand belongs is an
+// unknown subcommand; anything else keeps CLI11's message.
+std::string ParseErrorMessage(const CLI::App& app, const CLI::ParseError& e, int argc,
+                              char** argv) {
+  if (!app.get_subcommands().empty()) return e.what();
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.empty() || arg[0] == '-') {
+      // A global option; skip its value too when it takes one.
+      const bool has_value = arg.find('=') == std::string::npos && arg != "--tls" && i + 1 < argc;
+      if (has_value) ++i;
+      continue;
+    }
+    if (arg != "sample" && arg != "bench" && arg != "health" && arg != "info" && arg != "dataset") {
+      return "unknown subcommand '" + arg + "' (expected sample, dataset, bench, health or info)";
+    }
+    break;
+  }
+  return e.what();
+}
+
+// Parses the command line. The exit code when that ends the run (help, version, a usage
+// error); nullopt when a subcommand is to run.
+std::optional<int> Parse(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);  // prints the version on stdout, exits 0
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help, --help-all, or --version (printed on stdout, exit 0)
   } catch (const CLI::ParseError& e) {
-    // Usage errors exit 2 (as getopt tools and grpc-health-probe's flag errors do), with
-    // the message that fits: a word where a subcommand belongs is an unknown subcommand.
-    std::string message = e.what();
-    if (app.get_subcommands().empty()) {
-      for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        if (arg.empty() || arg[0] == '-') {
-          // A global option; skip its value too when it takes one.
-          const bool has_value =
-              arg.find('=') == std::string::npos && arg != "--tls" && i + 1 < argc;
-          if (has_value) ++i;
-          continue;
-        }
-        if (arg != "sample" && arg != "bench" && arg != "health" && arg != "info" &&
-            arg != "dataset") {
-          message =
-              "unknown subcommand '" + arg + "' (expected sample, dataset, bench, health or info)";
-        }
-        break;
-      }
-    }
-    std::cerr << "gpusampler-cli: " << message << "\nRun with --help for more information.\n";
-    return 2;
+    return UsageError(ParseErrorMessage(app, e, argc, argv));
   }
+  return std::nullopt;
+}
 
-  if (*sample && sf.labels.empty() == sf.dataset.empty()) {
-    std::cerr << "gpusampler-cli: sample needs exactly one of --labels and --dataset\n"
-                 "Run with --help for more information.\n";
-    return 2;
-  }
-  if (*sample && sf.dataset.empty() && (!sf.rows.empty() || sf.return_features)) {
-    std::cerr << "gpusampler-cli: --rows and --return-features need --dataset\n"
-                 "Run with --help for more information.\n";
-    return 2;
+// Runs the subcommand that was given.
+int RunCommand(Client& client, Commands& c) {
+  if (*c.sample) return RunSample(client, c.sample_flags);
+  if (*c.dataset.create) return RunDatasetCreate(client, c.dataset_flags);
+  if (*c.dataset.list) return RunDatasetList(client, c.dataset_flags.json);
+  if (*c.dataset.remove) return RunDatasetDelete(client, c.dataset_flags.name);
+  if (*c.health) return RunHealth(client, c.health_service);
+  if (*c.info) return RunInfo(client, c.info_json);
+  if (*c.bench) return RunBenchCommand(client, c.bench_flags);
+  return 2;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"gpusampler-cli: probe, feed and load-test a gpusampler server"};
+  Commands commands;
+  AddCommands(app, &commands);
+  if (std::optional<int> exit_code = Parse(app, argc, argv)) return *exit_code;
+  if (*commands.sample) {
+    const std::string error = CheckSampleFlags(commands.sample_flags);
+    if (!error.empty()) return UsageError(error);
   }
   std::unique_ptr<Client> client;
-  std::string error = MakeClient(g, &client);
+  const std::string error = MakeClient(commands.global, &client);
   if (!error.empty()) return Fail(error);
-  if (*sample) return RunSample(*client, sf);
-  if (*dataset_create) return RunDatasetCreate(*client, df);
-  if (*dataset_list) return RunDatasetList(*client, df.json);
-  if (*dataset_delete) return RunDatasetDelete(*client, df.name);
-  if (*health) return RunHealth(*client, health_service);
-  if (*info) return RunInfo(*client, info_json);
-  if (*bench) {
-    if (bo.dataset.empty() && bo.return_features) {
-      std::cerr << "gpusampler-cli: bench --return-features needs --dataset\n"
-                   "Run with --help for more information.\n";
-      return 2;
-    }
-    if (!bo.dataset.empty()) {
-      // The dataset's row count, for --rows' ids and rows/s; a missing dataset fails here.
-      std::vector<v1::DatasetInfo> datasets;
-      const grpc::Status status = client->ListDatasets(&datasets);
-      if (!status.ok()) return Fail(status);
-      bool found = false;
-      for (const v1::DatasetInfo& d : datasets) {
-        if (d.name() == bo.dataset) {
-          bo.dataset_num_rows = d.num_rows();
-          found = true;
-        }
-      }
-      if (!found) {
-        return Fail(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                 "bench --dataset " + bo.dataset + ": no such dataset"));
-      }
-      bo.dataset_rows = bench_rows->count() > 0 ? bo.rows : 0;
-    }
-    if (!bench_quiet) bo.progress = &std::cerr;
-    BenchResult result = RunBench(*client, bo);
-    if (bench_json) {
-      PrintBenchJson(bo, result, std::cout);
-    } else {
-      PrintBenchText(bo, result, std::cout);
-    }
-    return result.errors.empty() && result.ok > 0 ? 0 : 1;
-  }
-  return 2;
+  return RunCommand(*client, commands);
 }
 
 }  // namespace

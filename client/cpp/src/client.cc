@@ -11,6 +11,8 @@
 #include <thread>
 #include <utility>
 
+#include "gpusampler/common/status_codes.hpp"
+
 namespace gpusampler::client {
 namespace {
 
@@ -127,6 +129,10 @@ void CheckCall(const CallOptions& call) {
 
 }  // namespace
 
+std::string StatusCodeName(grpc::StatusCode code) {
+  return common::GrpcCodeName(static_cast<int>(code));
+}
+
 std::string BuildServiceConfigJson(const RetryPolicy& retry) {
   std::ostringstream json;
   json << R"({"loadBalancingConfig":[{"round_robin":{}}],"methodConfig":[{"name":[)"
@@ -225,28 +231,6 @@ grpc::Status Client::DatasetTargets(const CallOptions& call,
 
 namespace {
 
-std::string CodeName(grpc::StatusCode code) {
-  static const char* const kNames[] = {"OK",
-                                       "CANCELLED",
-                                       "UNKNOWN",
-                                       "INVALID_ARGUMENT",
-                                       "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND",
-                                       "ALREADY_EXISTS",
-                                       "PERMISSION_DENIED",
-                                       "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION",
-                                       "ABORTED",
-                                       "OUT_OF_RANGE",
-                                       "UNIMPLEMENTED",
-                                       "INTERNAL",
-                                       "UNAVAILABLE",
-                                       "DATA_LOSS",
-                                       "UNAUTHENTICATED"};
-  const int i = static_cast<int>(code);
-  return i >= 0 && i < 17 ? kNames[i] : "CODE_" + std::to_string(i);
-}
-
 // One status for a dataset call that failed on some of the targets it had to reach.
 grpc::Status FanoutStatus(const std::string& what,
                           const std::vector<std::pair<std::string, grpc::Status>>& failed,
@@ -255,8 +239,8 @@ grpc::Status FanoutStatus(const std::string& what,
                      std::to_string(failed.size() + succeeded.size()) +
                      " targets (no shared dataset repository, so each keeps its own copy): ";
   for (size_t i = 0; i < failed.size(); ++i) {
-    text += (i ? "; " : "") + failed[i].first + ": " + CodeName(failed[i].second.error_code()) +
-            ": " + failed[i].second.error_message();
+    text += (i ? "; " : "") + failed[i].first + ": " +
+            StatusCodeName(failed[i].second.error_code()) + ": " + failed[i].second.error_message();
   }
   if (!succeeded.empty()) {
     text += "; it succeeded on ";

@@ -87,6 +87,9 @@ struct CallOptions {
 // Exposed for tests and for operators who want to see what the client asks of gRPC.
 std::string BuildServiceConfigJson(const RetryPolicy& retry);
 
+// "OK", "CANCELLED", ..., "UNAUTHENTICATED"; "CODE_<n>" for a value gRPC does not define.
+std::string StatusCodeName(grpc::StatusCode code);
+
 // Streaming session on one SampleStream call. Responses come in request order.
 //
 // `Send` blocks while `window` requests are unanswered, where a request counts as

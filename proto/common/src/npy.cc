@@ -1,34 +1,18 @@
-#include "gpusampler/client/npy.hpp"
+#include "gpusampler/common/npy.hpp"
 
 #include <cctype>
-#include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <limits>
-#include <sstream>
 #include <utility>
-#include <vector>
 
-#include "gpusampler/client/tensor.hpp"
+#include "gpusampler/common/tensor.hpp"
 
-namespace gpusampler::client {
+namespace gpusampler::common {
 namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicSize = 6;
-
-struct DescrEntry {
-  const char* descr;
-  v1::DType dtype;
-};
-// The spellings NumPy writes for the wire dtypes. One-byte types carry no byte order
-// ('|'); '<' is accepted for them too. Big-endian ('>') and native ('=') are rejected.
-constexpr DescrEntry kDescrs[] = {
-    {"|b1", v1::DTYPE_BOOL},    {"<b1", v1::DTYPE_BOOL},    {"|i1", v1::DTYPE_INT8},
-    {"<i1", v1::DTYPE_INT8},    {"|u1", v1::DTYPE_UINT8},   {"<u1", v1::DTYPE_UINT8},
-    {"<i2", v1::DTYPE_INT16},   {"<i4", v1::DTYPE_INT32},   {"<i8", v1::DTYPE_INT64},
-    {"<f2", v1::DTYPE_FLOAT16}, {"<f4", v1::DTYPE_FLOAT32}, {"<f8", v1::DTYPE_FLOAT64},
-};
 
 // Parser for the header: a Python dict literal with the keys descr, fortran_order, shape.
 class HeaderParser {
@@ -134,7 +118,7 @@ class HeaderParser {
   size_t pos_ = 0;
 };
 
-uint32_t ReadLe(const std::string& bytes, size_t offset, int width) {
+uint32_t ReadLe(std::string_view bytes, size_t offset, int width) {
   uint32_t value = 0;
   for (int i = width - 1; i >= 0; --i) {
     value = (value << 8) | static_cast<unsigned char>(bytes[offset + i]);
@@ -144,8 +128,25 @@ uint32_t ReadLe(const std::string& bytes, size_t offset, int width) {
 
 }  // namespace
 
-std::string ParseNpy(const std::string& bytes, v1::Tensor* tensor) {
-  if (bytes.size() < kMagicSize + 4 || bytes.compare(0, kMagicSize, kMagic, kMagicSize) != 0) {
+v1::DType DTypeFromNpyDescr(std::string_view descr) {
+  for (int v = 1; v < v1::DType_ARRAYSIZE; ++v) {
+    const auto dtype = static_cast<v1::DType>(v);
+    const kernels::DTypeTraits traits = Traits(dtype);
+    const std::string_view spelled = traits.npy_descr;
+    if (spelled.empty()) continue;
+    if (descr == spelled) return dtype;
+    // One-byte dtypes carry no byte order ('|'); '<' is accepted for them too. Big-endian
+    // ('>') and native ('=') are rejected.
+    if (traits.size == 1 && descr.size() == spelled.size() && descr[0] == '<' &&
+        descr.substr(1) == spelled.substr(1)) {
+      return dtype;
+    }
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+std::string ParseNpyPreamble(std::string_view bytes, NpyPreamble* out) {
+  if (bytes.size() < kMagicSize + 4 || bytes.substr(0, kMagicSize) != kMagic) {
     return "not a .npy file (bad magic)";
   }
   const int major = static_cast<unsigned char>(bytes[6]);
@@ -154,50 +155,57 @@ std::string ParseNpy(const std::string& bytes, v1::Tensor* tensor) {
     return "unsupported .npy version " + std::to_string(major) + "." + std::to_string(minor);
   }
   const int len_width = major == 1 ? 2 : 4;
-  const size_t header_start = 8 + len_width;
-  if (bytes.size() < header_start) return "truncated .npy header";
-  const size_t header_len = ReadLe(bytes, 8, len_width);
-  if (bytes.size() < header_start + header_len) return "truncated .npy header";
+  out->header_start = 8 + len_width;
+  if (bytes.size() < out->header_start) return "truncated .npy header";
+  out->header_len = ReadLe(bytes, 8, len_width);
+  return "";
+}
 
-  std::string descr;
+std::string ParseNpyHeader(std::string_view dict, NpyHeader* out) {
   bool fortran_order = false;
-  std::vector<int64_t> shape;
-  std::string error = HeaderParser(std::string_view(bytes).substr(header_start, header_len))
-                          .Parse(&descr, &fortran_order, &shape);
+  std::string error = HeaderParser(dict).Parse(&out->descr, &fortran_order, &out->shape);
   if (!error.empty()) return ".npy header: " + error;
   if (fortran_order) return "Fortran-order .npy is unsupported; save a C-order array";
-  v1::DType dtype = v1::DTYPE_UNSPECIFIED;
-  for (const DescrEntry& entry : kDescrs) {
-    if (descr == entry.descr) dtype = entry.dtype;
-  }
-  if (dtype == v1::DTYPE_UNSPECIFIED) {
-    return "unsupported .npy dtype '" + descr +
+  out->dtype = DTypeFromNpyDescr(out->descr);
+  if (out->dtype == v1::DTYPE_UNSPECIFIED) {
+    return "unsupported .npy dtype '" + out->descr +
            "' (need little-endian bool, int8/16/32/64, uint8 or float16/32/64)";
   }
-
-  const size_t item = DTypeSize(dtype);
-  uint64_t count = 1;
-  for (int64_t d : shape) {
-    if (d != 0 && count > std::numeric_limits<uint64_t>::max() / item / static_cast<uint64_t>(d)) {
+  out->payload_bytes = DTypeSize(out->dtype);
+  for (int64_t d : out->shape) {
+    if (__builtin_mul_overflow(out->payload_bytes, d, &out->payload_bytes)) {
       return ".npy shape overflows";
-    }
-    count *= static_cast<uint64_t>(d);
-  }
-  const size_t payload = bytes.size() - header_start - header_len;
-  if (payload != count * item) {
-    return ".npy data is " + std::to_string(payload) + " bytes; shape and dtype need " +
-           std::to_string(count * item);
-  }
-  tensor->Clear();
-  tensor->set_dtype(dtype);
-  for (int64_t d : shape) tensor->add_shape(d);
-  tensor->set_data(bytes.substr(header_start + header_len));
-  if (dtype == v1::DTYPE_BOOL) {
-    for (char c : tensor->data()) {
-      if (c != 0 && c != 1) return ".npy bool array holds a byte other than 0 or 1";
     }
   }
   return "";
+}
+
+std::string CheckNpyBools(std::string_view data) {
+  for (char c : data) {
+    if (c != 0 && c != 1) return ".npy bool array holds a byte other than 0 or 1";
+  }
+  return "";
+}
+
+std::string ParseNpy(const std::string& bytes, v1::Tensor* tensor) {
+  NpyPreamble preamble;
+  if (std::string error = ParseNpyPreamble(bytes, &preamble); !error.empty()) return error;
+  const size_t data_start = preamble.header_start + preamble.header_len;
+  if (bytes.size() < data_start) return "truncated .npy header";
+  NpyHeader header;
+  std::string error = ParseNpyHeader(
+      std::string_view(bytes).substr(preamble.header_start, preamble.header_len), &header);
+  if (!error.empty()) return error;
+  const size_t payload = bytes.size() - data_start;
+  if (payload != static_cast<uint64_t>(header.payload_bytes)) {
+    return ".npy data is " + std::to_string(payload) + " bytes; shape and dtype need " +
+           std::to_string(header.payload_bytes);
+  }
+  tensor->Clear();
+  tensor->set_dtype(header.dtype);
+  for (int64_t d : header.shape) tensor->add_shape(d);
+  tensor->set_data(bytes.substr(data_start));
+  return header.dtype == v1::DTYPE_BOOL ? CheckNpyBools(tensor->data()) : "";
 }
 
 std::string ReadNpy(const std::string& path, v1::Tensor* tensor) {
@@ -209,53 +217,12 @@ std::string ReadNpy(const std::string& path, v1::Tensor* tensor) {
   return error.empty() ? "" : path + ": " + error;
 }
 
-std::string SerializeNpy(const v1::Tensor& tensor, std::string* error) {
-  const char* descr = nullptr;
-  switch (tensor.dtype()) {
-    case v1::DTYPE_BOOL:
-      descr = "|b1";
-      break;
-    case v1::DTYPE_INT8:
-      descr = "|i1";
-      break;
-    case v1::DTYPE_UINT8:
-      descr = "|u1";
-      break;
-    case v1::DTYPE_INT16:
-      descr = "<i2";
-      break;
-    case v1::DTYPE_INT32:
-      descr = "<i4";
-      break;
-    case v1::DTYPE_INT64:
-      descr = "<i8";
-      break;
-    case v1::DTYPE_FLOAT16:
-      descr = "<f2";
-      break;
-    case v1::DTYPE_FLOAT32:
-      descr = "<f4";
-      break;
-    case v1::DTYPE_FLOAT64:
-      descr = "<f8";
-      break;
-    default:
-      *error = "dtype " + std::string(DTypeName(tensor.dtype())) + " has no .npy equivalent";
-      return "";
+std::string NpyHeaderBytes(std::string_view descr, const std::vector<int64_t>& shape) {
+  std::string text = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': (";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    text += std::to_string(shape[i]) + (shape.size() == 1 ? "," : i + 1 < shape.size() ? ", " : "");
   }
-  if (static_cast<uint64_t>(NumElements(tensor)) * DTypeSize(tensor.dtype()) !=
-      tensor.data().size()) {
-    *error = "tensor data size does not match its shape";
-    return "";
-  }
-  std::ostringstream header;
-  header << "{'descr': '" << descr << "', 'fortran_order': False, 'shape': (";
-  for (int i = 0; i < tensor.shape_size(); ++i) {
-    header << tensor.shape(i) << (tensor.shape_size() == 1 ? "," : "");
-    if (i + 1 < tensor.shape_size()) header << ", ";
-  }
-  header << "), }";
-  std::string text = header.str();
+  text += "), }";
   // Pad with spaces so the data starts on a 64-byte boundary; the header ends in '\n'.
   const size_t unpadded = kMagicSize + 2 + 2 + text.size() + 1;
   text.append((64 - unpadded % 64) % 64, ' ');
@@ -265,9 +232,21 @@ std::string SerializeNpy(const v1::Tensor& tensor, std::string* error) {
   out.push_back('\x00');
   out.push_back(static_cast<char>(text.size() & 0xff));
   out.push_back(static_cast<char>((text.size() >> 8) & 0xff));
-  out += text;
-  out += tensor.data();
-  return out;
+  return out + text;
+}
+
+std::string SerializeNpy(const v1::Tensor& tensor, std::string* error) {
+  const std::string_view descr = Traits(tensor.dtype()).npy_descr;
+  if (descr.empty()) {
+    *error = "dtype " + std::string(DTypeName(tensor.dtype())) + " has no .npy equivalent";
+    return "";
+  }
+  if (static_cast<uint64_t>(NumElements(tensor)) * DTypeSize(tensor.dtype()) !=
+      tensor.data().size()) {
+    *error = "tensor data size does not match its shape";
+    return "";
+  }
+  return NpyHeaderBytes(descr, {tensor.shape().begin(), tensor.shape().end()}) + tensor.data();
 }
 
 std::string WriteNpy(const std::string& path, const v1::Tensor& tensor) {
@@ -282,4 +261,4 @@ std::string WriteNpy(const std::string& path, const v1::Tensor& tensor) {
   return "";
 }
 
-}  // namespace gpusampler::client
+}  // namespace gpusampler::common
