@@ -303,6 +303,7 @@ void Metrics::RegisterFamilies(bool any_gpu) {
   families_.assign(kNumFamilies, nullptr);
   for (int id = 0; id < kNumFamilies; ++id) {
     const FamilySpec& spec = kFamilies[id];
+    assert(spec.name != nullptr);  // a row for every FamilyId
     if (IsGpuFamily(id) && !any_gpu) continue;
     switch (spec.type) {
       case Type::kCounter:
