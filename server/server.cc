@@ -69,7 +69,6 @@ struct ProbeState {
 
 // The workers Start creates and the devices they sample on.
 struct Fleet {
-  std::string backend;                                       // "cpu", "cuda" or "cuda-sim"
   std::vector<std::pair<std::string, std::string>> devices;  // (id, uuid): the metrics' devices
   google::protobuf::RepeatedPtrField<v1::DeviceInfo> devices_info;  // GetServerInfo's devices
   std::vector<std::pair<std::unique_ptr<Worker>, int>> workers;     // (worker, device index)
@@ -189,7 +188,6 @@ void AddDevice(Fleet* fleet, const std::string& id, const std::string& uuid,
 // time out exactly as on a GPU (docs/server.md).
 Fleet CudaSimFleet(const ServerConfig& config) {
   Fleet fleet;
-  fleet.backend = "cuda-sim";
   AddDevice(&fleet, "cuda-sim", "", "cuda-sim", HostMemoryBytes());
   const int n = std::max(1, config.streams_per_device);
   for (int s = 0; s < n; ++s) {
@@ -201,7 +199,6 @@ Fleet CudaSimFleet(const ServerConfig& config) {
 
 Fleet CpuFleet(const ServerConfig& config, const BackendFactory& backend_factory) {
   Fleet fleet;
-  fleet.backend = "cpu";
   AddDevice(&fleet, "cpu", "", "cpu", HostMemoryBytes());
   const int n = std::max(1, config.cpu_workers);
   const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -216,7 +213,6 @@ Fleet CpuFleet(const ServerConfig& config, const BackendFactory& backend_factory
 
 Fleet CudaFleet(const ServerConfig& config, const std::vector<int>& cuda_devices) {
   Fleet fleet;
-  fleet.backend = "cuda";
   const int streams = std::max(1, config.streams_per_device);
   for (size_t i = 0; i < cuda_devices.size(); ++i) {
     const int dev = cuda_devices[i];
@@ -233,12 +229,13 @@ Fleet CudaFleet(const ServerConfig& config, const std::vector<int>& cuda_devices
 }
 
 // What GetServerInfo answers: version, devices, backend, repository and limits.
-v1::ServerInfo ServerInfo(const ServerConfig& config, const Fleet& fleet) {
+v1::ServerInfo ServerInfo(const ServerConfig& config, const std::string& backend,
+                          const Fleet& fleet) {
   v1::ServerInfo info;
   info.set_version(Version());
   info.set_revision(Revision());
   *info.mutable_devices() = fleet.devices_info;
-  info.set_backend(fleet.backend);
+  info.set_backend(backend);
   info.set_dataset_repository(!config.dataset_dir.empty());  // SPEC section 6
   auto* limits = info.mutable_limits();
   limits->set_max_message_bytes(config.limits.max_message_bytes);
@@ -372,6 +369,7 @@ Status Server::SelectDevices(DeviceSelection* selection) const {
 }
 
 Status Server::CreateWorkers(const DeviceSelection& selection, Fleet* fleet) {
+  backend_ = selection.cuda_sim ? "cuda-sim" : selection.cuda_devices.empty() ? "cpu" : "cuda";
   try {
     if (selection.cuda_sim) {
       *fleet = CudaSimFleet(config_);
@@ -385,7 +383,6 @@ Status Server::CreateWorkers(const DeviceSelection& selection, Fleet* fleet) {
   } catch (const std::exception& e) {
     return Status(Code::kInternal, std::string("cannot create the workers: ") + e.what());
   }
-  backend_ = fleet->backend;
   return Status::Ok();
 }
 
@@ -404,8 +401,9 @@ void Server::BuildServices(const DeviceSelection& selection, Fleet* fleet) {
   datasets_ = std::make_unique<DatasetRegistry>(
       config_.max_dataset_bytes,
       selection.cuda_sim ? std::vector<int>{kernels::kSimDevice} : selection.cuda_devices);
-  service_ = std::make_unique<SamplerService>(config_, scheduler_.get(), metrics_.get(),
-                                              ServerInfo(config_, *fleet), datasets_.get());
+  service_ =
+      std::make_unique<SamplerService>(config_, scheduler_.get(), metrics_.get(),
+                                       ServerInfo(config_, backend_, *fleet), datasets_.get());
   service_->SetTokens(credentials_->tokens());
   ledger_->metrics = metrics_.get();
 }
