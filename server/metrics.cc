@@ -52,6 +52,33 @@ const char* kGrpcCodeNames[kNumCodes] = {
     "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
     "DATA_LOSS", "UNAUTHENTICATED"};
 
+}  // namespace
+
+void BusyClock::Begin() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (active_++ == 0) since_ = std::chrono::steady_clock::now();
+}
+
+void BusyClock::End() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--active_ == 0) {
+    busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now() - since_)
+                    .count();
+  }
+}
+
+int64_t BusyClock::BusyNs(std::chrono::steady_clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t ns = busy_ns_;
+  if (active_ > 0 && now > since_) {
+    ns += std::chrono::duration_cast<std::chrono::nanoseconds>(now - since_).count();
+  }
+  return ns;
+}
+
+namespace {
+
 enum class Type { kCounter, kGauge, kHistogram };
 
 // Every metric family: its name, type, label names and help, in the order of exposition
@@ -252,29 +279,6 @@ prometheus::Family<T>* Register(const FamilySpec& spec, prometheus::Registry* re
 }
 
 }  // namespace
-
-void BusyClock::Begin() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (active_++ == 0) since_ = std::chrono::steady_clock::now();
-}
-
-void BusyClock::End() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (--active_ == 0) {
-    busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                    std::chrono::steady_clock::now() - since_)
-                    .count();
-  }
-}
-
-int64_t BusyClock::BusyNs(std::chrono::steady_clock::time_point now) {
-  std::lock_guard<std::mutex> lock(mu_);
-  int64_t ns = busy_ns_;
-  if (active_ > 0 && now > since_) {
-    ns += std::chrono::duration_cast<std::chrono::nanoseconds>(now - since_).count();
-  }
-  return ns;
-}
 
 Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices,
                  const BuildInfo& build)
