@@ -10,7 +10,7 @@
 
 #include "gpusampler/kernels/device.hpp"
 #include "repository.hpp"
-#include "validate.hpp"
+#include "tensor_check.hpp"
 
 namespace gpusampler::server {
 namespace {
@@ -188,37 +188,57 @@ DatasetBuilder::~DatasetBuilder() {
 
 Status DatasetBuilder::Add(const v1::DatasetChunk& chunk) {
   const bool first = !started_;
-  if (first) {
-    if (!ValidDatasetName(chunk.name())) {
-      return InvalidArgument("name '" + chunk.name().substr(0, 140) +
-                             "' must match [A-Za-z0-9._-]{1,128}");
-    }
-    if (Status s = registry_->CheckName(chunk.name(), chunk.replace()); !s.ok()) return s;
-    if (!chunk.has_labels()) {
-      return InvalidArgument("labels is missing in the first chunk (it fixes the label dtype)");
-    }
-    ds_->name = chunk.name();
-    replace_ = chunk.replace();
-    has_features_ = chunk.has_features();
-  } else {
-    if (!chunk.name().empty()) {
-      return InvalidArgument("name is set on a chunk after the first (only the first names it)");
-    }
-    if (chunk.replace()) return InvalidArgument("replace is set on a chunk after the first");
-    if (chunk.has_row_splits()) {
-      return InvalidArgument("row_splits is set on a chunk after the first");
-    }
-    if (chunk.has_features() != has_features_) {
-      return InvalidArgument(std::string("features is ") +
-                             (has_features_ ? "missing from" : "present in") +
-                             " a later chunk; send features in all chunks or in none");
+  if (Status s = first ? StartUpload(chunk) : CheckLaterChunk(chunk); !s.ok()) return s;
+  int64_t n = 0;
+  if (Status s = CheckLabels(chunk.labels(), first, &n); !s.ok()) return s;
+  if (has_features_) {
+    if (Status s = CheckFeatures(chunk.features(), n, first); !s.ok()) return s;
+  }
+  // Row splits (first chunk only).
+  std::vector<int64_t> splits;
+  if (first && chunk.has_row_splits()) {
+    if (Status s = ParseRowSplits(chunk.row_splits(), limits_, /*check_max_rows=*/false, &splits);
+        !s.ok()) {
+      return s;
     }
   }
+  return Keep(chunk, std::move(splits));
+}
 
-  // Labels: 1-D, an integer or BOOL dtype, the same in every chunk.
-  const v1::Tensor& labels = chunk.labels();
-  int64_t n = 0;
-  if (Status s = CheckTensorData(labels, "labels", limits_, &n); !s.ok()) return s;
+Status DatasetBuilder::StartUpload(const v1::DatasetChunk& chunk) {
+  if (!ValidDatasetName(chunk.name())) {
+    return InvalidArgument("name '" + chunk.name().substr(0, 140) +
+                           "' must match [A-Za-z0-9._-]{1,128}");
+  }
+  if (Status s = registry_->CheckName(chunk.name(), chunk.replace()); !s.ok()) return s;
+  if (!chunk.has_labels()) {
+    return InvalidArgument("labels is missing in the first chunk (it fixes the label dtype)");
+  }
+  ds_->name = chunk.name();
+  replace_ = chunk.replace();
+  has_features_ = chunk.has_features();
+  return Status::Ok();
+}
+
+Status DatasetBuilder::CheckLaterChunk(const v1::DatasetChunk& chunk) const {
+  if (!chunk.name().empty()) {
+    return InvalidArgument("name is set on a chunk after the first (only the first names it)");
+  }
+  if (chunk.replace()) return InvalidArgument("replace is set on a chunk after the first");
+  if (chunk.has_row_splits()) {
+    return InvalidArgument("row_splits is set on a chunk after the first");
+  }
+  if (chunk.has_features() != has_features_) {
+    return InvalidArgument(std::string("features is ") +
+                           (has_features_ ? "missing from" : "present in") +
+                           " a later chunk; send features in all chunks or in none");
+  }
+  return Status::Ok();
+}
+
+// Labels: 1-D, an integer or BOOL dtype, the same in every chunk.
+Status DatasetBuilder::CheckLabels(const v1::Tensor& labels, bool first, int64_t* n) {
+  if (Status s = CheckTensorData(labels, "labels", limits_, n); !s.ok()) return s;
   const DType dtype = static_cast<DType>(static_cast<int>(labels.dtype()));
   if (labels.shape_size() != 1) {
     return InvalidArgument("labels.shape " + Shape(labels.shape()) + " must be 1-D [n]");
@@ -233,70 +253,52 @@ Status DatasetBuilder::Add(const v1::DatasetChunk& chunk) {
     return InvalidArgument("labels.dtype " + DTypeString(dtype) +
                            " differs from the first chunk's " + DTypeString(ds_->label_dtype));
   }
-  const auto* lbytes = reinterpret_cast<const uint8_t*>(labels.data().data());
   if (dtype == DType::kBool) {
-    if (Status st = CheckBoolLabels(lbytes, n); !st.ok()) return st;
+    return CheckBoolLabels(reinterpret_cast<const uint8_t*>(labels.data().data()), *n);
   }
+  return Status::Ok();
+}
 
-  // Features: [n, ...], the same dtype and row shape in every chunk.
-  const uint8_t* fbytes = nullptr;
-  int64_t feature_bytes = 0;
-  if (has_features_) {
-    const v1::Tensor& feat = chunk.features();
-    int64_t fe = 0;
-    if (Status s = CheckTensorData(feat, "features", limits_, &fe); !s.ok()) return s;
-    if (feat.shape_size() < 1 || feat.shape(0) != n) {
-      return InvalidArgument("features.shape " + Shape(feat.shape()) +
-                             " must be [n, ...] with n = " + std::to_string(n) +
-                             ", the chunk's label count");
-    }
-    const DType fdtype = static_cast<DType>(static_cast<int>(feat.dtype()));
-    std::vector<int64_t> row_shape(feat.shape().begin() + 1, feat.shape().end());
-    if (first) {
-      ds_->feature_dtype = fdtype;
-      ds_->feature_shape = row_shape;
-      int64_t row = static_cast<int64_t>(kernels::ItemSize(fdtype));
-      for (int64_t d : row_shape) {
-        if (__builtin_mul_overflow(row, d, &row)) {
-          return InvalidArgument("features.shape " + Shape(feat.shape()) +
-                                 ": one feature row overflows int64 bytes");
-        }
-      }
-      if (row == 0) {
-        return InvalidArgument("features.shape " + Shape(feat.shape()) +
-                               " has zero-byte feature rows");
-      }
-      ds_->feature_row_bytes = row;
-    } else if (fdtype != ds_->feature_dtype || row_shape != ds_->feature_shape) {
+// Features: [n, ...], the same dtype and row shape in every chunk.
+Status DatasetBuilder::CheckFeatures(const v1::Tensor& feat, int64_t n, bool first) {
+  int64_t fe = 0;
+  if (Status s = CheckTensorData(feat, "features", limits_, &fe); !s.ok()) return s;
+  if (feat.shape_size() < 1 || feat.shape(0) != n) {
+    return InvalidArgument("features.shape " + Shape(feat.shape()) + " must be [n, ...] with n = " +
+                           std::to_string(n) + ", the chunk's label count");
+  }
+  const DType fdtype = static_cast<DType>(static_cast<int>(feat.dtype()));
+  std::vector<int64_t> row_shape(feat.shape().begin() + 1, feat.shape().end());
+  if (!first) {
+    if (fdtype != ds_->feature_dtype || row_shape != ds_->feature_shape) {
       return InvalidArgument("features dtype " + DTypeString(fdtype) + " row shape " +
                              Shape(row_shape) + " differ from the first chunk's " +
                              DTypeString(ds_->feature_dtype) + " " + Shape(ds_->feature_shape));
     }
-    fbytes = reinterpret_cast<const uint8_t*>(feat.data().data());
-    feature_bytes = static_cast<int64_t>(feat.data().size());
+    return Status::Ok();
   }
-
-  // Row splits (first chunk only): INT64 [B + 1], 0 first, non-decreasing.
-  std::vector<int64_t> splits;
-  if (first && chunk.has_row_splits()) {
-    const v1::Tensor& rs = chunk.row_splits();
-    if (rs.dtype() != v1::DTYPE_INT64) {
-      return InvalidArgument("row_splits.dtype must be DTYPE_INT64, got " +
-                             v1::DType_Name(rs.dtype()));
+  ds_->feature_dtype = fdtype;
+  ds_->feature_shape = row_shape;
+  int64_t row = static_cast<int64_t>(kernels::ItemSize(fdtype));
+  for (int64_t d : row_shape) {
+    if (__builtin_mul_overflow(row, d, &row)) {
+      return InvalidArgument("features.shape " + Shape(feat.shape()) +
+                             ": one feature row overflows int64 bytes");
     }
-    int64_t count = 0;
-    if (Status s = CheckTensorData(rs, "row_splits", limits_, &count); !s.ok()) return s;
-    if (rs.shape_size() != 1 || count < 1) {
-      return InvalidArgument("row_splits.shape " + Shape(rs.shape()) +
-                             " must be [B+1] with B >= 0");
-    }
-    splits.resize(static_cast<size_t>(count));
-    std::memcpy(splits.data(), rs.data().data(), static_cast<size_t>(count) * 8);
-    if (Status st = CheckRowSplitsOrder(splits); !st.ok()) return st;
   }
+  if (row == 0) {
+    return InvalidArgument("features.shape " + Shape(feat.shape()) + " has zero-byte feature rows");
+  }
+  ds_->feature_row_bytes = row;
+  return Status::Ok();
+}
 
-  // Reserve, then keep.
-  const int64_t want = static_cast<int64_t>(labels.data().size()) + feature_bytes +
+// Reserves the chunk's bytes against the budget, then keeps them.
+Status DatasetBuilder::Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> splits) {
+  const std::string& label_data = chunk.labels().data();
+  const std::string* feature_data = has_features_ ? &chunk.features().data() : nullptr;
+  const int64_t feature_bytes = feature_data ? static_cast<int64_t>(feature_data->size()) : 0;
+  const int64_t want = static_cast<int64_t>(label_data.size()) + feature_bytes +
                        static_cast<int64_t>(splits.size() * sizeof(int64_t));
   if (Status s = registry_->Reserve(want); !s.ok()) return s;
   reserved_ += want;
@@ -305,9 +307,13 @@ Status DatasetBuilder::Add(const v1::DatasetChunk& chunk) {
     ds_->has_row_splits = true;
     ds_->row_splits = std::move(splits);
   }
-  ds_->labels.insert(ds_->labels.end(), lbytes, lbytes + labels.data().size());
-  if (fbytes) ds_->features.insert(ds_->features.end(), fbytes, fbytes + feature_bytes);
-  label_hash_.Update(lbytes, labels.data().size());
+  const auto* lbytes = reinterpret_cast<const uint8_t*>(label_data.data());
+  ds_->labels.insert(ds_->labels.end(), lbytes, lbytes + label_data.size());
+  if (feature_data) {
+    const auto* fbytes = reinterpret_cast<const uint8_t*>(feature_data->data());
+    ds_->features.insert(ds_->features.end(), fbytes, fbytes + feature_bytes);
+  }
+  label_hash_.Update(lbytes, label_data.size());
   return Status::Ok();
 }
 

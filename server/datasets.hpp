@@ -108,6 +108,14 @@ class DatasetBuilder {
   int64_t reserved() const { return reserved_; }
 
  private:
+  // The steps of Add: the first chunk names the upload, later ones may not; each chunk's
+  // labels and features are checked against the first's; Keep reserves and appends.
+  Status StartUpload(const v1::DatasetChunk& chunk);
+  Status CheckLaterChunk(const v1::DatasetChunk& chunk) const;
+  Status CheckLabels(const v1::Tensor& labels, bool first, int64_t* n);
+  Status CheckFeatures(const v1::Tensor& features, int64_t n, bool first);
+  Status Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> splits);
+
   DatasetRegistry* registry_;
   const Limits limits_;
   std::shared_ptr<Dataset> ds_;

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cassert>
+#include <utility>
 
 #include "datasets.hpp"
 #include "gpusampler/common/status_codes.hpp"
@@ -12,9 +14,6 @@
 namespace gpusampler::server {
 namespace {
 
-using prometheus::BuildCounter;
-using prometheus::BuildGauge;
-using prometheus::BuildHistogram;
 using prometheus::Histogram;
 
 // 50 us .. ~26 s, factor 2: covers a loopback round trip up to a huge request.
@@ -77,220 +76,315 @@ int64_t BusyClock::BusyNs(std::chrono::steady_clock::time_point now) {
   return ns;
 }
 
+namespace {
+
+enum class Type { kCounter, kGauge, kHistogram };
+
+// Every metric family: its name, type, label names and help, in the order of exposition
+// (prometheus-cpp exposes counters, then gauges, then histograms, each in this order).
+// The GPU families exist only on a server with a CUDA device.
+struct FamilySpec {
+  const char* name;
+  Type type;
+  std::vector<std::string> labels;
+  const char* help;
+};
+
+enum FamilyId : int {
+  kRequests,
+  kRequestDuration,
+  kQueueDuration,
+  kStreamDuration,
+  kQueueCapacity,
+  kServing,
+  kTransportRejected,
+  kQueueDepth,
+  kInflight,
+  kInflightBytes,
+  kDatasets,
+  kDatasetBytes,
+  kReceivedBytes,
+  kSentBytes,
+  kResourceExhausted,
+  kDropped,
+  kCompute,
+  kBatchRows,
+  kSampledRows,
+  kLaunches,
+  kBusyRatio,
+  kBusySeconds,
+  kGpuUtilization,
+  kGpuMemoryUsed,
+  kGpuMemoryTotal,
+  kShortRows,
+  kPositiveFraction,
+  kBuildInfo,
+  kDatasetLoads,
+  kDatasetEvictions,
+  kNumFamilies,
+};
+
+const FamilySpec kFamilies[kNumFamilies] = {
+    {"gpusampler_requests_total",
+     Type::kCounter,
+     {"method", "code"},
+     "RPCs finished, by method and gRPC status code."},
+    {"gpusampler_request_duration_seconds",
+     Type::kHistogram,
+     {"method"},
+     "RPC duration from arrival to the final status, by method."},
+    {"gpusampler_queue_duration_seconds",
+     Type::kHistogram,
+     {},
+     "Time a request waited between acceptance and its launch."},
+    {"gpusampler_stream_duration_seconds",
+     Type::kHistogram,
+     {},
+     "Lifetime of a SampleStream, from its arrival to its final status."},
+    {"gpusampler_queue_capacity",
+     Type::kGauge,
+     {},
+     "Requests the scheduler queue holds before RESOURCE_EXHAUSTED "
+     "(--queue-capacity)."},
+    {"gpusampler_serving",
+     Type::kGauge,
+     {},
+     "1 while grpc.health.v1 reports SERVING; 0 while warming up, draining "
+     "or after a device fault."},
+    {"gpusampler_transport_rejected_calls_total",
+     Type::kCounter,
+     {},
+     "Calls gRPC refused before the service saw them (a message over the "
+     "transport limit, a client gone before its request arrived); from channelz."},
+    {"gpusampler_queue_depth", Type::kGauge, {}, "Requests waiting in the scheduler queue."},
+    {"gpusampler_inflight_requests",
+     Type::kGauge,
+     {},
+     "Sampling requests accepted and not yet answered."},
+    {"gpusampler_inflight_bytes",
+     Type::kGauge,
+     {},
+     "Request and response bytes held now, of the --max-inflight-bytes "
+     "budget."},
+    {"gpusampler_datasets", Type::kGauge, {}, "Resident datasets stored."},
+    {"gpusampler_dataset_bytes",
+     Type::kGauge,
+     {"device"},
+     "Bytes of resident datasets, stored and being uploaded, by "
+     "device that keeps a copy."},
+    {"gpusampler_received_bytes_total",
+     Type::kCounter,
+     {},
+     "Serialized bytes of sampling requests received."},
+    {"gpusampler_sent_bytes_total",
+     Type::kCounter,
+     {},
+     "Serialized bytes of sampling responses sent."},
+    {"gpusampler_resource_exhausted_total",
+     Type::kCounter,
+     {"method", "reason"},
+     "RESOURCE_EXHAUSTED answers (also in gpusampler_requests_total), by method and "
+     "reason: shed (queue or byte budget full; positive retry pushback), limit (over "
+     "a configured limit; pushback -1, do not retry), other (no pushback: device "
+     "memory)."},
+    {"gpusampler_dropped_requests_total",
+     Type::kCounter,
+     {"reason"},
+     "Requests dropped before launch (no kernel ran), by reason."},
+    {"gpusampler_compute_duration_seconds",
+     Type::kHistogram,
+     {"device"},
+     "Duration of one launch (staging, sampling, copies), by device."},
+    {"gpusampler_batch_rows",
+     Type::kHistogram,
+     {"device"},
+     "Rows fused into one launch, by device."},
+    {"gpusampler_sampled_rows_total", Type::kCounter, {"device"}, "Rows sampled, by device."},
+    {"gpusampler_launches_total",
+     Type::kCounter,
+     {"device"},
+     "Sampling launches (kernels) run, by device."},
+    {"gpusampler_device_busy_ratio",
+     Type::kGauge,
+     {"device"},
+     "Fraction of the last update period with a launch running, by device "
+     "(own timing)."},
+    {"gpusampler_device_busy_seconds_total",
+     Type::kCounter,
+     {"device"},
+     "Seconds during which at least one launch ran, by device (own timing, CPU "
+     "workers too; rate() is the busy ratio)."},
+    {"gpusampler_gpu_utilization_ratio",
+     Type::kGauge,
+     {"device", "gpu_uuid"},
+     "GPU utilization reported by NVML, [0, 1]."},
+    {"gpusampler_gpu_memory_used_bytes",
+     Type::kGauge,
+     {"device", "gpu_uuid"},
+     "GPU memory in use, reported by NVML."},
+    {"gpusampler_gpu_memory_total_bytes",
+     Type::kGauge,
+     {"device", "gpu_uuid"},
+     "GPU memory, reported by NVML."},
+    {"gpusampler_short_rows_total",
+     Type::kCounter,
+     {},
+     "Sampled rows with fewer than num_samples selected elements "
+     "(m_pos + m_neg < K); the rest of the row is padding."},
+    {"gpusampler_positive_fraction",
+     Type::kHistogram,
+     {},
+     "Realized share of positives per sampled row, m_pos / K."},
+    {"gpusampler_build_info",
+     Type::kGauge,
+     {"version", "revision", "cuda", "cuda_driver", "backend"},
+     "Build of this server; always 1. cuda: the CUDA toolkit it "
+     "was compiled with; cuda_driver: the CUDA version of the "
+     "driver in use (none when serving on the CPU)."},
+    {"gpusampler_dataset_loads_total",
+     Type::kCounter,
+     {"result"},
+     "Datasets loaded from the --dataset-dir repository, by result (error: "
+     "a bad file, logged and skipped)."},
+    {"gpusampler_dataset_evictions_total",
+     Type::kCounter,
+     {},
+     "Datasets evicted from memory to make room under "
+     "--max-dataset-bytes (they stay in the repository)."},
+};
+
+bool IsGpuFamily(int id) {
+  return id == kGpuUtilization || id == kGpuMemoryUsed || id == kGpuMemoryTotal;
+}
+
+template <class T>
+constexpr Type TypeOf();
+template <>
+constexpr Type TypeOf<prometheus::Counter>() {
+  return Type::kCounter;
+}
+template <>
+constexpr Type TypeOf<prometheus::Gauge>() {
+  return Type::kGauge;
+}
+template <>
+constexpr Type TypeOf<Histogram>() {
+  return Type::kHistogram;
+}
+
+template <class T>
+prometheus::Family<T>* Register(const FamilySpec& spec, prometheus::Registry* registry) {
+  return &prometheus::detail::Builder<T>().Name(spec.name).Help(spec.help).Register(*registry);
+}
+
+}  // namespace
+
 Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices,
                  const BuildInfo& build)
-    : registry_(std::make_shared<prometheus::Registry>()) {
-  auto& requests = BuildCounter()
-                       .Name("gpusampler_requests_total")
-                       .Help("RPCs finished, by method and gRPC status code.")
-                       .Register(*registry_);
-  auto& durations = BuildHistogram()
-                        .Name("gpusampler_request_duration_seconds")
-                        .Help("RPC duration from arrival to the final status, by method.")
-                        .Register(*registry_);
+    : registry_(std::make_shared<prometheus::Registry>()), build_(build) {
+  const bool any_gpu = std::any_of(devices.begin(), devices.end(),
+                                   [](const auto& device) { return !device.second.empty(); });
+  RegisterFamilies(any_gpu);
+  BuildRequestMetrics();
+  BuildServerMetrics();
+  for (const auto& [name, uuid] : devices) {
+    // Each device that samples keeps a whole copy: host memory for CPU workers, device
+    // memory for CUDA workers (docs/datasets.md).
+    dataset_bytes_.push_back(Add<prometheus::Gauge>(kDatasetBytes, {name}));
+  }
+  for (const auto& [name, uuid] : devices) devices_.push_back(BuildDeviceMetrics(name, uuid));
+  short_rows_ = Add<prometheus::Counter>(kShortRows, {});
+  positive_fraction_ = Add<Histogram>(kPositiveFraction, {}, FractionBuckets());
+  // The build_info series is added by StartUpdater, once NVML tells the CUDA version in use.
+  process_ = MakeProcessCollector();
+  dataset_loads_ok_ = Add<prometheus::Counter>(kDatasetLoads, {"ok"});
+  dataset_loads_error_ = Add<prometheus::Counter>(kDatasetLoads, {"error"});
+  dataset_evictions_ = Add<prometheus::Counter>(kDatasetEvictions, {});
+}
+
+void Metrics::RegisterFamilies(bool any_gpu) {
+  families_.assign(kNumFamilies, nullptr);
+  for (int id = 0; id < kNumFamilies; ++id) {
+    const FamilySpec& spec = kFamilies[id];
+    assert(spec.name != nullptr);  // a row for every FamilyId
+    if (IsGpuFamily(id) && !any_gpu) continue;
+    switch (spec.type) {
+      case Type::kCounter:
+        families_[id] = Register<prometheus::Counter>(spec, registry_.get());
+        break;
+      case Type::kGauge:
+        families_[id] = Register<prometheus::Gauge>(spec, registry_.get());
+        break;
+      case Type::kHistogram:
+        families_[id] = Register<Histogram>(spec, registry_.get());
+        break;
+    }
+  }
+}
+
+template <class T>
+prometheus::Family<T>& Metrics::family(int id) {
+  assert(kFamilies[id].type == TypeOf<T>() && families_[id] != nullptr);
+  return static_cast<prometheus::Family<T>&>(*families_[id]);
+}
+
+template <class T, class... Args>
+T* Metrics::Add(int id, const std::vector<std::string>& values, Args&&... args) {
+  const std::vector<std::string>& names = kFamilies[id].labels;
+  assert(names.size() == values.size());
+  prometheus::Labels labels;
+  for (size_t i = 0; i < names.size(); ++i) labels.emplace(names[i], values[i]);
+  return &family<T>(id).Add(labels, std::forward<Args>(args)...);
+}
+
+// Requests by method: finished by status code, their duration, RESOURCE_EXHAUSTED by reason.
+void Metrics::BuildRequestMetrics() {
+  auto& requests = family<prometheus::Counter>(kRequests);
+  auto& durations = family<Histogram>(kRequestDuration);
   for (int m = 0; m < kNumMethods; ++m) {
     for (int c = 0; c < kNumCodes; ++c) {
       requests_[m][c] = &requests.Add({{"method", kMethodNames[m]}, {"code", kGrpcCodeNames[c]}});
     }
     durations_[m] = &durations.Add({{"method", kMethodNames[m]}}, LatencyBuckets());
   }
-  queue_duration_ = &BuildHistogram()
-                         .Name("gpusampler_queue_duration_seconds")
-                         .Help("Time a request waited between acceptance and its launch.")
-                         .Register(*registry_)
-                         .Add({}, LatencyBuckets());
-  stream_duration_ = &BuildHistogram()
-                          .Name("gpusampler_stream_duration_seconds")
-                          .Help("Lifetime of a SampleStream, from its arrival to its final status.")
-                          .Register(*registry_)
-                          .Add({}, StreamBuckets());
-  queue_capacity_ = &BuildGauge()
-                         .Name("gpusampler_queue_capacity")
-                         .Help(
-                             "Requests the scheduler queue holds before RESOURCE_EXHAUSTED "
-                             "(--queue-capacity).")
-                         .Register(*registry_)
-                         .Add({});
-  serving_ = &BuildGauge()
-                  .Name("gpusampler_serving")
-                  .Help(
-                      "1 while grpc.health.v1 reports SERVING; 0 while warming up, draining "
-                      "or after a device fault.")
-                  .Register(*registry_)
-                  .Add({});
-  transport_rejected_ =
-      &BuildCounter()
-           .Name("gpusampler_transport_rejected_calls_total")
-           .Help(
-               "Calls gRPC refused before the service saw them (a message over the "
-               "transport limit, a client gone before its request arrived); from channelz.")
-           .Register(*registry_)
-           .Add({});
-  queue_depth_ = &BuildGauge()
-                      .Name("gpusampler_queue_depth")
-                      .Help("Requests waiting in the scheduler queue.")
-                      .Register(*registry_)
-                      .Add({});
-  inflight_ = &BuildGauge()
-                   .Name("gpusampler_inflight_requests")
-                   .Help("Sampling requests accepted and not yet answered.")
-                   .Register(*registry_)
-                   .Add({});
-  inflight_bytes_ = &BuildGauge()
-                         .Name("gpusampler_inflight_bytes")
-                         .Help(
-                             "Request and response bytes held now, of the --max-inflight-bytes "
-                             "budget.")
-                         .Register(*registry_)
-                         .Add({});
-  datasets_ = &BuildGauge()
-                   .Name("gpusampler_datasets")
-                   .Help("Resident datasets stored.")
-                   .Register(*registry_)
-                   .Add({});
-  // Each device that samples keeps a whole copy: host memory for CPU workers, device
-  // memory for CUDA workers (docs/datasets.md).
-  auto& dataset_bytes = BuildGauge()
-                            .Name("gpusampler_dataset_bytes")
-                            .Help(
-                                "Bytes of resident datasets, stored and being uploaded, by "
-                                "device that keeps a copy.")
-                            .Register(*registry_);
-  for (const auto& [name, uuid] : devices) {
-    dataset_bytes_.push_back(&dataset_bytes.Add({{"device", name}}));
-  }
-  received_bytes_ = &BuildCounter()
-                         .Name("gpusampler_received_bytes_total")
-                         .Help("Serialized bytes of sampling requests received.")
-                         .Register(*registry_)
-                         .Add({});
-  sent_bytes_ = &BuildCounter()
-                     .Name("gpusampler_sent_bytes_total")
-                     .Help("Serialized bytes of sampling responses sent.")
-                     .Register(*registry_)
-                     .Add({});
-  auto& exhausted =
-      BuildCounter()
-          .Name("gpusampler_resource_exhausted_total")
-          .Help(
-              "RESOURCE_EXHAUSTED answers (also in gpusampler_requests_total), by method and "
-              "reason: shed (queue or byte budget full; positive retry pushback), limit (over "
-              "a configured limit; pushback -1, do not retry), other (no pushback: device "
-              "memory).")
-          .Register(*registry_);
   for (int m = 0; m < kNumMethods; ++m) {
     const char* reasons[] = {"shed", "limit", "other"};
     for (int r = 0; r < 3; ++r) {
       resource_exhausted_[m][r] =
-          &exhausted.Add({{"method", kMethodNames[m]}, {"reason", reasons[r]}});
+          Add<prometheus::Counter>(kResourceExhausted, {kMethodNames[m], reasons[r]});
     }
   }
-  auto& dropped = BuildCounter()
-                      .Name("gpusampler_dropped_requests_total")
-                      .Help("Requests dropped before launch (no kernel ran), by reason.")
-                      .Register(*registry_);
-  dropped_deadline_ = &dropped.Add({{"reason", "deadline"}});
-  dropped_cancelled_ = &dropped.Add({{"reason", "cancelled"}});
-
-  auto& compute = BuildHistogram()
-                      .Name("gpusampler_compute_duration_seconds")
-                      .Help("Duration of one launch (staging, sampling, copies), by device.")
-                      .Register(*registry_);
-  auto& batch_rows = BuildHistogram()
-                         .Name("gpusampler_batch_rows")
-                         .Help("Rows fused into one launch, by device.")
-                         .Register(*registry_);
-  auto& sampled = BuildCounter()
-                      .Name("gpusampler_sampled_rows_total")
-                      .Help("Rows sampled, by device.")
-                      .Register(*registry_);
-  auto& launches = BuildCounter()
-                       .Name("gpusampler_launches_total")
-                       .Help("Sampling launches (kernels) run, by device.")
-                       .Register(*registry_);
-  auto& busy = BuildGauge()
-                   .Name("gpusampler_device_busy_ratio")
-                   .Help(
-                       "Fraction of the last update period with a launch running, by device "
-                       "(own timing).")
-                   .Register(*registry_);
-  auto& busy_seconds =
-      BuildCounter()
-          .Name("gpusampler_device_busy_seconds_total")
-          .Help(
-              "Seconds during which at least one launch ran, by device (own timing, CPU "
-              "workers too; rate() is the busy ratio).")
-          .Register(*registry_);
-  bool any_gpu = false;
-  for (const auto& [name, uuid] : devices) {
-    auto d = std::make_unique<DeviceMetrics>();
-    d->name = name;
-    d->uuid = uuid;
-    d->compute = &compute.Add({{"device", name}}, LatencyBuckets());
-    d->batch_rows = &batch_rows.Add({{"device", name}}, RowBuckets());
-    d->sampled_rows = &sampled.Add({{"device", name}});
-    d->launches = &launches.Add({{"device", name}});
-    d->busy_ratio = &busy.Add({{"device", name}});
-    d->busy_seconds = &busy_seconds.Add({{"device", name}});
-    any_gpu = any_gpu || !uuid.empty();
-    devices_.push_back(std::move(d));
-  }
-  if (any_gpu) {
-    gpu_util_family_ = &BuildGauge()
-                            .Name("gpusampler_gpu_utilization_ratio")
-                            .Help("GPU utilization reported by NVML, [0, 1].")
-                            .Register(*registry_);
-    gpu_used_family_ = &BuildGauge()
-                            .Name("gpusampler_gpu_memory_used_bytes")
-                            .Help("GPU memory in use, reported by NVML.")
-                            .Register(*registry_);
-    gpu_total_family_ = &BuildGauge()
-                             .Name("gpusampler_gpu_memory_total_bytes")
-                             .Help("GPU memory, reported by NVML.")
-                             .Register(*registry_);
-  }
-  short_rows_ = &BuildCounter()
-                     .Name("gpusampler_short_rows_total")
-                     .Help(
-                         "Sampled rows with fewer than num_samples selected elements "
-                         "(m_pos + m_neg < K); the rest of the row is padding.")
-                     .Register(*registry_)
-                     .Add({});
-  positive_fraction_ = &BuildHistogram()
-                            .Name("gpusampler_positive_fraction")
-                            .Help("Realized share of positives per sampled row, m_pos / K.")
-                            .Register(*registry_)
-                            .Add({}, FractionBuckets());
-
-  // Its series is added by StartUpdater, once NVML tells the CUDA version in use.
-  build_ = build;
-  build_info_family_ = &BuildGauge()
-                            .Name("gpusampler_build_info")
-                            .Help(
-                                "Build of this server; always 1. cuda: the CUDA toolkit it "
-                                "was compiled with; cuda_driver: the CUDA version of the "
-                                "driver in use (none when serving on the CPU).")
-                            .Register(*registry_);
-  process_ = MakeProcessCollector();
-  BuildRepositoryMetrics();
 }
 
-void Metrics::BuildRepositoryMetrics() {
-  auto& loads = BuildCounter()
-                    .Name("gpusampler_dataset_loads_total")
-                    .Help(
-                        "Datasets loaded from the --dataset-dir repository, by result (error: "
-                        "a bad file, logged and skipped).")
-                    .Register(*registry_);
-  dataset_loads_ok_ = &loads.Add({{"result", "ok"}});
-  dataset_loads_error_ = &loads.Add({{"result", "error"}});
-  dataset_evictions_ = &BuildCounter()
-                            .Name("gpusampler_dataset_evictions_total")
-                            .Help(
-                                "Datasets evicted from memory to make room under "
-                                "--max-dataset-bytes (they stay in the repository).")
-                            .Register(*registry_)
-                            .Add({});
+// The queue, the lifecycle, the transport and the bytes in flight.
+void Metrics::BuildServerMetrics() {
+  queue_duration_ = Add<Histogram>(kQueueDuration, {}, LatencyBuckets());
+  stream_duration_ = Add<Histogram>(kStreamDuration, {}, StreamBuckets());
+  queue_capacity_ = Add<prometheus::Gauge>(kQueueCapacity, {});
+  serving_ = Add<prometheus::Gauge>(kServing, {});
+  transport_rejected_ = Add<prometheus::Counter>(kTransportRejected, {});
+  queue_depth_ = Add<prometheus::Gauge>(kQueueDepth, {});
+  inflight_ = Add<prometheus::Gauge>(kInflight, {});
+  inflight_bytes_ = Add<prometheus::Gauge>(kInflightBytes, {});
+  datasets_ = Add<prometheus::Gauge>(kDatasets, {});
+  received_bytes_ = Add<prometheus::Counter>(kReceivedBytes, {});
+  sent_bytes_ = Add<prometheus::Counter>(kSentBytes, {});
+  dropped_deadline_ = Add<prometheus::Counter>(kDropped, {"deadline"});
+  dropped_cancelled_ = Add<prometheus::Counter>(kDropped, {"cancelled"});
+}
+
+std::unique_ptr<DeviceMetrics> Metrics::BuildDeviceMetrics(const std::string& name,
+                                                           const std::string& uuid) {
+  auto d = std::make_unique<DeviceMetrics>();
+  d->name = name;
+  d->uuid = uuid;
+  d->compute = Add<Histogram>(kCompute, {name}, LatencyBuckets());
+  d->batch_rows = Add<Histogram>(kBatchRows, {name}, RowBuckets());
+  d->sampled_rows = Add<prometheus::Counter>(kSampledRows, {name});
+  d->launches = Add<prometheus::Counter>(kLaunches, {name});
+  d->busy_ratio = Add<prometheus::Gauge>(kBusyRatio, {name});
+  d->busy_seconds = Add<prometheus::Counter>(kBusySeconds, {name});
+  return d;
 }
 
 Metrics::~Metrics() { StopUpdater(); }
@@ -315,7 +409,7 @@ void Metrics::RecordRowQuality(const int32_t* num_positive, const int32_t* num_n
 }
 
 void Metrics::StartUpdater(std::chrono::milliseconds period) {
-  if (gpu_util_family_ != nullptr) {
+  if (families_[kGpuUtilization] != nullptr) {
     std::string why;
     nvml_ = Nvml::Load(&why);
     if (!nvml_) {
@@ -323,10 +417,9 @@ void Metrics::StartUpdater(std::chrono::milliseconds period) {
     } else {
       for (auto& d : devices_) {
         if (d->uuid.empty()) continue;
-        const prometheus::Labels labels{{"device", d->name}, {"gpu_uuid", d->uuid}};
-        d->gpu_utilization = &gpu_util_family_->Add(labels);
-        d->gpu_memory_used = &gpu_used_family_->Add(labels);
-        d->gpu_memory_total = &gpu_total_family_->Add(labels);
+        d->gpu_utilization = Add<prometheus::Gauge>(kGpuUtilization, {d->name, d->uuid});
+        d->gpu_memory_used = Add<prometheus::Gauge>(kGpuMemoryUsed, {d->name, d->uuid});
+        d->gpu_memory_total = Add<prometheus::Gauge>(kGpuMemoryTotal, {d->name, d->uuid});
       }
     }
   } else {
@@ -334,13 +427,9 @@ void Metrics::StartUpdater(std::chrono::milliseconds period) {
   }
   std::string cuda_driver = "none";
   if (build_.backend == "cuda") cuda_driver = nvml_ ? nvml_->CudaDriverVersion() : "unknown";
-  build_info_family_
-      ->Add({{"version", build_.version},
-             {"revision", build_.revision},
-             {"cuda", build_.cuda},
-             {"cuda_driver", cuda_driver},
-             {"backend", build_.backend}})
-      .Set(1);
+  Add<prometheus::Gauge>(
+      kBuildInfo, {build_.version, build_.revision, build_.cuda, cuda_driver, build_.backend})
+      ->Set(1);
   last_update_ = std::chrono::steady_clock::now();
   updater_ = std::thread([this, period] {
     std::unique_lock<std::mutex> lock(mu_);

@@ -136,16 +136,29 @@ class Metrics {
   prometheus::Counter& dataset_evictions() { return *dataset_evictions_; }
 
  private:
+  // The steps of the constructor: every family from the table (metrics.cc), then the
+  // children that exist from the start.
+  void RegisterFamilies(bool any_gpu);
+  void BuildRequestMetrics();
+  void BuildServerMetrics();
+  std::unique_ptr<DeviceMetrics> BuildDeviceMetrics(const std::string& name,
+                                                    const std::string& uuid);
+  // Family `id` of the table, as its type.
+  template <class T>
+  prometheus::Family<T>& family(int id);
+  // The child of family `id` with these label values (in the table's label order).
+  template <class T, class... Args>
+  T* Add(int id, const std::vector<std::string>& values, Args&&... args);
   void Update();
 
   std::shared_ptr<prometheus::Registry> registry_;
+  std::vector<prometheus::Collectable*> families_;  // by the table's index; null: absent
   std::array<std::array<prometheus::Counter*, kNumCodes>, kNumMethods> requests_{};
   std::array<prometheus::Histogram*, kNumMethods> durations_{};
   std::array<std::array<prometheus::Counter*, 3>, kNumMethods> resource_exhausted_{};
   prometheus::Histogram* queue_duration_ = nullptr;
   prometheus::Histogram* stream_duration_ = nullptr;
   prometheus::Gauge* queue_capacity_ = nullptr;
-  prometheus::Family<prometheus::Gauge>* build_info_family_ = nullptr;
   BuildInfo build_;
   std::shared_ptr<prometheus::Collectable> process_;
   prometheus::Counter* transport_rejected_ = nullptr;
@@ -163,13 +176,9 @@ class Metrics {
   prometheus::Counter* dropped_cancelled_ = nullptr;
   prometheus::Counter* short_rows_ = nullptr;
   prometheus::Histogram* positive_fraction_ = nullptr;
-  void BuildRepositoryMetrics();
   prometheus::Counter* dataset_loads_ok_ = nullptr;
   prometheus::Counter* dataset_loads_error_ = nullptr;
   prometheus::Counter* dataset_evictions_ = nullptr;
-  prometheus::Family<prometheus::Gauge>* gpu_util_family_ = nullptr;
-  prometheus::Family<prometheus::Gauge>* gpu_used_family_ = nullptr;
-  prometheus::Family<prometheus::Gauge>* gpu_total_family_ = nullptr;
   std::vector<std::unique_ptr<DeviceMetrics>> devices_;
 
   std::unique_ptr<Nvml> nvml_;

@@ -67,30 +67,10 @@ void Scheduler::AddWorker(std::unique_ptr<Worker> worker, int device_index) {
 }
 
 Status Scheduler::Start() {
-  // Warm-up: one small request per worker, so the first client pays no lazy
-  // initialisation (CUDA context, scratch allocation, thread pool start).
-  std::vector<int64_t> labels(256);
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 3) - 1;
+  // Every worker warms up before any serves, so the first client pays no lazy
+  // initialisation.
   for (auto& slot : workers_) {
-    Job job;
-    job.spec.num_samples = 16;
-    job.seed = 1;
-    job.labels = reinterpret_cast<const uint8_t*>(labels.data());
-    job.row_offsets = {0, 128, 256};
-    v1::SampleResponse response;
-    job.response = &response;
-    try {
-      slot->worker->Run({&job});
-    } catch (const kernels::Error& e) {
-      return Status(Code::kUnavailable,
-                    "warm-up on " + slot->worker->device() + " failed: " + e.what());
-    } catch (const std::exception& e) {
-      return Status(Code::kInternal,
-                    "warm-up on " + slot->worker->device() + " failed: " + e.what());
-    }
-    if (response.num_positive().data().size() != 8) {
-      return Status(Code::kInternal, "warm-up on " + slot->worker->device() + " gave no output");
-    }
+    if (Status s = WarmUp(slot->worker.get()); !s.ok()) return s;
   }
   for (auto& slot : workers_) {
     WorkerSlot* s = slot.get();

@@ -68,7 +68,7 @@ class Scheduler {
 
   // Adds a worker whose metrics are metrics->device(device_index). Before Start only.
   void AddWorker(std::unique_ptr<Worker> worker, int device_index);
-  // Runs one small sample on every worker (warm-up), then starts the worker threads.
+  // Warms up every worker (WarmUp), then starts the worker threads.
   Status Start();
 
   // Queues `job`. On refusal (queue full: RESOURCE_EXHAUSTED; draining or failed:

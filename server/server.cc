@@ -67,6 +67,13 @@ struct ProbeState {
   std::atomic<bool> serving{false};
 };
 
+// The workers Start creates and the devices they sample on.
+struct Fleet {
+  std::vector<std::pair<std::string, std::string>> devices;  // (id, uuid): the metrics' devices
+  google::protobuf::RepeatedPtrField<v1::DeviceInfo> devices_info;  // GetServerInfo's devices
+  std::vector<std::pair<std::unique_ptr<Worker>, int>> workers;     // (worker, device index)
+};
+
 namespace {
 
 // The probe state of each server of the process by metrics port: civetweb's callback is a
@@ -166,6 +173,116 @@ void LogUnusedGpus(const std::string& device, int cuda_count, const DeviceSelect
   }
 }
 
+void AddDevice(Fleet* fleet, const std::string& id, const std::string& uuid,
+               const std::string& name, int64_t memory_bytes) {
+  fleet->devices.emplace_back(id, uuid);
+  auto* d = fleet->devices_info.Add();
+  d->set_name(name);
+  d->set_id(id);
+  d->set_memory_bytes(memory_bytes);
+}
+
+// The CUDA path on the host: CUDA workers on kernels::kSimDevice, whose memory is host
+// memory, whose streams are host threads and whose kernels are the CUDA pipeline's bodies
+// run by the host executor. The workers stage, copy, launch, gather dataset features and
+// time out exactly as on a GPU (docs/server.md).
+Fleet CudaSimFleet(const ServerConfig& config) {
+  Fleet fleet;
+  AddDevice(&fleet, "cuda-sim", "", "cuda-sim", HostMemoryBytes());
+  const int n = std::max(1, config.streams_per_device);
+  for (int s = 0; s < n; ++s) {
+    fleet.workers.emplace_back(MakeCudaWorker(kernels::kSimDevice, CudaOptions(config)), 0);
+  }
+  spdlog::info("backend cuda-sim: {} stream worker(s), the CUDA path run on the host", n);
+  return fleet;
+}
+
+Fleet CpuFleet(const ServerConfig& config, const BackendFactory& backend_factory) {
+  Fleet fleet;
+  AddDevice(&fleet, "cpu", "", "cpu", HostMemoryBytes());
+  const int n = std::max(1, config.cpu_workers);
+  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = config.cpu_threads > 0 ? config.cpu_threads : std::max(1, hw / n);
+  for (int w = 0; w < n; ++w) {
+    auto backend = backend_factory ? backend_factory(w) : kernels::MakeCpuBackend(threads);
+    fleet.workers.emplace_back(MakeHostWorker(std::move(backend), "cpu"), 0);
+  }
+  spdlog::info("backend cpu: {} worker(s) x {} thread(s)", n, threads);
+  return fleet;
+}
+
+Fleet CudaFleet(const ServerConfig& config, const std::vector<int>& cuda_devices) {
+  Fleet fleet;
+  const int streams = std::max(1, config.streams_per_device);
+  for (size_t i = 0; i < cuda_devices.size(); ++i) {
+    const int dev = cuda_devices[i];
+    const kernels::DeviceInfo di = kernels::GetDeviceInfo(dev);
+    const std::string id = "cuda:" + std::to_string(dev);
+    AddDevice(&fleet, id, di.uuid, di.name, static_cast<int64_t>(di.total_memory));
+    for (int s = 0; s < streams; ++s) {
+      fleet.workers.emplace_back(MakeCudaWorker(dev, CudaOptions(config)), static_cast<int>(i));
+    }
+    spdlog::info("backend {} ({}, {} MiB, {}): {} stream worker(s)", id, di.name,
+                 di.total_memory >> 20, di.uuid, streams);
+  }
+  return fleet;
+}
+
+// What GetServerInfo answers: version, devices, backend, repository and limits.
+v1::ServerInfo ServerInfo(const ServerConfig& config, const std::string& backend,
+                          const Fleet& fleet) {
+  v1::ServerInfo info;
+  info.set_version(Version());
+  info.set_revision(Revision());
+  *info.mutable_devices() = fleet.devices_info;
+  info.set_backend(backend);
+  info.set_dataset_repository(!config.dataset_dir.empty());  // SPEC section 6
+  auto* limits = info.mutable_limits();
+  limits->set_max_message_bytes(config.limits.max_message_bytes);
+  limits->set_max_rows(config.limits.max_rows);
+  limits->set_max_elements(config.limits.max_elements);
+  limits->set_max_row_elements(config.limits.max_row_elements);
+  limits->set_max_num_samples(config.limits.max_num_samples);
+  limits->set_max_batch_rows(config.max_batch_rows);
+  return info;
+}
+
+// Message sizes, the memory quota, keepalive, streams, compression and connection age.
+void ConfigureTransport(const ServerConfig& config, grpc::ServerBuilder* builder) {
+  // Above --max-message-bytes, so that the service refuses an oversize request itself, with
+  // a message naming the flag and a do-not-retry pushback (validate.hpp).
+  const int max_bytes = TransportMessageLimit(config.limits.max_message_bytes);
+  builder->SetMaxReceiveMessageSize(max_bytes);
+  // Bytes gRPC is still receiving count against the budget too: its memory quota, sized
+  // from --max-inflight-bytes, shrinks the HTTP/2 flow-control windows as it fills, so that
+  // clients cannot push more than about the budget into the process at once.
+  // At least two of the largest messages the transport takes: below that, gRPC itself would
+  // cancel a single large call under its memory pressure, before the service could refuse
+  // it with a message naming the flag. (The builder keeps a reference to the quota.)
+  grpc::ResourceQuota quota("gpusampler");
+  quota.Resize(static_cast<size_t>(
+      std::max<int64_t>(config.max_inflight_bytes, 2 * static_cast<int64_t>(max_bytes))));
+  builder->SetResourceQuota(quota);
+  builder->SetMaxSendMessageSize(max_bytes);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                              static_cast<int>(config.keepalive_time_ms));
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                              static_cast<int>(config.keepalive_timeout_ms));
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                              static_cast<int>(std::min<int64_t>(config.keepalive_time_ms, 10000)));
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                              static_cast<int>(config.max_concurrent_streams));
+  if (!config.accept_compression) {
+    // Identity only: a compressed request is refused before it is inflated (with TLS the
+    // metadata check refuses it first, with a message naming --accept-compression).
+    builder->AddChannelArgument(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET, 1);
+  }
+  if (config.max_connection_age_ms > 0) {
+    builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                                static_cast<int>(config.max_connection_age_ms));
+  }
+}
+
 }  // namespace
 
 Server::Server(ServerConfig config, BackendFactory backend_factory)
@@ -194,9 +311,23 @@ Status Server::Start() {
   }
   ledger_ = std::make_shared<CallLedger>();
   probe_ = std::make_shared<ProbeState>();
+  if (Status s = StartCredentials(); !s.ok()) return s;
+  DeviceSelection selection;
+  if (Status s = SelectDevices(&selection); !s.ok()) return s;
+  Fleet fleet;
+  if (Status s = CreateWorkers(selection, &fleet); !s.ok()) return s;
+  BuildServices(selection, &fleet);
+  if (Status s = StartMetricsEndpoint(); !s.ok()) return s;
+  if (Status s = StartGrpc(); !s.ok()) return s;
+  if (Status s = scheduler_->Start(); !s.ok()) return s;
+  if (Status s = OpenRepository(); !s.ok()) return s;
+  return ReportServing();
+}
+
+Status Server::StartCredentials() {
   credentials_ = std::make_unique<CredentialManager>(config_);
   // Calls the TLS metadata check refuses are counted in requests_total (the ledger's
-  // metrics are set below, before the server listens).
+  // metrics are set in BuildServices, before the server listens).
   if (Status s =
           credentials_->Init([ledger = ledger_](const std::string& path, const Status& status) {
             ledger->RecordRefused(path, status);
@@ -204,7 +335,6 @@ Status Server::Start() {
       !s.ok()) {
     return s;
   }
-  std::shared_ptr<grpc::ServerCredentials> credentials = credentials_->server_credentials();
   const bool auth = !credentials_->tokens()->Get()->empty();
   if (auth) {
     spdlog::info(
@@ -223,106 +353,62 @@ Status Server::Start() {
         "--auth-token-file without TLS: bearer tokens cross the network in cleartext, and a "
         "call's token is checked only once its request has arrived");
   }
-  DeviceSelection selection;
+  return Status::Ok();
+}
+
+Status Server::SelectDevices(DeviceSelection* selection) const {
   std::string error;
   const int cuda_count = backend_factory_ ? 0 : kernels::CudaDeviceCount();
-  if (!ParseDevice(config_.device, cuda_count, &selection, &error)) {
+  if (!ParseDevice(config_.device, cuda_count, selection, &error)) {
     // `--device cuda` (or cuda:N) without a usable GPU: the start fails naming the reason.
     if (cuda_count == 0 && !backend_factory_) error += ": " + kernels::CudaUnavailableReason();
     return Status(Code::kInvalidArgument, error);
   }
-  LogUnusedGpus(config_.device, cuda_count, selection);
+  LogUnusedGpus(config_.device, cuda_count, *selection);
+  return Status::Ok();
+}
 
-  // Devices and their workers.
-  std::vector<std::pair<std::string, std::string>> devices;
-  v1::ServerInfo info;
-  info.set_version(Version());
-  info.set_revision(Revision());
-  std::vector<std::pair<std::unique_ptr<Worker>, int>> workers;
+Status Server::CreateWorkers(const DeviceSelection& selection, Fleet* fleet) {
+  backend_ = selection.cuda_sim ? "cuda-sim" : selection.cuda_devices.empty() ? "cpu" : "cuda";
   try {
     if (selection.cuda_sim) {
-      // The CUDA path on the host: CUDA workers on kernels::kSimDevice, whose memory is host
-      // memory, whose streams are host threads and whose kernels are the CUDA pipeline's
-      // bodies run by the host executor. The workers stage, copy, launch, gather dataset
-      // features and time out exactly as on a GPU (docs/server.md).
-      backend_ = "cuda-sim";
-      devices.emplace_back("cuda-sim", "");
-      auto* d = info.add_devices();
-      d->set_name("cuda-sim");
-      d->set_id("cuda-sim");
-      d->set_memory_bytes(HostMemoryBytes());
-      const int n = std::max(1, config_.streams_per_device);
-      for (int s = 0; s < n; ++s) {
-        workers.emplace_back(MakeCudaWorker(kernels::kSimDevice, CudaOptions(config_)), 0);
-      }
-      spdlog::info("backend cuda-sim: {} stream worker(s), the CUDA path run on the host", n);
+      *fleet = CudaSimFleet(config_);
     } else if (selection.cuda_devices.empty()) {
-      backend_ = "cpu";
-      devices.emplace_back("cpu", "");
-      auto* d = info.add_devices();
-      d->set_name("cpu");
-      d->set_id("cpu");
-      d->set_memory_bytes(HostMemoryBytes());
-      const int n = std::max(1, config_.cpu_workers);
-      const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-      const int threads = config_.cpu_threads > 0 ? config_.cpu_threads : std::max(1, hw / n);
-      for (int w = 0; w < n; ++w) {
-        auto backend = backend_factory_ ? backend_factory_(w) : kernels::MakeCpuBackend(threads);
-        workers.emplace_back(MakeHostWorker(std::move(backend), "cpu"), 0);
-      }
-      spdlog::info("backend cpu: {} worker(s) x {} thread(s)", n, threads);
+      *fleet = CpuFleet(config_, backend_factory_);
     } else {
-      backend_ = "cuda";
-      for (size_t i = 0; i < selection.cuda_devices.size(); ++i) {
-        const int dev = selection.cuda_devices[i];
-        const kernels::DeviceInfo di = kernels::GetDeviceInfo(dev);
-        const std::string id = "cuda:" + std::to_string(dev);
-        devices.emplace_back(id, di.uuid);
-        auto* d = info.add_devices();
-        d->set_name(di.name);
-        d->set_id(id);
-        d->set_memory_bytes(static_cast<int64_t>(di.total_memory));
-        for (int s = 0; s < std::max(1, config_.streams_per_device); ++s) {
-          workers.emplace_back(MakeCudaWorker(dev, CudaOptions(config_)), static_cast<int>(i));
-        }
-        spdlog::info("backend {} ({}, {} MiB, {}): {} stream worker(s)", id, di.name,
-                     di.total_memory >> 20, di.uuid, std::max(1, config_.streams_per_device));
-      }
+      *fleet = CudaFleet(config_, selection.cuda_devices);
     }
   } catch (const kernels::Error& e) {
     return FromKernelError(e);
   } catch (const std::exception& e) {
     return Status(Code::kInternal, std::string("cannot create the workers: ") + e.what());
   }
-  info.set_backend(backend_);
-  info.set_dataset_repository(!config_.dataset_dir.empty());  // SPEC section 6
-  auto* limits = info.mutable_limits();
-  limits->set_max_message_bytes(config_.limits.max_message_bytes);
-  limits->set_max_rows(config_.limits.max_rows);
-  limits->set_max_elements(config_.limits.max_elements);
-  limits->set_max_row_elements(config_.limits.max_row_elements);
-  limits->set_max_num_samples(config_.limits.max_num_samples);
-  limits->set_max_batch_rows(config_.max_batch_rows);
+  return Status::Ok();
+}
 
-  metrics_ =
-      std::make_unique<Metrics>(devices, BuildInfo{Version(), Revision(), CudaVersion(), backend_});
+void Server::BuildServices(const DeviceSelection& selection, Fleet* fleet) {
+  metrics_ = std::make_unique<Metrics>(fleet->devices,
+                                       BuildInfo{Version(), Revision(), CudaVersion(), backend_});
   metrics_->queue_capacity().Set(static_cast<double>(config_.queue_capacity));
   scheduler_ = std::make_unique<Scheduler>(
       Scheduler::Options{config_.queue_capacity, std::max<int64_t>(1, config_.max_batch_rows),
                          config_.max_batch_delay_us, config_.worker_spin_us,
                          config_.limits.max_elements, config_.max_batch_slots},
       metrics_.get(), [this](const Status& s) { OnFatal(s); });
-  for (auto& [worker, device] : workers) scheduler_->AddWorker(std::move(worker), device);
+  for (auto& [worker, device] : fleet->workers) scheduler_->AddWorker(std::move(worker), device);
   // Datasets live where the workers sample: device memory for CUDA workers, host memory for
   // CPU and cuda-sim workers (listed under the workers' device id).
   datasets_ = std::make_unique<DatasetRegistry>(
       config_.max_dataset_bytes,
       selection.cuda_sim ? std::vector<int>{kernels::kSimDevice} : selection.cuda_devices);
-  service_ = std::make_unique<SamplerService>(config_, scheduler_.get(), metrics_.get(), info,
-                                              datasets_.get());
+  service_ =
+      std::make_unique<SamplerService>(config_, scheduler_.get(), metrics_.get(),
+                                       ServerInfo(config_, backend_, *fleet), datasets_.get());
   service_->SetTokens(credentials_->tokens());
   ledger_->metrics = metrics_.get();
+}
 
+Status Server::StartMetricsEndpoint() {
   if (!config_.metrics_address.empty()) {
     try {
       // civetweb serves one connection per thread, and an idle connection holds its thread
@@ -345,7 +431,10 @@ Status Server::Start() {
     g_probes[metrics_port_] = probe_;
   }
   metrics_->StartUpdater(std::chrono::milliseconds(1000));
+  return Status::Ok();
+}
 
+Status Server::StartGrpc() {
   // Our own health service, NOT_SERVING from the start: gRPC's default one would answer
   // SERVING between BuildAndStart and the first SetServingStatus(false).
   grpc::EnableDefaultHealthCheckService(false);
@@ -354,53 +443,28 @@ Status Server::Start() {
   // Reflection only when asked for, on this server alone (the global plugin would add it to
   // every server of the process); behind the bearer token like the Sampler methods.
   builder.SetOption(std::make_unique<ReflectionOption>(config_.reflection));
-  builder.AddListeningPort(config_.address, credentials, &grpc_port_);
+  builder.AddListeningPort(config_.address, credentials_->server_credentials(), &grpc_port_);
   builder.RegisterService(service_.get());
   builder.RegisterService(health_.get());
   // Requests are counted and timed from their arrival, before parsing (call_metrics.hpp).
   auto call_metrics = std::make_unique<CallMetricsFactory>(ledger_);
-  auto calls_seen = call_metrics->CallsSeen();
-  calls_seen_ = calls_seen;
+  calls_seen_ = call_metrics->CallsSeen();
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
   creators.push_back(std::move(call_metrics));
   builder.experimental().SetInterceptorCreators(std::move(creators));
+  ConfigureTransport(config_, &builder);
   const std::vector<intptr_t> servers_before = ChannelzServerIds();
-  // Above --max-message-bytes, so that the service refuses an oversize request itself, with
-  // a message naming the flag and a do-not-retry pushback (validate.hpp).
-  const int max_bytes = TransportMessageLimit(config_.limits.max_message_bytes);
-  builder.SetMaxReceiveMessageSize(max_bytes);
-  // Bytes gRPC is still receiving count against the budget too: its memory quota, sized
-  // from --max-inflight-bytes, shrinks the HTTP/2 flow-control windows as it fills, so that
-  // clients cannot push more than about the budget into the process at once.
-  // At least two of the largest messages the transport takes: below that, gRPC itself would
-  // cancel a single large call under its memory pressure, before the service could refuse
-  // it with a message naming the flag.
-  grpc::ResourceQuota quota("gpusampler");
-  quota.Resize(static_cast<size_t>(
-      std::max<int64_t>(config_.max_inflight_bytes, 2 * static_cast<int64_t>(max_bytes))));
-  builder.SetResourceQuota(quota);
-  builder.SetMaxSendMessageSize(max_bytes);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
-                             static_cast<int>(config_.keepalive_time_ms));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-                             static_cast<int>(config_.keepalive_timeout_ms));
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                             static_cast<int>(std::min<int64_t>(config_.keepalive_time_ms, 10000)));
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
-                             static_cast<int>(config_.max_concurrent_streams));
-  if (!config_.accept_compression) {
-    // Identity only: a compressed request is refused before it is inflated (with TLS the
-    // metadata check refuses it first, with a message naming --accept-compression).
-    builder.AddChannelArgument(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET, 1);
-  }
-  if (config_.max_connection_age_ms > 0) {
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
-                               static_cast<int>(config_.max_connection_age_ms));
-  }
   grpc_server_ = builder.BuildAndStart();
   if (!grpc_server_ || grpc_port_ == 0) {
     return Status(Code::kUnavailable, "cannot listen on " + config_.address);
   }
+  WatchTransportRejections(servers_before);
+  spdlog::info("gRPC listening on port {} ({}), metrics on port {} ({}); warming up", grpc_port_,
+               config_.address, metrics_port_, config_.metrics_address);
+  return Status::Ok();
+}
+
+void Server::WatchTransportRejections(const std::vector<intptr_t>& servers_before) {
   // This server's channelz node: the one that is new. (Only tests run several servers in one
   // process; one started concurrently could be taken for this one.)
   for (const intptr_t id : ChannelzServerIds()) {
@@ -411,25 +475,27 @@ Status Server::Start() {
                                           id, ledger_)] { return rejections->Sample(); });
     break;
   }
-  spdlog::info("gRPC listening on port {} ({}), metrics on port {} ({}); warming up", grpc_port_,
-               config_.address, metrics_port_, config_.metrics_address);
+}
 
-  if (Status s = scheduler_->Start(); !s.ok()) return s;
-  if (!config_.dataset_dir.empty()) {
-    // The repository (SPEC section 6), loaded before SERVING: a client that sees SERVING
-    // finds its datasets. Bad files are logged, counted and skipped.
-    Metrics* m = metrics_.get();
-    DatasetRegistry* registry = datasets_.get();
-    registry->SetEvictionHook([m] { m->dataset_evictions().Increment(); });
-    auto repository = std::make_unique<Repository>(
-        config_.dataset_dir, config_.limits, registry,
-        Repository::Hooks{[m](bool ok) { m->dataset_loads(ok).Increment(); },
-                          [m, registry] { m->SetDatasets(registry); }});
-    Repository* repo = repository.get();
-    registry->AttachRepository(std::move(repository));
-    if (Status s = repo->Open(); !s.ok()) return s;
-    repo->StartPolling(config_.dataset_poll_seconds);
-  }
+Status Server::OpenRepository() {
+  if (config_.dataset_dir.empty()) return Status::Ok();
+  // The repository (SPEC section 6), loaded before SERVING: a client that sees SERVING
+  // finds its datasets. Bad files are logged, counted and skipped.
+  Metrics* m = metrics_.get();
+  DatasetRegistry* registry = datasets_.get();
+  registry->SetEvictionHook([m] { m->dataset_evictions().Increment(); });
+  auto repository = std::make_unique<Repository>(
+      config_.dataset_dir, config_.limits, registry,
+      Repository::Hooks{[m](bool ok) { m->dataset_loads(ok).Increment(); },
+                        [m, registry] { m->SetDatasets(registry); }});
+  Repository* repo = repository.get();
+  registry->AttachRepository(std::move(repository));
+  if (Status s = repo->Open(); !s.ok()) return s;
+  repo->StartPolling(config_.dataset_poll_seconds);
+  return Status::Ok();
+}
+
+Status Server::ReportServing() {
   trimmer_ = std::thread([this] { TrimLoop(); });
   health_->SetServing(true);
   metrics_->serving().Set(1);
@@ -437,10 +503,8 @@ Status Server::Start() {
   credentials_->StartRefresh();
   spdlog::info("SERVING: grpc_port={} metrics_port={} backend={}", grpc_port_, metrics_port_,
                backend_);
-  if (!config_.port_file.empty()) {
-    if (Status s = WritePortFile(config_.port_file, grpc_port_, metrics_port_); !s.ok()) return s;
-  }
-  return Status::Ok();
+  if (config_.port_file.empty()) return Status::Ok();
+  return WritePortFile(config_.port_file, grpc_port_, metrics_port_);
 }
 
 void Server::TrimLoop() {
@@ -532,21 +596,7 @@ void Server::Shutdown() {
       spdlog::warn("grace period over with work left; remaining requests get UNAVAILABLE");
     }
   }
-  // A call whose body is still arriving is invisible until it has arrived, and gRPC's
-  // Shutdown would cancel it (CANCELLED, which clients do not retry). Wait, within the grace,
-  // until no call has reached the service for a moment, so that those get UNAVAILABLE.
-  if (calls_seen_ && grpc_server_) {
-    constexpr auto kQuiet = std::chrono::milliseconds(300);
-    int64_t seen = calls_seen_();
-    auto quiet_since = Clock::now();
-    while (Clock::now() < deadline && Clock::now() - quiet_since < kQuiet) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (const int64_t now_seen = calls_seen_(); now_seen != seen) {
-        seen = now_seen;
-        quiet_since = Clock::now();
-      }
-    }
-  }
+  WaitForArrivals(deadline);
   // Stopping the scheduler answers whatever is still queued (UNAVAILABLE), so every call
   // reaches Finish before gRPC waits for them. A launch still running when the grace ends
   // (a huge request, a slow device) is not waited for by the binary
@@ -563,31 +613,54 @@ void Server::Shutdown() {
     std::fflush(nullptr);
     std::_Exit(0);
   }
-  if (health_) health_->Shutdown();  // ends Watch calls, so they do not hold up the drain
-  if (grpc_server_) {
-    // Streams that are still open (idle clients) are cancelled once the deadline passes.
-    // With no call open there is nothing left to answer, and gRPC's graceful shutdown would
-    // wait seconds on an idle client connection: close at once (an idle server exits
-    // within a second of SIGTERM).
-    const auto now = Clock::now();
-    auto left = deadline > now ? deadline - now : Clock::duration::zero();
-    if (ledger_ && NoCallOpen(*ledger_, std::chrono::milliseconds(100))) {
-      left = Clock::duration::zero();
-    }
-    grpc_server_->Shutdown(std::chrono::system_clock::now() +
-                           std::chrono::duration_cast<std::chrono::system_clock::duration>(left));
-  }
-  if (grpc_server_) grpc_server_->Wait();
-  if (trimmer_.joinable()) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      trim_stop_ = true;
-    }
-    trim_cv_.notify_all();
-    trimmer_.join();
-  }
+  StopGrpc(deadline);
+  StopTrimmer();
   if (metrics_) metrics_->StopUpdater();
   spdlog::info("shut down{}", fault ? " after a device fault" : "");
+}
+
+void Server::WaitForArrivals(Clock::time_point deadline) {
+  // A call whose body is still arriving is invisible until it has arrived, and gRPC's
+  // Shutdown would cancel it (CANCELLED, which clients do not retry). Wait, within the grace,
+  // until no call has reached the service for a moment, so that those get UNAVAILABLE.
+  if (!calls_seen_ || !grpc_server_) return;
+  constexpr auto kQuiet = std::chrono::milliseconds(300);
+  int64_t seen = calls_seen_();
+  auto quiet_since = Clock::now();
+  while (Clock::now() < deadline && Clock::now() - quiet_since < kQuiet) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (const int64_t now_seen = calls_seen_(); now_seen != seen) {
+      seen = now_seen;
+      quiet_since = Clock::now();
+    }
+  }
+}
+
+void Server::StopGrpc(Clock::time_point deadline) {
+  if (health_) health_->Shutdown();  // ends Watch calls, so they do not hold up the drain
+  if (!grpc_server_) return;
+  // Streams that are still open (idle clients) are cancelled once the deadline passes.
+  // With no call open there is nothing left to answer, and gRPC's graceful shutdown would
+  // wait seconds on an idle client connection: close at once (an idle server exits
+  // within a second of SIGTERM).
+  const auto now = Clock::now();
+  auto left = deadline > now ? deadline - now : Clock::duration::zero();
+  if (ledger_ && NoCallOpen(*ledger_, std::chrono::milliseconds(100))) {
+    left = Clock::duration::zero();
+  }
+  grpc_server_->Shutdown(std::chrono::system_clock::now() +
+                         std::chrono::duration_cast<std::chrono::system_clock::duration>(left));
+  grpc_server_->Wait();
+}
+
+void Server::StopTrimmer() {
+  if (!trimmer_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    trim_stop_ = true;
+  }
+  trim_cv_.notify_all();
+  trimmer_.join();
 }
 
 }  // namespace gpusampler::server

@@ -3,12 +3,14 @@
 // in-process by the tests and the benchmark. Thread-safe unless noted.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "config.hpp"
 #include "gpusampler/kernels/sampler.hpp"
@@ -31,6 +33,7 @@ class HealthService;
 class CredentialManager;
 struct CallLedger;
 struct ProbeState;
+struct Fleet;
 
 // Test hook: builds the backend of CPU worker `index` instead of MakeCpuBackend (CPU workers
 // only: a --device cuda-sim server always runs MakeCudaSimBackend).
@@ -71,6 +74,23 @@ class Server {
   void CleanUpForExit();
 
  private:
+  // The steps of Start, in order.
+  Status StartCredentials();  // token file and TLS
+  Status SelectDevices(DeviceSelection* selection) const;
+  Status CreateWorkers(const DeviceSelection& selection, Fleet* fleet);
+  // Metrics, scheduler (given the fleet's workers), dataset registry and service.
+  void BuildServices(const DeviceSelection& selection, Fleet* fleet);
+  Status StartMetricsEndpoint();  // /metrics, /healthz, /readyz and the metrics updater
+  Status StartGrpc();             // listening, NOT_SERVING
+  void WatchTransportRejections(const std::vector<intptr_t>& servers_before);
+  Status OpenRepository();  // --dataset-dir
+  Status ReportServing();   // SERVING, then the port file
+
+  // The steps of Shutdown after the queue drained.
+  void WaitForArrivals(std::chrono::steady_clock::time_point deadline);  // bodies arriving
+  void StopGrpc(std::chrono::steady_clock::time_point deadline);
+  void StopTrimmer();
+
   void OnFatal(const Status& status);
   void TrimLoop();  // returns memory to the OS after a burst (malloc_trim)
 

@@ -4,12 +4,14 @@
 #pragma once
 
 #include "config.hpp"
-#include "datasets.hpp"
 #include "gpusampler/v1/sampler.pb.h"
 #include "job.hpp"
 #include "status.hpp"
+#include "tensor_check.hpp"
 
 namespace gpusampler::server {
+
+class DatasetRegistry;
 
 // Fills the plain-value fields of `job` (spec, seed, labels, rows, features) from `request`,
 // or returns INVALID_ARGUMENT / RESOURCE_EXHAUSTED with a message naming the field and the
@@ -24,9 +26,6 @@ Status ValidateRequest(const v1::SampleRequest& request, const Limits& limits, J
 // do-not-retry pushback. Beyond that, gRPC refuses the message itself.
 int TransportMessageLimit(int64_t max_message_bytes);
 
-// The most dims a tensor may have (labels need 1 or 2; features a few more).
-inline constexpr int kMaxRank = 8;
-
 // Framing allowance of a response beyond its tensor payloads and request_id (tags, lengths,
 // shapes, dtypes, seed, device, timing).
 inline constexpr int64_t kResponseOverheadBytes = 1024;
@@ -35,16 +34,5 @@ inline constexpr int64_t kResponseOverheadBytes = 1024;
 // request_id of `request_id_bytes`, and kResponseOverheadBytes). False when that overflows
 // int64 (the dims come from the client).
 bool ResponseBytes(const Job& job, size_t request_id_bytes, int64_t* bytes);
-
-// Checks tensor `name`: a known dtype, non-negative dims, and exactly prod(shape) *
-// itemsize data bytes. On success `*elements` is prod(shape).
-Status CheckTensorData(const v1::Tensor& tensor, const std::string& name, const Limits& limits,
-                       int64_t* elements);
-
-// row_splits (not empty) starts at 0 and never decreases; else INVALID_ARGUMENT naming the
-// first offending entry.
-Status CheckRowSplitsOrder(const std::vector<int64_t>& row_splits);
-// Every byte of BOOL labels is 0 or 1; else INVALID_ARGUMENT naming the first other one.
-Status CheckBoolLabels(const uint8_t* bytes, int64_t n);
 
 }  // namespace gpusampler::server

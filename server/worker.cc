@@ -91,26 +91,6 @@ class LaunchWorker final : public Worker {
     for (size_t j = 0; j < jobs.size(); ++j) WriteResponse(*jobs[j], outs[j], device_);
   }
 
-  // One launch with a row longer than 4096 elements (the radix-select stages) and a short
-  // one (the fused kernel), so that every kernel of the pipeline is loaded (CUDA loads
-  // modules lazily), the arena is in use and the launch's graph is instantiated before the
-  // first request. Synchronous: construction is never on a request path.
-  void WarmUp() {
-    std::vector<int64_t> labels(3 * 4096 + 300);
-    for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 3) - 1;
-    Job job;
-    job.spec.num_samples = 512;
-    job.seed = 1;
-    job.labels = reinterpret_cast<const uint8_t*>(labels.data());
-    job.row_offsets = {0, 3 * 4096, static_cast<int64_t>(labels.size())};
-    v1::SampleResponse response;
-    job.response = &response;
-    Run({&job});
-    if (response.num_positive().data().size() != 8) {
-      throw kernels::Error(kernels::Error::Code::kInternal, device_ + ": warm-up gave no output");
-    }
-  }
-
  private:
   std::unique_ptr<kernels::StagedLaunch> launch_;
   std::string device_;
@@ -136,9 +116,30 @@ std::unique_ptr<Worker> MakeCudaWorker(int device, const CudaWorkerOptions& opti
   sizes.slots = std::max<int64_t>(0, options.reserve_slots);
   launch->Reserve(sizes);
   const std::string name = launch->name();
-  auto worker = std::make_unique<LaunchWorker>(std::move(launch), name);
-  worker->WarmUp();
-  return worker;
+  return std::make_unique<LaunchWorker>(std::move(launch), name);
+}
+
+Status WarmUp(Worker* worker) {
+  std::vector<int64_t> labels(3 * 4096 + 300);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 3) - 1;
+  Job job;
+  job.spec.num_samples = 512;
+  job.seed = 1;
+  job.labels = reinterpret_cast<const uint8_t*>(labels.data());
+  job.row_offsets = {0, 3 * 4096, static_cast<int64_t>(labels.size())};
+  v1::SampleResponse response;
+  job.response = &response;
+  try {
+    worker->Run({&job});
+  } catch (const kernels::Error& e) {
+    return Status(Code::kUnavailable, "warm-up on " + worker->device() + " failed: " + e.what());
+  } catch (const std::exception& e) {
+    return Status(Code::kInternal, "warm-up on " + worker->device() + " failed: " + e.what());
+  }
+  if (response.num_positive().data().size() != 8) {
+    return Status(Code::kInternal, "warm-up on " + worker->device() + " gave no output");
+  }
+  return Status::Ok();
 }
 
 }  // namespace gpusampler::server

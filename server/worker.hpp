@@ -10,6 +10,7 @@
 
 #include "gpusampler/kernels/sampler.hpp"
 #include "job.hpp"
+#include "status.hpp"
 
 namespace gpusampler::server {
 
@@ -46,8 +47,15 @@ struct CudaWorkerOptions {
 };
 
 // A worker with its own CUDA backend (stream) on `device`, its pinned staging and device
-// buffers sized from `options`, warmed up by one launch before it returns (every kernel
-// loaded). Throws kernels::Error when the device is unusable.
+// buffers sized from `options`. Throws kernels::Error when the device is unusable.
 std::unique_ptr<Worker> MakeCudaWorker(int device, const CudaWorkerOptions& options = {});
+
+// The one warm-up of a worker, run by the scheduler before any worker serves (Scheduler::
+// Start), so that the first client pays no lazy initialisation: one launch with a row longer
+// than 4096 elements (the radix-select stages) and a short one (the fused kernel), so that
+// every kernel of the pipeline is loaded (CUDA loads modules lazily), the arena is in use and
+// the launch's graph is instantiated, and a CPU worker's thread pool has started.
+// Synchronous. UNAVAILABLE when the device fails, INTERNAL otherwise.
+Status WarmUp(Worker* worker);
 
 }  // namespace gpusampler::server

@@ -395,5 +395,75 @@ TEST(ValidationTest, StreamRequestsAreValidatedToo) {
   EXPECT_NE(s.error_message().find("max_num_samples = 500"), std::string::npos);
 }
 
+// Requests and dataset uploads parse row_splits with one function (ParseRowSplits): the same
+// checks and words, --max-rows only for a request's rows.
+TEST(ValidationTest, RowSplitsAreParsedOnceForRequestsAndUploads) {
+  Limits limits;
+  limits.max_rows = 2;
+  struct Case {
+    const char* name;
+    std::vector<int64_t> shape, values;
+    bool check_max_rows;
+    grpc::StatusCode code;
+    std::string message;  // a prefix of the status message; empty: OK
+  };
+  const Case cases[] = {
+      {"ok", {3}, {0, 1, 3}, true, grpc::StatusCode::OK, ""},
+      {"empty",
+       {0},
+       {},
+       false,
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "row_splits.shape [0] must be [B+1] with B >= 0"},
+      {"2-D",
+       {1, 2},
+       {0, 1},
+       false,
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "row_splits.shape [1, 2] must be [B+1]"},
+      {"data size",
+       {3},
+       {0, 1},
+       false,
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "row_splits.data has 16 bytes, expected 24"},
+      {"not from 0",
+       {2},
+       {1, 2},
+       false,
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "row_splits[0] = 1, must be 0"},
+      {"decreasing",
+       {3},
+       {0, 2, 1},
+       false,
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "row_splits[2] = 1 < row_splits[1] = 2"},
+      {"request over max_rows",
+       {4},
+       {0, 1, 2, 3},
+       true,
+       grpc::StatusCode::RESOURCE_EXHAUSTED,
+       "row_splits has 3 rows, over max_rows = 2 (--max-rows)"},
+      {"dataset over max_rows", {4}, {0, 1, 2, 3}, false, grpc::StatusCode::OK, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    v1::Tensor t;
+    SetInt64s(&t, c.shape, c.values);
+    std::vector<int64_t> splits;
+    const Status s = ParseRowSplits(t, limits, c.check_max_rows, &splits);
+    EXPECT_EQ(static_cast<int>(s.code()), static_cast<int>(c.code)) << s.message();
+    EXPECT_EQ(s.message().substr(0, c.message.size()), c.message);
+    if (s.ok()) EXPECT_EQ(splits, c.values);
+  }
+  v1::Tensor int32_splits;
+  SetInt64s(&int32_splits, {2}, {0, 1});
+  int32_splits.set_dtype(v1::DTYPE_INT32);
+  std::vector<int64_t> splits;
+  EXPECT_EQ(ParseRowSplits(int32_splits, limits, false, &splits).message(),
+            "row_splits.dtype must be DTYPE_INT64, got DTYPE_INT32");
+}
+
 }  // namespace
 }  // namespace gpusampler::server::testing
