@@ -107,8 +107,8 @@ def from_rpc_error(error: grpc.RpcError,
     if code is None:
         code = grpc.StatusCode.UNKNOWN
     out = _BY_CODE.get(code, GpuSamplerError)(code, details or "")
-    if max_message_bytes is not None and code == grpc.StatusCode.RESOURCE_EXHAUSTED and \
-            out.details.startswith("Received message larger than max"):
+    if (max_message_bytes is not None and code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            and out.details.startswith("Received message larger than max")):
         out = type(out)(code, f"{out.details}: {_size_hint(out.details, max_message_bytes)}")
     return out
 
