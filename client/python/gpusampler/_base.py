@@ -6,7 +6,7 @@ the answer with these, so the two answer alike."""
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -171,7 +171,9 @@ class ClientBase:
 
     # ------------------------------------------------------------------ datasets
     def _upload(self, name: str, labels: Any, features: Any, row_splits: Any, replace: bool,
-                chunk_bytes: Optional[int], progress: Optional[bool]) -> Any:
+                chunk_bytes: Optional[int],
+                progress: Optional[bool]) -> Callable[[], Iterator[pb.DatasetChunk]]:
+        """create_dataset's arguments, checked, as a maker of the upload's chunk stream."""
         return _datasets.upload_chunks(name, labels, features, row_splits, replace,
                                        chunk_bytes, progress, self.max_message_bytes)
 

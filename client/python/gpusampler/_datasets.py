@@ -12,7 +12,7 @@ from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequ
 import grpc
 
 from gpusampler import _tensors
-from gpusampler._args import check_int, check_name
+from gpusampler._args import check_bool, check_int, check_name
 from gpusampler._requests import row_splits_tensor
 from gpusampler.errors import GpuSamplerError, NotFoundError
 from gpusampler.v1 import sampler_pb2 as pb
@@ -119,8 +119,7 @@ def upload_chunks(name: str, labels: Any, features: Any, row_splits: Any, replac
     """create_dataset's arguments, checked, as a maker of the upload's chunk stream (one
     fresh stream per replica uploaded to)."""
     check_name("name", name)
-    if not isinstance(replace, bool):
-        raise TypeError(f"replace must be a bool, got {type(replace).__name__} {replace!r}")
+    check_bool("replace", replace)
     if chunk_bytes is None:
         chunk_bytes = min(16 << 20, max_message_bytes // 4)
     chunk_bytes = check_int("chunk_bytes", chunk_bytes, 1, max_message_bytes)
@@ -156,8 +155,6 @@ def outcomes(addresses: Sequence[str], results: Sequence[Any],
     for address, result in zip(addresses, results):
         if isinstance(result, grpc.RpcError):
             failed[address] = error(result)
-        elif isinstance(result, GpuSamplerError):
-            failed[address] = result
         elif isinstance(result, BaseException):
             raise result
         else:
