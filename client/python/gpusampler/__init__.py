@@ -15,9 +15,10 @@ padding, shapes).
 
 import os as _os
 
-# The generated stubs live in _proto/gpusampler/v1 and import themselves as
-# ``gpusampler.v1.sampler_pb2``; adding _proto/gpusampler to this package's search path
-# makes that name resolve inside this package, with no rewriting of generated code.
+# The generated stubs live in _proto/gpusampler/v1 and _proto/gpusampler/grpc_health/v1 and
+# import themselves as ``gpusampler.v1.sampler_pb2`` and ``gpusampler.grpc_health.v1...``;
+# adding _proto/gpusampler to this package's search path makes those names resolve inside
+# this package, with no rewriting of generated code.
 __path__.append(_os.path.join(_os.path.dirname(__file__), "_proto", "gpusampler"))
 
 try:

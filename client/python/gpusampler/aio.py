@@ -20,56 +20,37 @@ that made it), and ``await client.close()`` (or use ``async with``) on the same 
 from __future__ import annotations
 
 import asyncio
-import collections
 import time
-from typing import (Any, AsyncIterable, AsyncIterator, Deque, Dict, Iterable, List,
-                    Optional, Sequence, Tuple, Union)
+from typing import (Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, List,
+                    Optional, Tuple, TypeVar, Union)
 
 import grpc
 import grpc.aio
 
-from gpusampler.client import (
-    DatasetInfo,
-    SampleResult,
-    ServerInfo,
-    _check_int,
-    _check_timeout,
-    _ClientBase,
-    _decode_health_response,
-    _encode_health_request,
-    _HEALTH,
-    _Kinds,
-    channel_targets,
-)
-from gpusampler.errors import DeadlineExceededError, GpuSamplerError
+from gpusampler import _datasets, _health
+from gpusampler._args import check_timeout
+from gpusampler._base import ClientBase, Targets
+from gpusampler._datasets import DatasetInfo
+from gpusampler._results import SampleResult, ServerInfo
+from gpusampler._stream import InFlight, Sent, round_trip_us
+from gpusampler._tensors import Kinds
+from gpusampler.errors import GpuSamplerError
 from gpusampler.v1 import sampler_pb2 as pb
-from gpusampler.v1 import sampler_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
 
 
-class Client(_ClientBase):
-    __doc__ = (_ClientBase.__doc__ or "").replace(
+class Client(ClientBase):
+    __doc__ = (ClientBase.__doc__ or "").replace(
         "Thread-safe; reuse one per process.",
         "asyncio: every call is a coroutine; create and use it on one event loop.")
 
-    def _open(self) -> None:
-        self._channels: List[grpc.aio.Channel] = [
-            self._new_channel(grpc.aio, t) for t in channel_targets(self._targets)]
-        self._stubs = [pb_grpc.SamplerStub(c) for c in self._channels]
-        self._health = [
-            c.unary_unary(
-                "/grpc.health.v1.Health/Check",
-                request_serializer=_encode_health_request,
-                response_deserializer=_decode_health_response,
-            )
-            for c in self._channels
-        ]
-        self._address_channels: List[grpc.aio.Channel] = []
-        self._address_stubs: Optional[List[Any]] = None
+    _api = grpc.aio
 
     # ------------------------------------------------------------------ lifecycle
     async def close(self) -> None:
         """Closes the channels. Calls in flight are cancelled."""
-        for c in self._channels + self._address_channels:
+        for c in self._connection.channels():
             await c.close()
 
     async def __aenter__(self) -> "Client":
@@ -78,10 +59,14 @@ class Client(_ClientBase):
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    def _stub(self) -> Any:
-        return self._stubs[next(self._next) % len(self._stubs)]
-
     # ------------------------------------------------------------------ calls
+    async def _unary(self, method: Callable[..., Awaitable[T]], request: Any,
+                     timeout: Optional[float]) -> T:
+        try:
+            return await method(request, **self._call_options(timeout))
+        except grpc.RpcError as e:
+            raise self._error(e) from None
+
     async def sample(
         self,
         labels: Any = None,
@@ -100,19 +85,9 @@ class Client(_ClientBase):
         timeout: Optional[float] = None,
     ) -> SampleResult:
         """As ``gpusampler.Client.sample``, awaited."""
-        timeout = _check_timeout("timeout", timeout)
-        request, kinds = self._prepare(dict(
-            labels=labels, features=features, num_samples=num_samples, dataset=dataset,
-            rows=rows, return_features=return_features, positive_fraction=positive_fraction,
-            positive_label=positive_label, negative_label=negative_label, fill=fill, seed=seed,
-            row_splits=row_splits))
+        request, kinds, timeout = self._sample_request(locals())
         start = time.perf_counter()
-        try:
-            response = await self._stub().Sample(
-                request, timeout=self._timeout(timeout), metadata=self._metadata,
-                wait_for_ready=self._wait_for_ready)
-        except grpc.RpcError as e:
-            raise self._error(e) from None
+        response = await self._unary(self._connection.stub().Sample, request, timeout)
         return self._result(response, request, kinds, int((time.perf_counter() - start) * 1e6))
 
     async def sample_stream(
@@ -134,106 +109,31 @@ class Client(_ClientBase):
         A failing request raises its error after the results of all earlier requests.
         ``Timing.wait_us`` is 0: responses wait in gRPC's buffer, not in this client.
         """
-        window = _check_int("window", window, 1)
-        per_message = self._timeout(_check_timeout("timeout", timeout))
-        stream_timeout = _check_timeout("stream_timeout", stream_timeout)
-        self._check_stream_defaults(defaults)
-        slots = asyncio.Semaphore(window)
-        sent: Deque[Tuple[pb.SampleRequest, _Kinds, float]] = collections.deque()
-        failure: List[BaseException] = []
-        call = self._stub().SampleStream(timeout=stream_timeout, metadata=self._metadata,
-                                         wait_for_ready=self._wait_for_ready)
-
-        async def items() -> AsyncIterator[Any]:
-            if hasattr(requests, "__aiter__"):
-                async for item in requests:
-                    yield item
-            else:
-                for item in requests:
-                    yield item
-
-        async def write() -> None:
-            index = 0
-            try:
-                async for item in items():
-                    request, kinds = self._stream_request(index, item, defaults)
-                    index += 1
-                    await slots.acquire()
-                    sent.append((request, kinds, time.perf_counter()))
-                    try:
-                        await call.write(request)
-                    except Exception:  # the stream ended; the reader reports why
-                        return
-            except Exception as e:  # a bad request or a failing iterable: surfaced once
-                failure.append(e)  # the results of the earlier requests are out
-            try:
-                await call.done_writing()
-            except Exception:
-                pass
-
-        writer = asyncio.ensure_future(write())
-        read: Optional[asyncio.Future[Any]] = None
+        window, per_message, stream_timeout = self._stream_settings(window, timeout,
+                                                                    stream_timeout, defaults)
+        call = self._connection.stub().SampleStream(
+            **self._call_options(stream_timeout, whole_stream=True))
+        pump = _Pump(call, InFlight(per_message), window)
+        pump.start(_items(requests), lambda i, item: self._stream_request(i, item, defaults))
         try:
-            while True:
-                if read is None:
-                    read = asyncio.ensure_future(call.read())
-                wait: Optional[float] = None
-                if per_message is not None and sent:
-                    wait = max(0.0, sent[0][2] + per_message - time.perf_counter())
-                waiting = {read} if writer.done() else {read, writer}
-                done, _ = await asyncio.wait(waiting, timeout=wait,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if read in done:
-                    arrived = time.perf_counter()
-                    try:
-                        response = read.result()
-                    except grpc.RpcError as e:
-                        if failure:
-                            raise failure[0] from None
-                        raise self._error(e) from None
-                    read = None
-                    if response is grpc.aio.EOF:
-                        break
-                    request, kinds, sent_at = sent.popleft()
-                    slots.release()
-                    yield self._result(response, request, kinds,
-                                       int((arrived - sent_at) * 1e6))
-                elif not done and sent and per_message is not None and (
-                        time.perf_counter() >= sent[0][2] + per_message):
-                    oldest = sent[0][0]
-                    call.cancel()
-                    raise DeadlineExceededError(
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                        f"sample_stream: no response within timeout={per_message:g} s of "
-                        f"sending request {oldest.request_id!r} (per-message deadline); "
-                        f"the stream was cancelled")
+            while (arrival := await pump.next_response(self._error)) is not None:
+                response, sent, arrived = arrival
+                yield self._result(response, sent.request, sent.kinds,
+                                   round_trip_us(sent, arrived))
         finally:
-            writer.cancel()
-            if read is not None:
-                read.cancel()
-            call.cancel()
-        if failure:
-            raise failure[0]
+            pump.stop()
+        pump.raise_failure()
 
     async def health(self, service: str = "", *, timeout: Optional[float] = None) -> str:
         """As ``gpusampler.Client.health``, awaited."""
-        check = self._health[next(self._next) % len(self._health)]
-        try:
-            status = await check(service, timeout=self._timeout(timeout),
-                                 metadata=self._metadata, wait_for_ready=self._wait_for_ready)
-        except grpc.RpcError as e:
-            raise self._error(e) from None
-        return _HEALTH.get(status, "UNKNOWN")
+        check = self._connection.health_stub().Check
+        return _health.status_name(await self._unary(check, _health.request(service), timeout))
 
     async def info(self, *, timeout: Optional[float] = None) -> ServerInfo:
         """As ``gpusampler.Client.info``, awaited."""
-        try:
-            r = await self._stub().GetServerInfo(
-                pb.GetServerInfoRequest(), timeout=self._timeout(timeout),
-                metadata=self._metadata, wait_for_ready=self._wait_for_ready)
-        except grpc.RpcError as e:
-            raise self._error(e) from None
-        return ServerInfo._from_pb(r)
+        stub = self._connection.stub()
+        return ServerInfo._from_pb(await self._unary(stub.GetServerInfo,
+                                                     pb.GetServerInfoRequest(), timeout))
 
     # ------------------------------------------------------------------ datasets
     async def create_dataset(
@@ -250,92 +150,138 @@ class Client(_ClientBase):
     ) -> DatasetInfo:
         """As ``gpusampler.Client.create_dataset``, awaited; without a shared repository,
         the uploads to several addresses run concurrently."""
-        timeout = _check_timeout("timeout", timeout)
-        make_chunks = self._dataset_chunks(name, labels, features, row_splits, replace,
-                                           chunk_bytes, progress)
-        targets = await self._dataset_targets(timeout)
-
-        async def one(stub: Any) -> pb.DatasetInfo:
-            try:
-                return await stub.CreateDataset(
-                    make_chunks(), timeout=self._timeout(timeout), metadata=self._metadata,
-                    wait_for_ready=self._wait_for_ready)
-            except grpc.RpcError as e:
-                raise self._error(e) from None
-
-        if targets is None:
-            return DatasetInfo._from_pb(await one(self._stub()))
-        outcomes = await asyncio.gather(*(one(s) for _, s in targets), return_exceptions=True)
-        infos: Dict[str, pb.DatasetInfo] = {}
-        failed: Dict[str, GpuSamplerError] = {}
-        for (address, _), outcome in zip(targets, outcomes):
-            if isinstance(outcome, GpuSamplerError):
-                failed[address] = outcome
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            else:
-                infos[address] = outcome
-        if failed:
-            raise self._fanout_error(f"create_dataset({name!r})", failed, list(infos))
-        return DatasetInfo._from_pb(next(iter(infos.values())), tuple(infos))
+        timeout = check_timeout("timeout", timeout)
+        chunks = self._upload(name, labels, features, row_splits, replace, chunk_bytes,
+                              progress)
+        infos, failed = await self._fan_out(await self._dataset_targets(timeout), lambda stub: (
+            stub.CreateDataset(chunks(), **self._call_options(timeout))))
+        return _datasets.created(name, infos, failed)
 
     async def delete_dataset(self, name: str, *, timeout: Optional[float] = None) -> None:
         """As ``gpusampler.Client.delete_dataset``, awaited."""
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a string, got {type(name).__name__} {name!r}")
-        timeout = _check_timeout("timeout", timeout)
-        request = pb.DeleteDatasetRequest(name=name)
-        targets = await self._dataset_targets(timeout) or [("", self._stub())]
-        outcomes = await asyncio.gather(
-            *(s.DeleteDataset(request, timeout=self._timeout(timeout), metadata=self._metadata,
-                              wait_for_ready=self._wait_for_ready) for _, s in targets),
-            return_exceptions=True)
-        done: List[str] = []
-        failed: Dict[str, GpuSamplerError] = {}
-        for (address, _), outcome in zip(targets, outcomes):
-            if isinstance(outcome, grpc.RpcError):
-                failed[address] = self._error(outcome)
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            else:
-                done.append(address)
-        self._check_deleted(name, done, failed)
+        request = _datasets.delete_request(name)
+        timeout = check_timeout("timeout", timeout)
+        done, failed = await self._fan_out(await self._dataset_targets(timeout), lambda stub: (
+            stub.DeleteDataset(request, **self._call_options(timeout))))
+        _datasets.check_deleted(name, list(done), failed)
 
     async def list_datasets(self, *, timeout: Optional[float] = None) -> List[DatasetInfo]:
         """As ``gpusampler.Client.list_datasets``, awaited."""
-        timeout = _check_timeout("timeout", timeout)
-        targets = await self._dataset_targets(timeout) or [("", self._stub())]
-        outcomes = await asyncio.gather(
-            *(s.ListDatasets(pb.ListDatasetsRequest(), timeout=self._timeout(timeout),
-                             metadata=self._metadata, wait_for_ready=self._wait_for_ready)
-              for _, s in targets),
-            return_exceptions=True)
-        lists: List[Tuple[str, Sequence[pb.DatasetInfo]]] = []
-        failed: Dict[str, GpuSamplerError] = {}
-        for (address, _), outcome in zip(targets, outcomes):
-            if isinstance(outcome, grpc.RpcError):
-                failed[address] = self._error(outcome)
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            else:
-                lists.append((address, list(outcome.datasets)))
-        return self._listed(lists, failed)
+        timeout = check_timeout("timeout", timeout)
+        lists, failed = await self._fan_out(await self._dataset_targets(timeout), lambda stub: (
+            stub.ListDatasets(pb.ListDatasetsRequest(), **self._call_options(timeout))))
+        return _datasets.listed(lists, failed)
 
-    async def _dataset_targets(self, timeout: Optional[float]) -> Optional[
-            List[Tuple[str, Any]]]:
-        if len(self._targets) < 2:
-            return None
-        if self._repository is None:
+    async def _dataset_targets(self, timeout: Optional[float]) -> Targets:
+        if self._repository_unknown():
             self._repository = (await self.info(timeout=timeout)).dataset_repository
-        if self._repository:
-            return None
-        if self._address_stubs is None:
-            if channel_targets(self._targets) == self._targets:
-                self._address_stubs = list(self._stubs)
-            else:
-                self._address_channels = [self._new_channel(grpc.aio, t) for t in self._targets]
-                self._address_stubs = [pb_grpc.SamplerStub(c) for c in self._address_channels]
-        return list(zip(self._targets, self._address_stubs))
+        return self._targets()
+
+    async def _fan_out(self, targets: Targets,
+                       call: Callable[[Any], Awaitable[T]]) -> _datasets.Outcomes[T]:
+        """``call`` on the stub of every target, concurrently."""
+        results = await asyncio.gather(*(call(stub) for _, stub in targets),
+                                       return_exceptions=True)
+        return self._outcomes(targets, results)
+
+
+async def _items(requests: Union[Iterable[Any], AsyncIterable[Any]]) -> AsyncIterator[Any]:
+    """The items of an iterable or an async iterable."""
+    if hasattr(requests, "__aiter__"):
+        async for item in requests:
+            yield item
+    else:
+        for item in requests:
+            yield item
+
+
+class _Pump:
+    """The tasks of one asyncio sample_stream: a writer sends the requests, at most
+    ``window`` unanswered; the caller's iteration reads the responses in order
+    (``next_response``), enforcing the per-message deadline."""
+
+    def __init__(self, call: Any, in_flight: InFlight, window: int) -> None:
+        self._call = call
+        self._in_flight = in_flight
+        self._slots = asyncio.Semaphore(window)
+        self._failure: List[BaseException] = []
+        self._writer: Optional[asyncio.Future[None]] = None
+        self._read: Optional[asyncio.Future[Any]] = None
+
+    def start(self, items: AsyncIterator[Any],
+              check: Callable[[int, Any], Tuple[pb.SampleRequest, Kinds]]) -> None:
+        """Starts writing the items, as checked requests."""
+        self._writer = asyncio.ensure_future(self._write(items, check))
+
+    async def _write(self, items: AsyncIterator[Any],
+                     check: Callable[[int, Any], Tuple[pb.SampleRequest, Kinds]]) -> None:
+        """A request that fails its checks (or a failing iterable) ends the writing; its
+        error comes after the results of the earlier requests."""
+        index = 0
+        try:
+            async for item in items:
+                request, kinds = check(index, item)
+                index += 1
+                await self._slots.acquire()
+                self._in_flight.add(request, kinds)
+                try:
+                    await self._call.write(request)
+                except Exception:  # the stream ended; the reader reports why
+                    return
+        except Exception as e:
+            self._failure.append(e)
+        try:
+            await self._call.done_writing()
+        except Exception:
+            pass
+
+    async def next_response(self, error: Callable[[grpc.RpcError], GpuSamplerError]
+                            ) -> Optional[Tuple[pb.SampleResponse, Sent, float]]:
+        """The next response, with its request and when it arrived; None once the stream
+        has ended. A failed stream raises the writer's error if it had one, else the
+        stream's (``error`` maps it)."""
+        assert self._writer is not None
+        while True:
+            if self._read is None:
+                self._read = asyncio.ensure_future(self._call.read())
+            due = self._in_flight.deadline()
+            waiting = {self._read} if self._writer.done() else {self._read, self._writer}
+            done, _ = await asyncio.wait(
+                waiting, timeout=None if due is None else max(0.0, due[0] - time.perf_counter()),
+                return_when=asyncio.FIRST_COMPLETED)
+            if self._read in done:
+                arrived = time.perf_counter()
+                response = self._take_read(error)
+                if response is grpc.aio.EOF:
+                    return None
+                sent = self._in_flight.pop()
+                self._slots.release()
+                return response, sent, arrived
+            if not done and due is not None and time.perf_counter() >= due[0]:
+                self._call.cancel()
+                raise self._in_flight.deadline_error(due[1])
+
+    def _take_read(self, error: Callable[[grpc.RpcError], GpuSamplerError]) -> Any:
+        """The finished read's response (or EOF)."""
+        assert self._read is not None
+        read, self._read = self._read, None
+        try:
+            return read.result()
+        except grpc.RpcError as e:
+            raise (self._failure[0] if self._failure else error(e)) from None
+
+    def stop(self) -> None:
+        """Cancels the writer, a pending read and the call."""
+        if self._writer is not None:
+            self._writer.cancel()
+        if self._read is not None:
+            self._read.cancel()
+        self._call.cancel()
+
+    def raise_failure(self) -> None:
+        """Raises the writer's error, if it had one."""
+        if self._failure:
+            raise self._failure[0]
 
 
 __all__ = ["Client"]

@@ -39,11 +39,12 @@ import collections
 import os
 from typing import Any, Deque, Dict, Iterator, NamedTuple, Optional, Sequence, Union
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from gpusampler.client import Client, SampleResult, _check_int
+from gpusampler import _tensors
+from gpusampler._args import check_int
+from gpusampler.client import Client, SampleResult
 
 _MASK = (1 << 64) - 1
 
@@ -66,16 +67,6 @@ class Batch(NamedTuple):
     seed: int  #: the seed of this step (``SampleIterable.seed_for(seed, rank, step)``)
     step: int  #: 0-based step of this rank
     dataset_sha256: str  #: the dataset version that answered ("" for inline requests)
-
-
-def _tensor(x: Any) -> torch.Tensor:
-    if isinstance(x, torch.Tensor):
-        return x
-    a = np.asarray(x)
-    if a.dtype == np.uint16 or a.dtype.name == "bfloat16":
-        # The wire has no uint16: these are bfloat16 bits (numpy has no bfloat16 of its own).
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
 
 
 class SampleIterable(IterableDataset):
@@ -125,13 +116,13 @@ class SampleIterable(IterableDataset):
         if (dataset is None) == (labels is None):
             raise TypeError("SampleIterable needs exactly one of dataset=... (a resident "
                             "dataset) and labels=... (an inline pool)")
-        self.num_samples = _check_int("num_samples", num_samples, 1)
-        self.steps = None if steps is None else _check_int("steps", steps, 0)
-        self.prefetch = _check_int("prefetch", prefetch, 1)
+        self.num_samples = check_int("num_samples", num_samples, 1)
+        self.steps = None if steps is None else check_int("steps", steps, 0)
+        self.prefetch = check_int("prefetch", prefetch, 1)
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little")
-        self.seed = _check_int("seed", seed, 0, _MASK)
-        self.rank = None if rank is None else _check_int("rank", rank, 0)
+        self.seed = check_int("seed", seed, 0, _MASK)
+        self.rank = None if rank is None else check_int("rank", rank, 0)
         unknown = sorted(set(spec) - {"positive_fraction", "positive_label", "negative_label",
                                       "fill"})
         if unknown:
@@ -187,11 +178,11 @@ class SampleIterable(IterableDataset):
     @staticmethod
     def _batch(r: SampleResult, step: int) -> Batch:
         return Batch(
-            indices=_tensor(r.indices),
-            labels=_tensor(r.labels),
-            features=None if r.features is None else _tensor(r.features),
-            num_positive=_tensor(r.num_positive),
-            num_negative=_tensor(r.num_negative),
+            indices=_tensors.as_torch(r.indices),
+            labels=_tensors.as_torch(r.labels),
+            features=None if r.features is None else _tensors.as_torch(r.features),
+            num_positive=_tensors.as_torch(r.num_positive),
+            num_negative=_tensors.as_torch(r.num_negative),
             seed=r.seed,
             step=step,
             dataset_sha256=r.dataset_sha256,

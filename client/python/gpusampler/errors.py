@@ -98,10 +98,26 @@ _BY_CODE: Dict[grpc.StatusCode, Type[GpuSamplerError]] = {
 }
 
 
-def from_rpc_error(error: grpc.RpcError) -> GpuSamplerError:
-    """The GpuSamplerError subclass for a failed gRPC call."""
+def from_rpc_error(error: grpc.RpcError,
+                   max_message_bytes: Optional[int] = None) -> GpuSamplerError:
+    """The GpuSamplerError subclass for a failed gRPC call. With the client's
+    ``max_message_bytes``, gRPC's own size-limit message gets the limit that produced it."""
     code: Optional[grpc.StatusCode] = error.code() if hasattr(error, "code") else None
     details = error.details() if hasattr(error, "details") else str(error)
     if code is None:
         code = grpc.StatusCode.UNKNOWN
-    return _BY_CODE.get(code, GpuSamplerError)(code, details or "")
+    out = _BY_CODE.get(code, GpuSamplerError)(code, details or "")
+    if (max_message_bytes is not None and code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            and out.details.startswith("Received message larger than max")):
+        out = type(out)(code, f"{out.details}: {_size_hint(out.details, max_message_bytes)}")
+    return out
+
+
+def _size_hint(details: str, max_message_bytes: int) -> str:
+    """Which side's limit gRPC's "Received message larger than max (N vs. LIMIT)" is."""
+    limit = details.rstrip(")").rsplit(" ", 1)[-1]
+    if limit == str(max_message_bytes):
+        return ("the response is over this client's max_message_bytes = "
+                f"{max_message_bytes} (Client(max_message_bytes=...))")
+    return ("the request is far over the server's --max-message-bytes (see "
+            "Client.info().limits.max_message_bytes); gRPC refused it unread")
