@@ -61,21 +61,25 @@ using FilterFn = void (*)(int size, bool is_signed, const void* labels_tile, con
 using CountFn = void (*)(int size, bool is_signed, const uint8_t* labels, int64_t n,
                          int64_t pos_label, int64_t neg_label, int64_t* np, int64_t* nq);
 
-// Calls fn with the labels typed by (size, signedness).
+// Calls fn with the labels typed by (size, signedness): the LabelWord of that width and rule.
+template <int kSize, typename Fn>
+void WithLabelWord(bool is_signed, const void* labels, Fn& fn) {
+  if (is_signed)
+    return fn(static_cast<const typename LabelWord<kSize, Widen::kSign>::type*>(labels));
+  return fn(static_cast<const typename LabelWord<kSize, Widen::kZero>::type*>(labels));
+}
+
 template <typename Fn>
 void WithLabelType(int size, bool is_signed, const void* labels, Fn&& fn) {
   switch (size) {
     case 1:
-      return is_signed ? fn(static_cast<const int8_t*>(labels))
-                       : fn(static_cast<const uint8_t*>(labels));
+      return WithLabelWord<1>(is_signed, labels, fn);
     case 2:
-      return is_signed ? fn(static_cast<const int16_t*>(labels))
-                       : fn(static_cast<const uint16_t*>(labels));
+      return WithLabelWord<2>(is_signed, labels, fn);
     case 4:
-      return is_signed ? fn(static_cast<const int32_t*>(labels))
-                       : fn(static_cast<const uint32_t*>(labels));
+      return WithLabelWord<4>(is_signed, labels, fn);
     default:
-      return fn(static_cast<const int64_t*>(labels));
+      return WithLabelWord<8>(is_signed, labels, fn);
   }
 }
 
@@ -316,8 +320,8 @@ __attribute__((target("avx2"))) void ElementKeysAvx2(const uint32_t* block_lo,
 }
 #undef GPUSAMPLER_TRANSPOSE4
 
-// Labels widened to int64: eight (AVX-512) or four (AVX2) at a time. Sizes 2 and 4 are
-// always signed in the label dtypes, but unsigned widening is kept for the interface.
+// Labels widened to int64: eight (AVX-512) or four (AVX2) at a time, sign- or zero-extended
+// at every width (each LabelWord of cpu_select.hpp: the dtype table says which a dtype uses).
 __attribute__((target("avx512f"))) inline __m512i LoadLabels8(int size, bool is_signed,
                                                               const uint8_t* p) {
   switch (size) {
@@ -395,25 +399,6 @@ __attribute__((target("avx512f,popcnt"))) void FilterTileAvx512(
   *nq = q;
 }
 
-// vpermd patterns that move the taken 64-bit lanes of a 4-bit mask to the front, in order.
-struct CompressTable {
-  alignas(32) int32_t perm[16][8];
-  CompressTable() {
-    for (int mask = 0; mask < 16; ++mask) {
-      int at = 0;
-      for (int lane = 0; lane < 4; ++lane) {
-        if (mask & (1 << lane)) {
-          perm[mask][2 * at] = 2 * lane;
-          perm[mask][2 * at + 1] = 2 * lane + 1;
-          ++at;
-        }
-      }
-      for (; at < 4; ++at) perm[mask][2 * at] = perm[mask][2 * at + 1] = 0;
-    }
-  }
-};
-const CompressTable kCompress;
-
 // The AVX2 filter: the same compress into a register, from a 16-entry vpermd table
 // (vpermd is one micro-op on both families), then a plain store.
 __attribute__((target("avx2,popcnt"))) void FilterTileAvx2(
@@ -437,9 +422,9 @@ __attribute__((target("avx2,popcnt"))) void FilterTileAvx2(
     const int take_neg = _mm256_movemask_pd(_mm256_castsi256_pd(
         _mm256_and_si256(_mm256_cmpeq_epi64(lab, neg), _mm256_cmpgt_epi64(nb, u))));
     const __m256i perm_pos =
-        _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompress.perm[take_pos]));
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompressTable.perm[take_pos]));
     const __m256i perm_neg =
-        _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompress.perm[take_neg]));
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompressTable.perm[take_neg]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(pos_out + p),
                         _mm256_permutevar8x32_epi32(packed, perm_pos));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(neg_out + q),
