@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -16,43 +17,18 @@ namespace gpusampler::kernels::cpu {
 // label dtype's width and rule, and LabelWord the C++ type whose conversion to int64 is that
 // widening. The loaders below take (sizeof, signedness) of that type, and every path
 // (portable, AVX2, AVX-512) implements sign- and zero-extension at widths 1, 2, 4 and 8 — the
-// LabelWord specializations. A label dtype with any other width or rule fails to compile in
-// WithLabelWords (the static_assert below), not silently at run time.
+// widths and rules LabelWord accepts. A label dtype with any other width or rule fails to
+// compile in WithLabelWords (LabelWord's static_asserts), not silently at run time.
 template <int kSize, Widen kRule>
 struct LabelWord {
-  static_assert(kSize < 0, "no label loader implements this width and widening rule");
-};
-template <>
-struct LabelWord<1, Widen::kSign> {
-  using type = int8_t;
-};
-template <>
-struct LabelWord<1, Widen::kZero> {
-  using type = uint8_t;
-};
-template <>
-struct LabelWord<2, Widen::kSign> {
-  using type = int16_t;
-};
-template <>
-struct LabelWord<2, Widen::kZero> {
-  using type = uint16_t;
-};
-template <>
-struct LabelWord<4, Widen::kSign> {
-  using type = int32_t;
-};
-template <>
-struct LabelWord<4, Widen::kZero> {
-  using type = uint32_t;
-};
-template <>
-struct LabelWord<8, Widen::kSign> {
-  using type = int64_t;
-};
-template <>
-struct LabelWord<8, Widen::kZero> {
-  using type = uint64_t;
+  static_assert(kSize == 1 || kSize == 2 || kSize == 4 || kSize == 8,
+                "no label loader implements this width");
+  static_assert(kRule == Widen::kSign || kRule == Widen::kZero,
+                "no label loader implements this widening rule");
+  using Signed = std::conditional_t<
+      kSize == 1, int8_t,
+      std::conditional_t<kSize == 2, int16_t, std::conditional_t<kSize == 4, int32_t, int64_t>>>;
+  using type = std::conditional_t<kRule == Widen::kSign, Signed, std::make_unsigned_t<Signed>>;
 };
 template <DType kDType>
 using LabelWordOf = typename LabelWord<Traits(kDType).size, Traits(kDType).widen>::type;
