@@ -130,77 +130,83 @@ void StagedLaunch::Grow(const LaunchSizes& want) {
   launcher_->Reserve(want);
 }
 
+// Checks request j, adds its rows, elements and slots to the plan, and says where its labels
+// and features come from (read in place, staged, or gathered on the host afterwards).
+void StagedLaunch::PlanRequest(size_t j, const LaunchRequest& q, bool device, Plan* plan) {
+  Plan::Request& pr = plan->requests[j];
+  if (q.num_rows < 0) Invalid(j, "num_rows " + std::to_string(q.num_rows) + " < 0");
+  if (q.num_rows > 0 && q.row_offsets == nullptr) Invalid(j, "null row_offsets");
+  const size_t item = ItemSize(q.label_dtype);
+  if (!IsLabelDType(q.label_dtype)) {
+    Invalid(j, std::string("label dtype ") + DTypeName(q.label_dtype) + " is not an integer type");
+  }
+  if (q.spec.num_samples < 0) {
+    Invalid(j, "num_samples " + std::to_string(q.spec.num_samples) + " < 0");
+  }
+  if (q.feature_row_bytes < 0) {
+    Invalid(j, "feature_row_bytes " + std::to_string(q.feature_row_bytes) + " < 0");
+  }
+  const int64_t elements = q.num_rows > 0 ? q.row_offsets[q.num_rows] - q.row_offsets[0] : 0;
+  pr.first_row = plan->num_rows;
+  pr.first_slot = plan->total_slots;
+  plan->num_rows += q.num_rows;
+  plan->total_elements += elements;
+  plan->total_slots += q.num_rows * q.spec.num_samples;
+  if (q.num_rows > 0) plan->max_samples = std::max(plan->max_samples, q.spec.num_samples);
+  for (int64_t r = 0; r < q.num_rows; ++r) {
+    plan->max_length = std::max(plan->max_length, q.row_offsets[r + 1] - q.row_offsets[r]);
+  }
+  if (elements > 0) {
+    const uint8_t* in_place = device ? q.device_labels : q.labels;
+    if (in_place != nullptr) {
+      pr.in_place_labels = in_place;
+    } else if (q.labels != nullptr) {
+      pr.stage_at = Part(plan->staged_label_bytes);
+      plan->staged_label_bytes = pr.stage_at + elements * static_cast<int64_t>(item);
+    } else {
+      Invalid(j, "no labels for " + std::to_string(elements) + " elements");
+    }
+  }
+  pr.out_label_at = Part(plan->out_label_bytes);
+  plan->out_label_bytes =
+      pr.out_label_at + q.num_rows * q.spec.num_samples * static_cast<int64_t>(item);
+  const int64_t feature_out = q.num_rows * q.spec.num_samples * q.feature_row_bytes;
+  if (q.feature_row_bytes > 0 && q.num_rows > 0) {
+    const uint8_t* in_place = device ? q.device_features : q.features;
+    if (in_place != nullptr) {
+      pr.in_place_features = in_place;
+      pr.out_feature_at = Part(plan->out_feature_bytes);
+      plan->out_feature_bytes = pr.out_feature_at + feature_out;
+    } else if (q.features != nullptr) {
+      pr.host_feature_at = Part(plan->host_feature_bytes);
+      plan->host_feature_bytes = pr.host_feature_at + feature_out;
+    } else if (elements > 0) {
+      Invalid(j, "feature_row_bytes " + std::to_string(q.feature_row_bytes) + " but no features");
+    }
+  }
+}
+
+// The sections of the launch's two regions for the planned totals.
+void StagedLaunch::SizeRegions(Plan* plan) {
+  Regions& reg = plan->regions;
+  reg.rows = Section(plan->num_rows * static_cast<int64_t>(sizeof(RowDesc)));
+  reg.labels = Section(plan->staged_label_bytes);
+  reg.idx = Section(plan->total_slots * 8);
+  reg.olab = Section(plan->out_label_bytes);
+  reg.counts = Section(plan->num_rows * 4);
+  reg.feat = Section(plan->out_feature_bytes);
+}
+
 const std::vector<LaunchOutput>& StagedLaunch::Run(const std::vector<LaunchRequest>& requests) {
   if (faulted()) {
     throw Error(Error::Code::kDeviceFault,
                 name_ + ": an earlier launch timed out; the device is not used");
   }
+  const bool device = on_device();
   Plan plan;
   plan.requests.resize(requests.size());
-  const bool device = on_device();
-  // Requests: checks, row counts, where their labels and features come from.
-  for (size_t j = 0; j < requests.size(); ++j) {
-    const LaunchRequest& q = requests[j];
-    Plan::Request& pr = plan.requests[j];
-    if (q.num_rows < 0) Invalid(j, "num_rows " + std::to_string(q.num_rows) + " < 0");
-    if (q.num_rows > 0 && q.row_offsets == nullptr) Invalid(j, "null row_offsets");
-    const size_t item = ItemSize(q.label_dtype);
-    if (!IsLabelDType(q.label_dtype)) {
-      Invalid(j,
-              std::string("label dtype ") + DTypeName(q.label_dtype) + " is not an integer type");
-    }
-    if (q.spec.num_samples < 0) {
-      Invalid(j, "num_samples " + std::to_string(q.spec.num_samples) + " < 0");
-    }
-    if (q.feature_row_bytes < 0) {
-      Invalid(j, "feature_row_bytes " + std::to_string(q.feature_row_bytes) + " < 0");
-    }
-    const int64_t elements = q.num_rows > 0 ? q.row_offsets[q.num_rows] - q.row_offsets[0] : 0;
-    pr.first_row = plan.num_rows;
-    pr.first_slot = plan.total_slots;
-    plan.num_rows += q.num_rows;
-    plan.total_elements += elements;
-    plan.total_slots += q.num_rows * q.spec.num_samples;
-    if (q.num_rows > 0) plan.max_samples = std::max(plan.max_samples, q.spec.num_samples);
-    for (int64_t r = 0; r < q.num_rows; ++r) {
-      plan.max_length = std::max(plan.max_length, q.row_offsets[r + 1] - q.row_offsets[r]);
-    }
-    if (elements > 0) {
-      const uint8_t* in_place = device ? q.device_labels : q.labels;
-      if (in_place != nullptr) {
-        pr.in_place_labels = in_place;
-      } else if (q.labels != nullptr) {
-        pr.stage_at = Part(plan.staged_label_bytes);
-        plan.staged_label_bytes = pr.stage_at + elements * static_cast<int64_t>(item);
-      } else {
-        Invalid(j, "no labels for " + std::to_string(elements) + " elements");
-      }
-    }
-    pr.out_label_at = Part(plan.out_label_bytes);
-    plan.out_label_bytes =
-        pr.out_label_at + q.num_rows * q.spec.num_samples * static_cast<int64_t>(item);
-    const int64_t feature_out = q.num_rows * q.spec.num_samples * q.feature_row_bytes;
-    if (q.feature_row_bytes > 0 && q.num_rows > 0) {
-      const uint8_t* in_place = device ? q.device_features : q.features;
-      if (in_place != nullptr) {
-        pr.in_place_features = in_place;
-        pr.out_feature_at = Part(plan.out_feature_bytes);
-        plan.out_feature_bytes = pr.out_feature_at + feature_out;
-      } else if (q.features != nullptr) {
-        pr.host_feature_at = Part(plan.host_feature_bytes);
-        plan.host_feature_bytes = pr.host_feature_at + feature_out;
-      } else if (elements > 0) {
-        Invalid(j, "feature_row_bytes " + std::to_string(q.feature_row_bytes) + " but no features");
-      }
-    }
-  }
-  Regions& reg = plan.regions;
-  reg.rows = Section(plan.num_rows * static_cast<int64_t>(sizeof(RowDesc)));
-  reg.labels = Section(plan.staged_label_bytes);
-  reg.idx = Section(plan.total_slots * 8);
-  reg.olab = Section(plan.out_label_bytes);
-  reg.counts = Section(plan.num_rows * 4);
-  reg.feat = Section(plan.out_feature_bytes);
+  for (size_t j = 0; j < requests.size(); ++j) PlanRequest(j, requests[j], device, &plan);
+  SizeRegions(&plan);
 
   stats_ = StagedStats{};
   stats_.rows = plan.num_rows;

@@ -145,6 +145,8 @@ class StagedLaunch {
     uintptr_t labels = 0;
     uintptr_t features = 0;
   };
+  static void PlanRequest(size_t j, const LaunchRequest& q, bool device, Plan* plan);
+  static void SizeRegions(Plan* plan);
   static Batch BatchOf(const Plan& plan, const Bases& bases, const RowDesc* rows,
                        const RowDesc* host_rows, uint8_t* out);
   Bases PlaceRows(const std::vector<LaunchRequest>& requests, const Plan& plan, uintptr_t staged);
