@@ -16,6 +16,8 @@ namespace gpusampler::kernels::detail {
 // in the process fails, so the server must stop serving from this device. The one list: the
 // classification below and the stream callbacks' error names (device.cu) read it. Names are
 // spelled out because a host callback must not call the CUDA API (cudaGetErrorName included).
+// Every error that driver_types.h says leaves the process unusable ("must be terminated and
+// relaunched"), plus the uncorrectable ECC and NVLink errors (a GPU reset's business).
 struct StickyCudaError {
   cudaError_t status;
   const char* name;
@@ -35,6 +37,7 @@ inline constexpr StickyCudaError kStickyCudaErrors[] = {
     {cudaErrorContained, "cudaErrorContained"},
     {cudaErrorTensorMemoryLeak, "cudaErrorTensorMemoryLeak"},
     {cudaErrorExternalDevice, "cudaErrorExternalDevice"},
+    {cudaErrorMpsClientTerminated, "cudaErrorMpsClientTerminated"},
 };
 
 // The list's entry for `status`, or null when it is not sticky.
