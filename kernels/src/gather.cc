@@ -36,23 +36,29 @@ void Copy(const Index* src, const uint32_t* dst_slots, int64_t n, int64_t bytes,
 
 // Copy<kWidth> for the first compile-time width equal to `bytes`, else Copy<0>.
 template <int64_t... kWidths, typename Index>
-void Gather(const Index* src, const uint32_t* dst_slots, int64_t n, int64_t bytes,
-            const uint8_t* in, uint8_t* out) {
+void GatherWidths(const Index* src, const uint32_t* dst_slots, int64_t n, int64_t bytes,
+                  const uint8_t* in, uint8_t* out) {
   const bool fixed =
       ((bytes == kWidths && (Copy<kWidths>(src, dst_slots, n, bytes, in, out), true)) || ...);
   if (!fixed) Copy<0>(src, dst_slots, n, bytes, in, out);
+}
+
+template <typename Index>
+void Gather(const Index* src, const uint32_t* dst_slots, int64_t n, int64_t bytes,
+            const uint8_t* in, uint8_t* out) {
+  GatherWidths<4, 8, 16, 32, 64, 128>(src, dst_slots, n, bytes, in, out);
 }
 
 }  // namespace
 
 void GatherRows(const uint32_t* src, const uint32_t* dst_slots, int64_t n, int64_t row_bytes,
                 const uint8_t* in, uint8_t* out) {
-  Gather<4, 8, 16, 32, 64, 128>(src, dst_slots, n, row_bytes, in, out);
+  Gather(src, dst_slots, n, row_bytes, in, out);
 }
 
 void GatherRows(const int64_t* src, const uint32_t* dst_slots, int64_t n, int64_t row_bytes,
                 const uint8_t* in, uint8_t* out) {
-  Gather<4, 8, 16, 32, 64, 128>(src, dst_slots, n, row_bytes, in, out);
+  Gather(src, dst_slots, n, row_bytes, in, out);
 }
 
 }  // namespace gpusampler::kernels
