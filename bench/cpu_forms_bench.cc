@@ -138,31 +138,14 @@ __attribute__((target("avx512f,popcnt"), noinline)) uint64_t CompressRegisterMas
   return static_cast<uint64_t>(p);
 }
 
-struct Perm {
-  alignas(32) int32_t perm[16][8];
-  Perm() {
-    for (int mask = 0; mask < 16; ++mask) {
-      int at = 0;
-      for (int lane = 0; lane < 4; ++lane) {
-        if (mask & (1 << lane)) {
-          perm[mask][2 * at] = 2 * lane;
-          perm[mask][2 * at + 1] = 2 * lane + 1;
-          ++at;
-        }
-      }
-      for (; at < 4; ++at) perm[mask][2 * at] = perm[mask][2 * at + 1] = 0;
-    }
-  }
-};
-const Perm kPerm;
-
 __attribute__((target("avx2,popcnt"), noinline)) uint64_t CompressAvx2Table(const Data& d,
                                                                             uint64_t* out) {
   int64_t p = 0;
   for (int g = 0; g < kGroup / 4; ++g) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d.packed.data() + 4 * g));
     const unsigned m = (d.mask8[g / 2] >> (4 * (g & 1))) & 0xF;
-    const __m256i perm = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPerm.perm[m]));
+    const __m256i perm =
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(cpu::kCompressTable.perm[m]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + p), _mm256_permutevar8x32_epi32(v, perm));
     p += _mm_popcnt_u32(m);
   }

@@ -107,23 +107,12 @@ Counts FilterRange(const T* labels, int64_t begin, int64_t end, const RowDesc& r
   return {np, nq};
 }
 
+// Calls fn with the row's labels typed as their dtype widens (cpu::WithLabelWords).
 template <typename Fn>
 void DispatchLabels(DType dtype, const uint8_t* bytes, Fn&& fn) {
-  switch (dtype) {
-    case DType::kBool:
-    case DType::kUInt8:
-      return fn(reinterpret_cast<const uint8_t*>(bytes));
-    case DType::kInt8:
-      return fn(reinterpret_cast<const int8_t*>(bytes));
-    case DType::kInt16:
-      return fn(reinterpret_cast<const int16_t*>(bytes));
-    case DType::kInt32:
-      return fn(reinterpret_cast<const int32_t*>(bytes));
-    case DType::kInt64:
-      return fn(reinterpret_cast<const int64_t*>(bytes));
-    default:
-      throw Error(Error::Code::kInvalidArgument,
-                  std::string("label dtype ") + DTypeName(dtype) + " is not an integer type");
+  if (!cpu::WithLabelWords(dtype, bytes, fn)) {
+    throw Error(Error::Code::kInvalidArgument,
+                std::string("label dtype ") + DTypeName(dtype) + " is not an integer type");
   }
 }
 
@@ -224,6 +213,31 @@ std::vector<uint64_t>& BucketScratch() {
   return tmp;
 }
 
+// A row's passes: `chunks` chunks of whole key tiles, run on `pool` (a split row) or one
+// after the other on the calling thread. Called as split(count, fn): fn(c) for c < count.
+struct RowSplit {
+  RowSplit(int64_t length, ThreadPool* on)
+      : n(length),
+        chunks(on ? on->size() * 4 : 1),
+        chunk_len(((n + chunks - 1) / chunks + cpu::kTileElements - 1) / cpu::kTileElements *
+                  cpu::kTileElements),
+        pool(on) {}
+  int64_t begin(int64_t c) const { return std::min(n, c * chunk_len); }
+  template <typename Fn>
+  void operator()(int64_t count, Fn&& fn) const {
+    if (pool) {
+      pool->ParallelFor(count, [&](int64_t c, int) { fn(c); });
+    } else {
+      for (int64_t c = 0; c < count; ++c) fn(c);
+    }
+  }
+
+  const int64_t n;
+  const int64_t chunks;
+  const int64_t chunk_len;
+  ThreadPool* const pool;
+};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& options)
@@ -263,27 +277,43 @@ class CpuBackend final : public Backend {
  private:
   // Samples one row; with `pool`, its passes are split over the pool's threads.
   void SampleRow(const Batch& batch, const RowDesc& row, Scratch* s, ThreadPool* pool) {
-    const int64_t n = row.length;
-    const int64_t chunks = pool ? pool->size() * 4 : 1;
-    // Chunk boundaries are multiples of a key tile.
-    const int64_t chunk_len = ((n + chunks - 1) / chunks + cpu::kTileElements - 1) /
-                              cpu::kTileElements * cpu::kTileElements;
-    auto chunk_begin = [&](int64_t c) { return std::min(n, c * chunk_len); };
-    auto parallel = [&](int64_t count, auto&& fn) {
-      if (pool) {
-        pool->ParallelFor(count, [&](int64_t c, int) { fn(c); });
-      } else {
-        for (int64_t c = 0; c < count; ++c) fn(c);
-      }
-    };
+    const RowSplit split(row.length, pool);
     const uint8_t* label_bytes = batch.labels + row.label_offset;
-
     // 1. Class counts, per chunk (the chunk counts size the filter's output regions).
+    const Counts total = CountClasses(row, label_bytes, split, s);
+    const Quotas quotas =
+        ComputeQuotas(total.pos, total.neg, row.num_samples, row.target, row.fill);
+    // 2. Candidates below the class bounds, in index order.
+    uint64_t pos_used = 0, neg_used = 0;
+    const Counts found =
+        FindCandidates(row, label_bytes, split, total, quotas, s, &pos_used, &neg_used);
+    // 3. Exact selection: the two classes select independently (in parallel when the row is
+    // split).
+    split(2, [&](int64_t cls) {
+      if (cls == 0) {
+        SelectSmallest(s->pos.data(), found.pos, quotas.pos, pos_used, &s->tmp, &s->sel_pos);
+      } else {
+        SelectSmallest(s->neg.data(), found.neg, quotas.neg, neg_used, &s->tmp_neg, &s->sel_neg);
+      }
+    });
+    // 4. Order keys of the selected set, then sort by (v, i).
+    const int64_t m = quotas.pos + quotas.neg;
+    OrderKeys(row, quotas, split, s);
+    SortItems(m, s, pool != nullptr ? split.chunks : 1, split);
+    // 5. Outputs: indices, labels and feature rows of the selection, then padding.
+    batch.out_num_positive[&row - batch.rows] = static_cast<int32_t>(quotas.pos);
+    batch.out_num_negative[&row - batch.rows] = static_cast<int32_t>(quotas.neg);
+    WriteOutputs(batch, row, s, m, split.chunks, split);
+  }
+
+  // Counts each chunk's positives and negatives into s->chunk_counts; returns the totals.
+  static Counts CountClasses(const RowDesc& row, const uint8_t* label_bytes, const RowSplit& split,
+                             Scratch* s) {
     std::vector<Counts>& chunk_counts = s->chunk_counts;
-    chunk_counts.assign(static_cast<size_t>(chunks), Counts{});
-    parallel(chunks, [&](int64_t c) {
+    chunk_counts.assign(static_cast<size_t>(split.chunks), Counts{});
+    split(split.chunks, [&](int64_t c) {
       DispatchLabels(row.label_dtype, label_bytes, [&](const auto* labels) {
-        chunk_counts[c] = CountRange(labels, chunk_begin(c), chunk_begin(c + 1), row.positive_label,
+        chunk_counts[c] = CountRange(labels, split.begin(c), split.begin(c + 1), row.positive_label,
                                      row.negative_label);
       });
     });
@@ -292,79 +322,82 @@ class CpuBackend final : public Backend {
       total.pos += c.pos;
       total.neg += c.neg;
     }
-    const Quotas quotas =
-        ComputeQuotas(total.pos, total.neg, row.num_samples, row.target, row.fill);
+    return total;
+  }
 
-    // 2. Candidates below the class bounds, in index order. Keys matter only when a class
-    // keeps part of itself.
+  // Leaves in s->pos / s->neg, in index order, the candidates below each class's bound, and in
+  // *pos_used / *neg_used the bounds that kept them. A class whose bound kept fewer candidates
+  // than its quota (rare) reruns without a bound, so that the selection stays exact; the other
+  // class's candidates come out the same again. Keys matter only when a class keeps part of
+  // itself.
+  Counts FindCandidates(const RowDesc& row, const uint8_t* label_bytes, const RowSplit& split,
+                        const Counts& total, const Quotas& quotas, Scratch* s, uint64_t* pos_used,
+                        uint64_t* neg_used) const {
     const bool need_keys =
         (quotas.pos > 0 && quotas.pos < total.pos) || (quotas.neg > 0 && quotas.neg < total.neg);
-    auto filter = [&](uint64_t pos_bound, uint64_t neg_bound, Counts* found) {
-      std::vector<int64_t>& pos_at = s->pos_at;
-      std::vector<int64_t>& neg_at = s->neg_at;
-      pos_at.assign(static_cast<size_t>(chunks + 1), 0);
-      neg_at.assign(static_cast<size_t>(chunks + 1), 0);
-      for (int64_t c = 0; c < chunks; ++c) {
-        pos_at[c + 1] = pos_at[c] + chunk_counts[c].pos + cpu::kFilterSlack;
-        neg_at[c + 1] = neg_at[c] + chunk_counts[c].neg + cpu::kFilterSlack;
-      }
-      if (static_cast<int64_t>(s->pos.size()) < pos_at[chunks]) s->pos.resize(pos_at[chunks]);
-      if (static_cast<int64_t>(s->neg.size()) < neg_at[chunks]) s->neg.resize(neg_at[chunks]);
-      std::vector<Counts>& got = s->got;
-      got.assign(static_cast<size_t>(chunks), Counts{});
-      parallel(chunks, [&](int64_t c) {
-        DispatchLabels(row.label_dtype, label_bytes, [&](const auto* labels) {
-          got[c] =
-              FilterRange(labels, chunk_begin(c), chunk_begin(c + 1), row, pos_bound, neg_bound,
-                          need_keys, s->pos.data() + pos_at[c], s->neg.data() + neg_at[c]);
-        });
-      });
-      // Close the gaps between chunk regions, keeping index order.
-      found->pos = found->neg = 0;
-      for (int64_t c = 0; c < chunks; ++c) {
-        std::memmove(s->pos.data() + found->pos, s->pos.data() + pos_at[c],
-                     got[c].pos * sizeof(uint64_t));
-        std::memmove(s->neg.data() + found->neg, s->neg.data() + neg_at[c],
-                     got[c].neg * sizeof(uint64_t));
-        found->pos += got[c].pos;
-        found->neg += got[c].neg;
-      }
-    };
-    const uint64_t pos_bound =
+    *pos_used =
         CandidateBound(total.pos, quotas.pos, options_.candidate_sigmas, options_.candidate_slack);
-    const uint64_t neg_bound =
+    *neg_used =
         CandidateBound(total.neg, quotas.neg, options_.candidate_sigmas, options_.candidate_slack);
-    Counts found;
-    filter(pos_bound, neg_bound, &found);
-    // 3. Exact selection. A class whose bound kept fewer candidates than its quota (rare)
-    // reruns without a bound; the other class's candidates come out the same again.
-    uint64_t pos_used = pos_bound, neg_used = neg_bound;
+    Counts found = Filter(row, label_bytes, split, *pos_used, *neg_used, need_keys, s);
     if (found.pos < quotas.pos || found.neg < quotas.neg) {
-      if (found.pos < quotas.pos) pos_used = kKeepAll;
-      if (found.neg < quotas.neg) neg_used = kKeepAll;
-      filter(pos_used, neg_used, &found);
+      if (found.pos < quotas.pos) *pos_used = kKeepAll;
+      if (found.neg < quotas.neg) *neg_used = kKeepAll;
+      found = Filter(row, label_bytes, split, *pos_used, *neg_used, need_keys, s);
     }
-    // The two classes select independently (in parallel when the row is split).
-    parallel(2, [&](int64_t cls) {
-      if (cls == 0) {
-        SelectSmallest(s->pos.data(), found.pos, quotas.pos, pos_used, &s->tmp, &s->sel_pos);
-      } else {
-        SelectSmallest(s->neg.data(), found.neg, quotas.neg, neg_used, &s->tmp_neg, &s->sel_neg);
-      }
-    });
+    return found;
+  }
 
-    // 4. Order keys of the selected set, then sort by (v, i). Each item carries
-    // v << 32 | i << 1 | class: the low word orders like the index (the tie-break), and the
-    // outputs need neither a lookup table nor a second read of the labels.
+  // One filter pass: each chunk writes its candidates into its own region of s->pos / s->neg
+  // (sized by the chunk counts), then the regions are closed up in index order.
+  static Counts Filter(const RowDesc& row, const uint8_t* label_bytes, const RowSplit& split,
+                       uint64_t pos_bound, uint64_t neg_bound, bool need_keys, Scratch* s) {
+    const int64_t chunks = split.chunks;
+    std::vector<int64_t>& pos_at = s->pos_at;
+    std::vector<int64_t>& neg_at = s->neg_at;
+    pos_at.assign(static_cast<size_t>(chunks + 1), 0);
+    neg_at.assign(static_cast<size_t>(chunks + 1), 0);
+    for (int64_t c = 0; c < chunks; ++c) {
+      pos_at[c + 1] = pos_at[c] + s->chunk_counts[c].pos + cpu::kFilterSlack;
+      neg_at[c + 1] = neg_at[c] + s->chunk_counts[c].neg + cpu::kFilterSlack;
+    }
+    if (static_cast<int64_t>(s->pos.size()) < pos_at[chunks]) s->pos.resize(pos_at[chunks]);
+    if (static_cast<int64_t>(s->neg.size()) < neg_at[chunks]) s->neg.resize(neg_at[chunks]);
+    std::vector<Counts>& got = s->got;
+    got.assign(static_cast<size_t>(chunks), Counts{});
+    split(chunks, [&](int64_t c) {
+      DispatchLabels(row.label_dtype, label_bytes, [&](const auto* labels) {
+        got[c] = FilterRange(labels, split.begin(c), split.begin(c + 1), row, pos_bound, neg_bound,
+                             need_keys, s->pos.data() + pos_at[c], s->neg.data() + neg_at[c]);
+      });
+    });
+    // Close the gaps between chunk regions, keeping index order.
+    Counts found;
+    for (int64_t c = 0; c < chunks; ++c) {
+      std::memmove(s->pos.data() + found.pos, s->pos.data() + pos_at[c],
+                   got[c].pos * sizeof(uint64_t));
+      std::memmove(s->neg.data() + found.neg, s->neg.data() + neg_at[c],
+                   got[c].neg * sizeof(uint64_t));
+      found.pos += got[c].pos;
+      found.neg += got[c].neg;
+    }
+    return found;
+  }
+
+  // s->items[0, m): the order keys of the selected set. Each item carries
+  // v << 32 | i << 1 | class: the low word orders like the index (the tie-break), and the
+  // outputs need neither a lookup table nor a second read of the labels. Positives fill items
+  // [0, m_pos), negatives the rest.
+  static void OrderKeys(const RowDesc& row, const Quotas& quotas, const RowSplit& split,
+                        Scratch* s) {
     const int64_t m = quotas.pos + quotas.neg;
     if (static_cast<int64_t>(s->items.size()) < m) s->items.resize(m);
     const int64_t key_chunks = (m + cpu::kTileElements - 1) / cpu::kTileElements;
-    const int64_t per_task = std::max<int64_t>(1, key_chunks / chunks + 1);
-    parallel((key_chunks + per_task - 1) / per_task, [&](int64_t t) {
+    const int64_t per_task = std::max<int64_t>(1, key_chunks / split.chunks + 1);
+    split((key_chunks + per_task - 1) / per_task, [&](int64_t t) {
       alignas(64) uint32_t v[cpu::kTileElements];
       const int64_t end = std::min(m, (t + 1) * per_task * cpu::kTileElements);
       for (int64_t j = t * per_task * cpu::kTileElements; j < end;) {
-        // Positives fill items [0, m_pos), negatives the rest.
         const bool neg = j >= quotas.pos;
         const uint32_t* sel = neg ? s->sel_neg.data() + (j - quotas.pos) : s->sel_pos.data() + j;
         const int64_t stop = neg ? end : std::min(end, quotas.pos);
@@ -376,20 +409,13 @@ class CpuBackend final : public Backend {
         j += count;
       }
     });
-    SortItems(m, s, pool != nullptr ? chunks : 1, parallel);
-
-    // 5. Outputs: indices, labels and feature rows of the selection, then padding.
-    batch.out_num_positive[&row - batch.rows] = static_cast<int32_t>(quotas.pos);
-    batch.out_num_negative[&row - batch.rows] = static_cast<int32_t>(quotas.neg);
-    WriteOutputs(batch, row, s, m, chunks, parallel);
   }
 
   // s->items[0, m) sorted as SortItemsSerial does. With tasks > 1 (a split row) the sort is
   // parallel: one stable scatter on the top 8 bits of v into 256 buckets (per-task
   // histograms), then the buckets sorted independently; ties never cross buckets. The
   // serial radix sort was the largest single cost of a 1e6-element row (18% of its time).
-  template <typename Parallel>
-  static void SortItems(int64_t m, Scratch* s, int64_t tasks, Parallel& parallel) {
+  static void SortItems(int64_t m, Scratch* s, int64_t tasks, const RowSplit& parallel) {
     constexpr int kBits = 8, kBuckets = 1 << kBits;
     if (tasks <= 1 || m < 4 * kBuckets) {
       SortItemsSerial(s->items.data(), m, &s->tmp);
@@ -435,9 +461,8 @@ class CpuBackend final : public Backend {
   }
 
   // items[slot] is v << 32 | i << 1 | class of the slot's element.
-  template <typename Parallel>
   static void WriteOutputs(const Batch& batch, const RowDesc& row, Scratch* s, int64_t m,
-                           int64_t chunks, Parallel& parallel) {
+                           int64_t chunks, const RowSplit& parallel) {
     const int64_t k = row.num_samples;
     const size_t item = ItemSize(row.label_dtype);
     const int64_t fbytes = row.feature_row_bytes;

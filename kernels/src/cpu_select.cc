@@ -61,21 +61,25 @@ using FilterFn = void (*)(int size, bool is_signed, const void* labels_tile, con
 using CountFn = void (*)(int size, bool is_signed, const uint8_t* labels, int64_t n,
                          int64_t pos_label, int64_t neg_label, int64_t* np, int64_t* nq);
 
-// Calls fn with the labels typed by (size, signedness).
+// Calls fn with the labels typed by (size, signedness): the LabelWord of that width and rule.
+template <int kSize, typename Fn>
+void WithLabelWord(bool is_signed, const void* labels, Fn& fn) {
+  if (is_signed)
+    return fn(static_cast<const typename LabelWord<kSize, Widen::kSign>::type*>(labels));
+  return fn(static_cast<const typename LabelWord<kSize, Widen::kZero>::type*>(labels));
+}
+
 template <typename Fn>
 void WithLabelType(int size, bool is_signed, const void* labels, Fn&& fn) {
   switch (size) {
     case 1:
-      return is_signed ? fn(static_cast<const int8_t*>(labels))
-                       : fn(static_cast<const uint8_t*>(labels));
+      return WithLabelWord<1>(is_signed, labels, fn);
     case 2:
-      return is_signed ? fn(static_cast<const int16_t*>(labels))
-                       : fn(static_cast<const uint16_t*>(labels));
+      return WithLabelWord<2>(is_signed, labels, fn);
     case 4:
-      return is_signed ? fn(static_cast<const int32_t*>(labels))
-                       : fn(static_cast<const uint32_t*>(labels));
+      return WithLabelWord<4>(is_signed, labels, fn);
     default:
-      return fn(static_cast<const int64_t*>(labels));
+      return WithLabelWord<8>(is_signed, labels, fn);
   }
 }
 
@@ -316,8 +320,8 @@ __attribute__((target("avx2"))) void ElementKeysAvx2(const uint32_t* block_lo,
 }
 #undef GPUSAMPLER_TRANSPOSE4
 
-// Labels widened to int64: eight (AVX-512) or four (AVX2) at a time. Sizes 2 and 4 are
-// always signed in the label dtypes, but unsigned widening is kept for the interface.
+// Labels widened to int64: eight (AVX-512) or four (AVX2) at a time, sign- or zero-extended
+// at every width (each LabelWord of cpu_select.hpp: the dtype table says which a dtype uses).
 __attribute__((target("avx512f"))) inline __m512i LoadLabels8(int size, bool is_signed,
                                                               const uint8_t* p) {
   switch (size) {
@@ -395,25 +399,6 @@ __attribute__((target("avx512f,popcnt"))) void FilterTileAvx512(
   *nq = q;
 }
 
-// vpermd patterns that move the taken 64-bit lanes of a 4-bit mask to the front, in order.
-struct CompressTable {
-  alignas(32) int32_t perm[16][8];
-  CompressTable() {
-    for (int mask = 0; mask < 16; ++mask) {
-      int at = 0;
-      for (int lane = 0; lane < 4; ++lane) {
-        if (mask & (1 << lane)) {
-          perm[mask][2 * at] = 2 * lane;
-          perm[mask][2 * at + 1] = 2 * lane + 1;
-          ++at;
-        }
-      }
-      for (; at < 4; ++at) perm[mask][2 * at] = perm[mask][2 * at + 1] = 0;
-    }
-  }
-};
-const CompressTable kCompress;
-
 // The AVX2 filter: the same compress into a register, from a 16-entry vpermd table
 // (vpermd is one micro-op on both families), then a plain store.
 __attribute__((target("avx2,popcnt"))) void FilterTileAvx2(
@@ -437,9 +422,9 @@ __attribute__((target("avx2,popcnt"))) void FilterTileAvx2(
     const int take_neg = _mm256_movemask_pd(_mm256_castsi256_pd(
         _mm256_and_si256(_mm256_cmpeq_epi64(lab, neg), _mm256_cmpgt_epi64(nb, u))));
     const __m256i perm_pos =
-        _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompress.perm[take_pos]));
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompressTable.perm[take_pos]));
     const __m256i perm_neg =
-        _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompress.perm[take_neg]));
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompressTable.perm[take_neg]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(pos_out + p),
                         _mm256_permutevar8x32_epi32(packed, perm_pos));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(neg_out + q),
@@ -710,6 +695,10 @@ void KeysOfElements64(uint64_t seed, uint32_t row, uint32_t stream, const uint64
   KeysOfIndices(Active().elements, seed, row, stream, indices, n, out);
 }
 
+namespace {
+
+constexpr int64_t kSmallSortMax = 16384;
+
 // Per-thread digit counters of the small-n path of SortByHighWord (two digits of at most
 // 11 bits).
 std::vector<uint32_t>& DigitCounts() {
@@ -717,60 +706,52 @@ std::vector<uint32_t>& DigitCounts() {
   return counts;
 }
 
-void SortByHighWord(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp, int equal_top_bits) {
-  if (n < 2) return;
-  if (static_cast<int64_t>(tmp->size()) < n) tmp->resize(n);
-  if (n < 32) {
-    // Tiny: a comparison sort on the whole word gives the same order (low words are
-    // distinct, already the tie-break).
-    std::sort(items, items + n);
-    return;
+// Small n (<= kSmallSortMax): two stable counting passes (LSD) on the 2d bits below the
+// shared top bits, d chosen so that 2^(2d) is well above n^2 (n = 1e3: 16 bits, n = 1e4: 20
+// bits); keys are uniform, so only about n^2 / 2^(2d+1) pairs (8 for n = 1e3, 48 for 1e4) are
+// left out of order, and one insertion sort on the whole word finishes with almost no
+// mispredicted branch. The earlier single pass into ~n buckets left ~n/4 pairs out of order,
+// one mispredicted branch each, and summed ~n counters: 10-25% slower (n = 1e3 .. 1.6e4,
+// best of 300, Zen 4: 3.2-3.5 vs 2.75 ns per item at n = 1e3).
+void SortSmall(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp, int equal_top_bits) {
+  int lg = 0;
+  while ((int64_t{1} << lg) < n) ++lg;
+  const int d = std::clamp((lg + 6) / 2, 6, 11);
+  const int top_shift = 64 - equal_top_bits - d;
+  const int low_shift = std::max(0, top_shift - d);
+  const uint64_t mask = (uint64_t{1} << d) - 1;
+  std::vector<uint32_t>& count_buf = DigitCounts();
+  uint32_t* c_low = count_buf.data();
+  uint32_t* c_top = count_buf.data() + (size_t{1} << d);
+  std::fill(count_buf.begin(), count_buf.begin() + (int64_t{2} << d), 0u);
+  for (int64_t j = 0; j < n; ++j) {
+    ++c_low[(items[j] >> low_shift) & mask];
+    ++c_top[(items[j] >> top_shift) & mask];
   }
-  if (n <= 16384) {
-    // Small: two stable counting passes (LSD) on the 2d bits below the shared top bits, d
-    // chosen so that 2^(2d) is well above n^2 (n = 1e3: 16 bits, n = 1e4: 20 bits); keys are
-    // uniform, so only about n^2 / 2^(2d+1) pairs (8 for n = 1e3, 48 for 1e4) are left out of
-    // order, and one insertion sort on the whole word finishes with almost no mispredicted
-    // branch. The earlier single pass into ~n buckets left ~n/4 pairs out of order, one
-    // mispredicted branch each, and summed ~n counters: 10-25% slower (n = 1e3 .. 1.6e4,
-    // best of 300, Zen 4: 3.2-3.5 vs 2.75 ns per item at n = 1e3).
-    int lg = 0;
-    while ((int64_t{1} << lg) < n) ++lg;
-    const int d = std::clamp((lg + 6) / 2, 6, 11);
-    const int top_shift = 64 - equal_top_bits - d;
-    const int low_shift = std::max(0, top_shift - d);
-    const uint64_t mask = (uint64_t{1} << d) - 1;
-    std::vector<uint32_t>& count_buf = DigitCounts();
-    uint32_t* c_low = count_buf.data();
-    uint32_t* c_top = count_buf.data() + (size_t{1} << d);
-    std::fill(count_buf.begin(), count_buf.begin() + (int64_t{2} << d), 0u);
-    for (int64_t j = 0; j < n; ++j) {
-      ++c_low[(items[j] >> low_shift) & mask];
-      ++c_top[(items[j] >> top_shift) & mask];
-    }
-    uint32_t sum_low = 0, sum_top = 0;
-    for (int b = 0; b < (1 << d); ++b) {
-      const uint32_t l = c_low[b], t = c_top[b];
-      c_low[b] = sum_low;
-      c_top[b] = sum_top;
-      sum_low += l;
-      sum_top += t;
-    }
-    uint64_t* mid = tmp->data();
-    for (int64_t j = 0; j < n; ++j) mid[c_low[(items[j] >> low_shift) & mask]++] = items[j];
-    for (int64_t j = 0; j < n; ++j) items[c_top[(mid[j] >> top_shift) & mask]++] = mid[j];
-    for (int64_t j = 1; j < n; ++j) {
-      const uint64_t x = items[j];
-      int64_t at = j;
-      while (at > 0 && items[at - 1] > x) {
-        items[at] = items[at - 1];
-        --at;
-      }
-      items[at] = x;
-    }
-    return;
+  uint32_t sum_low = 0, sum_top = 0;
+  for (int b = 0; b < (1 << d); ++b) {
+    const uint32_t l = c_low[b], t = c_top[b];
+    c_low[b] = sum_low;
+    c_top[b] = sum_top;
+    sum_low += l;
+    sum_top += t;
   }
-  // LSD radix sort, digits of 11, 11 and 10 bits over bits 32..63; each pass is stable.
+  uint64_t* mid = tmp->data();
+  for (int64_t j = 0; j < n; ++j) mid[c_low[(items[j] >> low_shift) & mask]++] = items[j];
+  for (int64_t j = 0; j < n; ++j) items[c_top[(mid[j] >> top_shift) & mask]++] = mid[j];
+  for (int64_t j = 1; j < n; ++j) {
+    const uint64_t x = items[j];
+    int64_t at = j;
+    while (at > 0 && items[at - 1] > x) {
+      items[at] = items[at - 1];
+      --at;
+    }
+    items[at] = x;
+  }
+}
+
+// Large n: LSD radix sort, digits of 11, 11 and 10 bits over bits 32..63; each pass is stable.
+void SortLarge(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp) {
   constexpr int kShifts[3] = {32, 43, 54};
   constexpr int kBits[3] = {11, 11, 10};
   uint64_t* src = items;
@@ -792,6 +773,22 @@ void SortByHighWord(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp, int 
   }
   // Three passes leave the result in tmp.
   std::memcpy(items, src, static_cast<size_t>(n) * sizeof(uint64_t));
+}
+
+}  // namespace
+
+void SortByHighWord(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp, int equal_top_bits) {
+  if (n < 2) return;
+  if (static_cast<int64_t>(tmp->size()) < n) tmp->resize(n);
+  if (n < 32) {
+    // Tiny: a comparison sort on the whole word gives the same order (low words are
+    // distinct, already the tie-break).
+    std::sort(items, items + n);
+  } else if (n <= kSmallSortMax) {
+    SortSmall(items, n, tmp, equal_top_bits);
+  } else {
+    SortLarge(items, n, tmp);
+  }
 }
 
 }  // namespace gpusampler::kernels::cpu

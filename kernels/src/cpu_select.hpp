@@ -2,11 +2,61 @@
 // Not part of the public API.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "gpusampler/kernels/dtype.hpp"
+
 namespace gpusampler::kernels::cpu {
+
+// How every label dtype is widened to int64, in one place: the dtype table (Traits) gives a
+// label dtype's width and rule, and LabelWord the C++ type whose conversion to int64 is that
+// widening. The loaders below take (sizeof, signedness) of that type, and every path
+// (portable, AVX2, AVX-512) implements sign- and zero-extension at widths 1, 2, 4 and 8 — the
+// widths and rules LabelWord accepts. A label dtype with any other width or rule fails to
+// compile in WithLabelWords (LabelWord's static_asserts), not silently at run time.
+template <int kSize, Widen kRule>
+struct LabelWord {
+  static_assert(kSize == 1 || kSize == 2 || kSize == 4 || kSize == 8,
+                "no label loader implements this width");
+  static_assert(kRule == Widen::kSign || kRule == Widen::kZero,
+                "no label loader implements this widening rule");
+  using Signed = std::conditional_t<
+      kSize == 1, int8_t,
+      std::conditional_t<kSize == 2, int16_t, std::conditional_t<kSize == 4, int32_t, int64_t>>>;
+  using type = std::conditional_t<kRule == Widen::kSign, Signed, std::make_unsigned_t<Signed>>;
+};
+template <DType kDType>
+using LabelWordOf = typename LabelWord<Traits(kDType).size, Traits(kDType).widen>::type;
+
+namespace detail {
+template <DType kDType, typename Fn>
+bool CallWithLabelWords(const void* labels, Fn& fn) {
+  if constexpr (IsLabel(kDType)) {
+    fn(static_cast<const LabelWordOf<kDType>*>(labels));
+    return true;
+  } else {
+    return false;
+  }
+}
+template <typename Fn, size_t... kDTypes>
+bool WithLabelWords(DType dtype, const void* labels, Fn& fn, std::index_sequence<kDTypes...>) {
+  return ((dtype == static_cast<DType>(kDTypes) &&
+           CallWithLabelWords<static_cast<DType>(kDTypes)>(labels, fn)) ||
+          ...);
+}
+}  // namespace detail
+
+// Calls fn(const LabelWordOf<dtype>* labels) and returns true; false (fn not called) when
+// `dtype` is not a label dtype.
+template <typename Fn>
+bool WithLabelWords(DType dtype, const void* labels, Fn&& fn) {
+  return detail::WithLabelWords(dtype, labels, fn, std::make_index_sequence<kNumDTypes>{});
+}
 
 // Elements per call of the tile generator: 64 Philox calls (four elements each).
 inline constexpr int kTileElements = 256;
@@ -14,6 +64,25 @@ inline constexpr int kTileElements = 256;
 // Spare slots FilterTile needs past the last candidate it writes: its vector versions store
 // whole registers (eight packed keys) at the write position, and only the first ones count.
 inline constexpr int kFilterSlack = 8;
+
+// vpermd patterns that move the taken 64-bit lanes of a 4-bit mask to the front, in order:
+// the AVX2 filter's compress into a register (and the form the bench measures).
+struct CompressTable {
+  alignas(32) int32_t perm[16][8] = {};
+  constexpr CompressTable() {
+    for (int mask = 0; mask < 16; ++mask) {
+      int at = 0;
+      for (int lane = 0; lane < 4; ++lane) {
+        if (mask & (1 << lane)) {
+          perm[mask][2 * at] = 2 * lane;
+          perm[mask][2 * at + 1] = 2 * lane + 1;
+          ++at;
+        }
+      }
+    }
+  }
+};
+inline constexpr CompressTable kCompressTable;
 
 // The instruction-set versions of the bulk functions below. Every version computes the same
 // results; ActiveIsa() is the one the unqualified functions use.

@@ -1,14 +1,43 @@
-// The CUDA entry points of a build without the CUDA backend: queries report no device,
-// everything else throws Error(kUnavailable).
-#include "cuda_api.hpp"
+// The CUDA device of a build without the CUDA backend: queries report no device, everything
+// else throws Error(kUnavailable).
+#include "device_impl.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 
 namespace gpusampler::kernels {
 namespace {
+
 [[noreturn]] void Unavailable() {
   throw Error(Error::Code::kUnavailable, "gpusampler was built without the CUDA backend");
 }
+
+class UnavailableCuda final : public DeviceImpl {
+ public:
+  bool OwnsStream(const void*) const override { return true; }
+  bool OwnsMemory(const void*) const override { return true; }
+  std::unique_ptr<Backend> MakeBackend(int) const override { Unavailable(); }
+  DeviceInfo Info(int) const override { Unavailable(); }
+  void* Alloc(int, size_t) const override { Unavailable(); }
+  void Free(void*) const noexcept override {}
+  void* PinnedAlloc(int, size_t) const override { Unavailable(); }
+  void PinnedFree(void*) const noexcept override {}
+  void BindThread(int) const override { Unavailable(); }
+  void CopyToDevice(int, void*, const void*, size_t) const override { Unavailable(); }
+  void CopyAsync(void*, const void*, size_t, void*) const override { Unavailable(); }
+  void MemsetAsync(void*, int, size_t, void*) const override { Unavailable(); }
+  void EnqueueHostCallback(void*, std::function<void(const std::string&)>) const override {
+    Unavailable();
+  }
+  void Synchronize(void*) const override { Unavailable(); }
+  int64_t Operations(void*) const override { return -1; }
+  void GraphLaunch(void*, void**, const std::function<void()>&) const override { Unavailable(); }
+  void GraphDestroy(void*) const noexcept override {}
+  void TimerCreate(void*, void**, void**) const override { Unavailable(); }
+  void TimerDestroy(void*, void*) const noexcept override {}
+  void TimerRecord(void*, void*) const override { Unavailable(); }
+  float TimerElapsedMs(void*, void*, void*) const override { Unavailable(); }
+};
+
 }  // namespace
 
 bool CudaCompiled() { return false; }
@@ -18,26 +47,9 @@ std::string CudaUnavailableReason() {
          "build with the CUDA toolkit)";
 }
 
-namespace cuda_api {
-std::unique_ptr<Backend> MakeCudaBackend(int) { Unavailable(); }
-DeviceInfo GetDeviceInfo(int) { Unavailable(); }
-void* DeviceAlloc(int, size_t) { Unavailable(); }
-void DeviceFree(void*) noexcept {}
-void* PinnedAlloc(size_t) { Unavailable(); }
-void* PinnedAllocOn(int, size_t) { Unavailable(); }
-void PinnedFree(void*) noexcept {}
-void BindThreadToDevice(int) { Unavailable(); }
-void CopyAsync(void*, const void*, size_t, void*) { Unavailable(); }
-void CopyToDevice(int, void*, const void*, size_t) { Unavailable(); }
-void MemsetAsync(void*, int, size_t, void*) { Unavailable(); }
-void EnqueueHostCallback(void*, std::function<void(const std::string&)>) { Unavailable(); }
-void StreamSynchronize(void*) { Unavailable(); }
-void GraphLaunch(void*, void**, const std::function<void()>&) { Unavailable(); }
-void GraphDestroy(void*) noexcept {}
-void TimerCreate(void*, void**, void**) { Unavailable(); }
-void TimerDestroy(void*, void*) noexcept {}
-void TimerRecord(void*, void*) { Unavailable(); }
-float TimerElapsedMs(void*, void*) { Unavailable(); }
-}  // namespace cuda_api
+const DeviceImpl& CudaDeviceImpl() {
+  static const UnavailableCuda device;
+  return device;
+}
 
 }  // namespace gpusampler::kernels

@@ -34,25 +34,19 @@ void Copy(const Index* src, const uint32_t* dst_slots, int64_t n, int64_t bytes,
   }
 }
 
+// Copy<kWidth> for the first compile-time width equal to `bytes`, else Copy<0>.
+template <int64_t... kWidths, typename Index>
+void GatherWidths(const Index* src, const uint32_t* dst_slots, int64_t n, int64_t bytes,
+                  const uint8_t* in, uint8_t* out) {
+  const bool fixed =
+      ((bytes == kWidths && (Copy<kWidths>(src, dst_slots, n, bytes, in, out), true)) || ...);
+  if (!fixed) Copy<0>(src, dst_slots, n, bytes, in, out);
+}
+
 template <typename Index>
 void Gather(const Index* src, const uint32_t* dst_slots, int64_t n, int64_t bytes,
             const uint8_t* in, uint8_t* out) {
-  switch (bytes) {
-    case 4:
-      return Copy<4>(src, dst_slots, n, bytes, in, out);
-    case 8:
-      return Copy<8>(src, dst_slots, n, bytes, in, out);
-    case 16:
-      return Copy<16>(src, dst_slots, n, bytes, in, out);
-    case 32:
-      return Copy<32>(src, dst_slots, n, bytes, in, out);
-    case 64:
-      return Copy<64>(src, dst_slots, n, bytes, in, out);
-    case 128:
-      return Copy<128>(src, dst_slots, n, bytes, in, out);
-    default:
-      return Copy<0>(src, dst_slots, n, bytes, in, out);
-  }
+  GatherWidths<4, 8, 16, 32, 64, 128>(src, dst_slots, n, bytes, in, out);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "gpusampler/kernels/device.hpp"
@@ -116,7 +117,10 @@ void StagedLaunch::Reserve(const StagedSizes& sizes) {
   r.olab = Section(sizes.slots * 8 + slack);
   r.counts = Section(sizes.rows * 4);
   r.feat = Section(sizes.feature_bytes + (sizes.feature_bytes > 0 ? slack : 0));
-  const LaunchSizes want = SizesOf(r, sizes.rows, sizes.elements, sizes.slots);
+  Grow(SizesOf(r, sizes.rows, sizes.elements, sizes.slots));
+}
+
+void StagedLaunch::Grow(const LaunchSizes& want) {
   if (launcher_->Holds(want)) return;
   // The buffers and the scratch may move: the captured graph refers to them.
   for (auto& graph : graphs_) {
@@ -126,77 +130,83 @@ void StagedLaunch::Reserve(const StagedSizes& sizes) {
   launcher_->Reserve(want);
 }
 
+// Checks request j, adds its rows, elements and slots to the plan, and says where its labels
+// and features come from (read in place, staged, or gathered on the host afterwards).
+void StagedLaunch::PlanRequest(size_t j, const LaunchRequest& q, bool device, Plan* plan) {
+  Plan::Request& pr = plan->requests[j];
+  if (q.num_rows < 0) Invalid(j, "num_rows " + std::to_string(q.num_rows) + " < 0");
+  if (q.num_rows > 0 && q.row_offsets == nullptr) Invalid(j, "null row_offsets");
+  const size_t item = ItemSize(q.label_dtype);
+  if (!IsLabelDType(q.label_dtype)) {
+    Invalid(j, std::string("label dtype ") + DTypeName(q.label_dtype) + " is not an integer type");
+  }
+  if (q.spec.num_samples < 0) {
+    Invalid(j, "num_samples " + std::to_string(q.spec.num_samples) + " < 0");
+  }
+  if (q.feature_row_bytes < 0) {
+    Invalid(j, "feature_row_bytes " + std::to_string(q.feature_row_bytes) + " < 0");
+  }
+  const int64_t elements = q.num_rows > 0 ? q.row_offsets[q.num_rows] - q.row_offsets[0] : 0;
+  pr.first_row = plan->num_rows;
+  pr.first_slot = plan->total_slots;
+  plan->num_rows += q.num_rows;
+  plan->total_elements += elements;
+  plan->total_slots += q.num_rows * q.spec.num_samples;
+  if (q.num_rows > 0) plan->max_samples = std::max(plan->max_samples, q.spec.num_samples);
+  for (int64_t r = 0; r < q.num_rows; ++r) {
+    plan->max_length = std::max(plan->max_length, q.row_offsets[r + 1] - q.row_offsets[r]);
+  }
+  if (elements > 0) {
+    const uint8_t* in_place = device ? q.device_labels : q.labels;
+    if (in_place != nullptr) {
+      pr.in_place_labels = in_place;
+    } else if (q.labels != nullptr) {
+      pr.stage_at = Part(plan->staged_label_bytes);
+      plan->staged_label_bytes = pr.stage_at + elements * static_cast<int64_t>(item);
+    } else {
+      Invalid(j, "no labels for " + std::to_string(elements) + " elements");
+    }
+  }
+  pr.out_label_at = Part(plan->out_label_bytes);
+  plan->out_label_bytes =
+      pr.out_label_at + q.num_rows * q.spec.num_samples * static_cast<int64_t>(item);
+  const int64_t feature_out = q.num_rows * q.spec.num_samples * q.feature_row_bytes;
+  if (q.feature_row_bytes > 0 && q.num_rows > 0) {
+    const uint8_t* in_place = device ? q.device_features : q.features;
+    if (in_place != nullptr) {
+      pr.in_place_features = in_place;
+      pr.out_feature_at = Part(plan->out_feature_bytes);
+      plan->out_feature_bytes = pr.out_feature_at + feature_out;
+    } else if (q.features != nullptr) {
+      pr.host_feature_at = Part(plan->host_feature_bytes);
+      plan->host_feature_bytes = pr.host_feature_at + feature_out;
+    } else if (elements > 0) {
+      Invalid(j, "feature_row_bytes " + std::to_string(q.feature_row_bytes) + " but no features");
+    }
+  }
+}
+
+// The sections of the launch's two regions for the planned totals.
+void StagedLaunch::SizeRegions(Plan* plan) {
+  Regions& reg = plan->regions;
+  reg.rows = Section(plan->num_rows * static_cast<int64_t>(sizeof(RowDesc)));
+  reg.labels = Section(plan->staged_label_bytes);
+  reg.idx = Section(plan->total_slots * 8);
+  reg.olab = Section(plan->out_label_bytes);
+  reg.counts = Section(plan->num_rows * 4);
+  reg.feat = Section(plan->out_feature_bytes);
+}
+
 const std::vector<LaunchOutput>& StagedLaunch::Run(const std::vector<LaunchRequest>& requests) {
   if (faulted()) {
     throw Error(Error::Code::kDeviceFault,
                 name_ + ": an earlier launch timed out; the device is not used");
   }
+  const bool device = on_device();
   Plan plan;
   plan.requests.resize(requests.size());
-  const bool device = on_device();
-  // Requests: checks, row counts, where their labels and features come from.
-  for (size_t j = 0; j < requests.size(); ++j) {
-    const LaunchRequest& q = requests[j];
-    Plan::Request& pr = plan.requests[j];
-    if (q.num_rows < 0) Invalid(j, "num_rows " + std::to_string(q.num_rows) + " < 0");
-    if (q.num_rows > 0 && q.row_offsets == nullptr) Invalid(j, "null row_offsets");
-    const size_t item = ItemSize(q.label_dtype);
-    if (!IsLabelDType(q.label_dtype)) {
-      Invalid(j,
-              std::string("label dtype ") + DTypeName(q.label_dtype) + " is not an integer type");
-    }
-    if (q.spec.num_samples < 0) {
-      Invalid(j, "num_samples " + std::to_string(q.spec.num_samples) + " < 0");
-    }
-    if (q.feature_row_bytes < 0) {
-      Invalid(j, "feature_row_bytes " + std::to_string(q.feature_row_bytes) + " < 0");
-    }
-    const int64_t elements = q.num_rows > 0 ? q.row_offsets[q.num_rows] - q.row_offsets[0] : 0;
-    pr.first_row = plan.num_rows;
-    pr.first_slot = plan.total_slots;
-    plan.num_rows += q.num_rows;
-    plan.total_elements += elements;
-    plan.total_slots += q.num_rows * q.spec.num_samples;
-    if (q.num_rows > 0) plan.max_samples = std::max(plan.max_samples, q.spec.num_samples);
-    for (int64_t r = 0; r < q.num_rows; ++r) {
-      plan.max_length = std::max(plan.max_length, q.row_offsets[r + 1] - q.row_offsets[r]);
-    }
-    if (elements > 0) {
-      const uint8_t* in_place = device ? q.device_labels : q.labels;
-      if (in_place != nullptr) {
-        pr.in_place_labels = in_place;
-      } else if (q.labels != nullptr) {
-        pr.stage_at = Part(plan.staged_label_bytes);
-        plan.staged_label_bytes = pr.stage_at + elements * static_cast<int64_t>(item);
-      } else {
-        Invalid(j, "no labels for " + std::to_string(elements) + " elements");
-      }
-    }
-    pr.out_label_at = Part(plan.out_label_bytes);
-    plan.out_label_bytes =
-        pr.out_label_at + q.num_rows * q.spec.num_samples * static_cast<int64_t>(item);
-    const int64_t feature_out = q.num_rows * q.spec.num_samples * q.feature_row_bytes;
-    if (q.feature_row_bytes > 0 && q.num_rows > 0) {
-      const uint8_t* in_place = device ? q.device_features : q.features;
-      if (in_place != nullptr) {
-        pr.in_place_features = in_place;
-        pr.out_feature_at = Part(plan.out_feature_bytes);
-        plan.out_feature_bytes = pr.out_feature_at + feature_out;
-      } else if (q.features != nullptr) {
-        pr.host_feature_at = Part(plan.host_feature_bytes);
-        plan.host_feature_bytes = pr.host_feature_at + feature_out;
-      } else if (elements > 0) {
-        Invalid(j, "feature_row_bytes " + std::to_string(q.feature_row_bytes) + " but no features");
-      }
-    }
-  }
-  Regions& reg = plan.regions;
-  reg.rows = Section(plan.num_rows * static_cast<int64_t>(sizeof(RowDesc)));
-  reg.labels = Section(plan.staged_label_bytes);
-  reg.idx = Section(plan.total_slots * 8);
-  reg.olab = Section(plan.out_label_bytes);
-  reg.counts = Section(plan.num_rows * 4);
-  reg.feat = Section(plan.out_feature_bytes);
+  for (size_t j = 0; j < requests.size(); ++j) PlanRequest(j, requests[j], device, &plan);
+  SizeRegions(&plan);
 
   stats_ = StagedStats{};
   stats_.rows = plan.num_rows;
@@ -329,30 +339,10 @@ void StagedLaunch::RunHost(const std::vector<LaunchRequest>& requests, Plan& pla
   Carve(requests, plan, out);
 }
 
-void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& plan) {
-  const Regions& reg = plan.regions;
-  // Within the reserved sizes this allocates nothing; beyond them it is one deliberate growth
-  // before anything of this launch is enqueued (the previous launch has finished).
-  const LaunchSizes want = SizesOf(reg, plan.num_rows, plan.total_elements, plan.total_slots);
-  if (!launcher_->Holds(want)) {
-    for (auto& graph : graphs_) {
-      if (graph) graph->Reset();
-    }
-    launcher_->backend().ReleaseGraphs();
-    launcher_->Reserve(want);
-  }
-  uint8_t* h_in = launcher_->h_in();
-  uint8_t* d_in = launcher_->d_in();
-  uint8_t* h_out = launcher_->h_out();
-  uint8_t* d_out = launcher_->d_out();
-
-  const Bases bases = PlaceRows(requests, plan, reinterpret_cast<uintptr_t>(d_in + reg.rows));
-  // Checked here, before anything is enqueued or captured (the backend checks them again).
-  ValidateRows(rows_.data(), plan.num_rows);
-
-  // Staging: the row table, then the labels of the requests read from the host.
-  if (plan.num_rows > 0) std::memcpy(h_in, rows_.data(), rows_.size() * sizeof(RowDesc));
-  uint8_t* h_labels = h_in + reg.rows;
+// Copies into `h_labels` (the staged labels' region) the labels of the requests read from the
+// host, each at its stage_at, rows packed in row_offsets order.
+void StagedLaunch::StageLabels(const std::vector<LaunchRequest>& requests, const Plan& plan,
+                               uint8_t* h_labels) {
   for (size_t j = 0; j < requests.size(); ++j) {
     const LaunchRequest& q = requests[j];
     const Plan::Request& pr = plan.requests[j];
@@ -372,6 +362,67 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
       }
     }
   }
+}
+
+// Runs `work` on the launcher's stream, captured as the graph of `rows`' class when graphs are
+// on; returns whether it ran as a graph.
+bool StagedLaunch::LaunchWork(const std::vector<RowDesc>& rows, const std::function<void()>& work) {
+  bool graphed = false;
+  launcher_->Launch([&] {
+    if (rows.empty()) return;
+    if (use_graphs_) {
+      auto& graph = graphs_[GraphClass(rows)];
+      if (!graph) graph = std::make_unique<StreamGraph>(launcher_->stream());
+      try {
+        graph->Launch(work);
+        graphed = true;
+        return;
+      } catch (const Error& e) {
+        // Bad input, no memory, a device fault: the same without a graph.
+        if (e.code() != Error::Code::kInternal) throw;
+        // Capture is an optimization: a device or driver that refuses it still samples.
+        std::fprintf(stderr,
+                     "gpusampler: %s: CUDA graph capture failed (%s); launching "
+                     "without graphs from now on\n",
+                     name_.c_str(), e.what());
+        use_graphs_ = false;
+        graph->Reset();
+      }
+    }
+    work();
+  });
+  return graphed;
+}
+
+namespace {
+
+// A bounded step of the kernels overflowed (never expected): the results are not used.
+void ThrowOnErrorFlags(const std::string& name, uint32_t flags) {
+  if (flags == 0) return;
+  throw Error(Error::Code::kInternal,
+              name + ": the launch raised device error flags " + std::to_string(flags) +
+                  " (1: Pass2 found more boundary candidates than counted, 2: Boundary had " +
+                  "more candidates than a block holds); its results are not used");
+}
+
+}  // namespace
+
+void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& plan) {
+  const Regions& reg = plan.regions;
+  // Within the reserved sizes this allocates nothing; beyond them it is one deliberate growth
+  // before anything of this launch is enqueued (the previous launch has finished).
+  Grow(SizesOf(reg, plan.num_rows, plan.total_elements, plan.total_slots));
+  uint8_t* h_in = launcher_->h_in();
+  uint8_t* d_in = launcher_->d_in();
+  uint8_t* h_out = launcher_->h_out();
+  uint8_t* d_out = launcher_->d_out();
+
+  const Bases bases = PlaceRows(requests, plan, reinterpret_cast<uintptr_t>(d_in + reg.rows));
+  // Checked here, before anything is enqueued or captured (the backend checks them again).
+  ValidateRows(rows_.data(), plan.num_rows);
+  // Staging: the row table, then the labels of the requests read from the host.
+  if (plan.num_rows > 0) std::memcpy(h_in, rows_.data(), rows_.size() * sizeof(RowDesc));
+  StageLabels(requests, plan, h_in + reg.rows);
   // One upload (tables and staged labels are adjacent), the kernels, one download of every
   // output up to the last section in use.
   const size_t upload = reg.rows + static_cast<size_t>(plan.staged_label_bytes);
@@ -398,40 +449,12 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
     CopyAsync(h_out, d_out, download, stream);
   };
   const int64_t ops_before = StreamOperations(stream);
-  bool graphed = false;
-  launcher_->Launch([&] {
-    if (plan.num_rows == 0) return;
-    if (use_graphs_) {
-      auto& graph = graphs_[GraphClass(rows_)];
-      if (!graph) graph = std::make_unique<StreamGraph>(stream);
-      try {
-        graph->Launch(work);
-        graphed = true;
-        return;
-      } catch (const Error& e) {
-        // Bad input, no memory, a device fault: the same without a graph.
-        if (e.code() != Error::Code::kInternal) throw;
-        // Capture is an optimization: a device or driver that refuses it still samples.
-        std::fprintf(stderr,
-                     "gpusampler: %s: CUDA graph capture failed (%s); launching "
-                     "without graphs from now on\n",
-                     name_.c_str(), e.what());
-        use_graphs_ = false;
-        graph->Reset();
-      }
-    }
-    work();
-  });
+  const bool graphed = LaunchWork(rows_, work);
   const int64_t ops_after = StreamOperations(stream);
   uint32_t flags = 0;
   if (d_flags != nullptr) std::memcpy(&flags, h_flags, sizeof(flags));
-  if (flags != 0) {
-    // A bounded step of the kernels overflowed (never expected): the results are not used.
-    throw Error(Error::Code::kInternal,
-                name_ + ": the launch raised device error flags " + std::to_string(flags) +
-                    " (1: Pass2 found more boundary candidates than counted, 2: Boundary had " +
-                    "more candidates than a block holds); its results are not used");
-  }
+  ThrowOnErrorFlags(name_, flags);
+
   stats_.graph = graphed;
   stats_.stream_ops = ops_before >= 0 && ops_after >= 0 ? ops_after - ops_before : -1;
   stats_.upload_bytes = plan.num_rows > 0 ? static_cast<int64_t>(upload) : 0;

@@ -13,10 +13,13 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_select.hpp"
+#include "gpusampler/kernels/dtype.hpp"
 #include "gpusampler/kernels/philox.hpp"
+#include "test_util.hpp"
 #include "thread_pool.hpp"
 
 namespace gpusampler::kernels::cpu {
@@ -167,6 +170,118 @@ std::vector<LabelCase> LabelCases() {
       {8, true, {-1, 1, (int64_t{1} << 32) + 1, INT64_MIN, 0}, 1, -1},
       {8, true, {-1, 1, (int64_t{1} << 32) + 1, INT64_MIN, 0}, (int64_t{1} << 32) + 1, INT64_MIN},
   };
+}
+
+// Every label dtype at its extremes, spelled out here apart from the dtype table: a loader
+// that widened a dtype by the wrong rule (uint8 255 sign-extended to -1, int16 -32768
+// zero-extended to 32768) would count and select other elements.
+struct DTypeExtremes {
+  DType dtype;
+  int64_t min, max;
+};
+
+std::vector<DTypeExtremes> LabelDTypeExtremes() {
+  const std::vector<DTypeExtremes> all = {
+      {DType::kBool, 0, 1},
+      {DType::kInt8, -128, 127},
+      {DType::kUInt8, 0, 255},
+      {DType::kInt16, -32768, 32767},
+      {DType::kInt32, INT32_MIN, INT32_MAX},
+      {DType::kInt64, INT64_MIN, INT64_MAX},
+  };
+  // A new label dtype needs its row here.
+  for (int d = 0; d < kNumDTypes; ++d) {
+    const bool listed = std::any_of(all.begin(), all.end(), [&](const DTypeExtremes& e) {
+      return static_cast<int>(e.dtype) == d;
+    });
+    EXPECT_EQ(listed, IsLabel(static_cast<DType>(d))) << DTypeName(static_cast<DType>(d));
+  }
+  return all;
+}
+
+// max, min and (but for bool) a value between them, repeating: the expected class of element j.
+std::vector<int64_t> ExtremeLabels(const DTypeExtremes& e, int64_t n) {
+  const bool two_valued = e.max - e.min == 1;
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t which = two_valued ? j % 2 : j % 3;
+    labels[j] = which == 0 ? e.max : which == 1 ? e.min : e.min + 1;
+  }
+  return labels;
+}
+
+TEST(CpuSelectTest, EveryIsaCountsAndFiltersEveryLabelDtypeAtItsExtremes) {
+  for (Isa isa : SupportedIsas()) {
+    for (const DTypeExtremes& e : LabelDTypeExtremes()) {
+      const std::string where = std::string(IsaName(isa)) + " " + DTypeName(e.dtype);
+      const int64_t n = kTileElements;
+      const std::vector<int64_t> values = ExtremeLabels(e, n);
+      const size_t item = ItemSize(e.dtype);
+      alignas(64) uint8_t labels[kTileElements * 8];
+      for (int64_t j = 0; j < n; ++j) std::memcpy(labels + j * item, &values[j], item);
+      alignas(64) uint32_t keys[kTileElements] = {};
+      int64_t want_p = 0, want_q = 0;
+      std::vector<uint64_t> want_pos, want_neg;
+      for (int64_t j = 0; j < n; ++j) {
+        if (values[j] == e.max) want_pos.push_back(PackKey(0, static_cast<uint64_t>(j)));
+        if (values[j] == e.min) want_neg.push_back(PackKey(0, static_cast<uint64_t>(j)));
+      }
+      // The loaders are reached as the backend reaches them: typed by the dtype's widening.
+      const bool label = WithLabelWords(e.dtype, labels, [&](const auto* typed) {
+        using T = std::remove_cv_t<std::remove_pointer_t<decltype(typed)>>;
+        int64_t p = 0, q = 0;
+        CountLabels(isa, sizeof(T), std::is_signed_v<T>, typed, n - 1, e.max, e.min, &p, &q);
+        EXPECT_EQ(p, static_cast<int64_t>(want_pos.size()) - (values[n - 1] == e.max)) << where;
+        EXPECT_EQ(q, static_cast<int64_t>(want_neg.size()) - (values[n - 1] == e.min)) << where;
+        std::vector<uint64_t> pos(kTileElements + kFilterSlack), neg(kTileElements + kFilterSlack);
+        int64_t np = 0, nq = 0;
+        FilterTile(isa, sizeof(T), std::is_signed_v<T>, typed, keys, 0, e.max, e.min,
+                   uint64_t{1} << 32, uint64_t{1} << 32, pos.data(), &np, neg.data(), &nq);
+        EXPECT_EQ(std::vector<uint64_t>(pos.begin(), pos.begin() + np), want_pos) << where;
+        EXPECT_EQ(std::vector<uint64_t>(neg.begin(), neg.begin() + nq), want_neg) << where;
+      });
+      EXPECT_TRUE(label) << where;
+    }
+  }
+}
+
+// End to end on the CPU backend with the ISA in use (the kernels_isa_* runs of this binary
+// set the others): every extreme label is counted and returned exactly.
+TEST(CpuSelectTest, CpuBackendReturnsEveryLabelDtypeAtItsExtremesExactly) {
+  for (const DTypeExtremes& e : LabelDTypeExtremes()) {
+    for (int64_t n : {int64_t{7}, int64_t{kTileElements + 5}, int64_t{3000}}) {
+      const std::string where =
+          std::string(DTypeName(e.dtype)) + " n " + std::to_string(n) + " isa " + KeyIsaName();
+      testing::Case c;
+      c.dtype = e.dtype;
+      c.seed = 99;
+      c.spec.num_samples = n / 2;
+      c.spec.positive_fraction = 0.5;
+      c.spec.positive_label = e.max;
+      c.spec.negative_label = e.min;
+      c.rows = {ExtremeLabels(e, n)};
+      const int64_t positives = std::count(c.rows[0].begin(), c.rows[0].end(), e.max);
+      const int64_t negatives = std::count(c.rows[0].begin(), c.rows[0].end(), e.min);
+      const testing::Result got = testing::RunOne("cpu:1", c);
+      ASSERT_EQ(got.num_positive.size(), 1u) << where;
+      EXPECT_EQ(got.num_positive[0] + got.num_negative[0], std::min(n / 2, positives + negatives))
+          << where;
+      int64_t returned_pos = 0, returned_neg = 0;
+      for (size_t s = 0; s < got.labels[0].size(); ++s) {
+        if (got.indices[0][s] < 0) continue;
+        EXPECT_EQ(got.labels[0][s], c.rows[0][got.indices[0][s]]) << where << " slot " << s;
+        returned_pos += got.labels[0][s] == e.max;
+        returned_neg += got.labels[0][s] == e.min;
+      }
+      EXPECT_EQ(returned_pos, got.num_positive[0]) << where;
+      EXPECT_EQ(returned_neg, got.num_negative[0]) << where;
+      const testing::Result want = testing::Reference(c);
+      EXPECT_EQ(got.indices, want.indices) << where;
+      EXPECT_EQ(got.labels, want.labels) << where;
+      EXPECT_EQ(got.num_positive, want.num_positive) << where;
+      EXPECT_EQ(got.num_negative, want.num_negative) << where;
+    }
+  }
 }
 
 TEST(CpuSelectTest, EveryIsaCountAndFilterMatchScalarPerLabelDtype) {

@@ -51,5 +51,17 @@ TEST(CudaErrorTest, StickyErrorsAreDeviceFaultsAndLeftAlone) {
   }
 }
 
+// The one sticky list names each error as the runtime does (stream callbacks report these
+// names without calling CUDA), and classifies each as a device fault.
+TEST(CudaErrorTest, TheStickyListNamesEachErrorAsTheRuntimeDoes) {
+  for (const StickyCudaError& sticky : kStickyCudaErrors) {
+    EXPECT_STREQ(sticky.name, cudaGetErrorName(sticky.status));
+    EXPECT_TRUE(IsStickyCudaError(sticky.status)) << sticky.name;
+    EXPECT_EQ(CudaErrorCode(sticky.status), Error::Code::kDeviceFault) << sticky.name;
+  }
+  EXPECT_FALSE(IsStickyCudaError(cudaErrorMemoryAllocation));
+  EXPECT_FALSE(IsStickyCudaError(cudaSuccess));
+}
+
 }  // namespace
 }  // namespace gpusampler::kernels::detail

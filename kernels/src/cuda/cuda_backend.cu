@@ -16,7 +16,6 @@
 #include "cuda/device_guard.cuh"
 #include "cuda/error.cuh"
 #include "cuda/pipeline_exec.cuh"
-#include "cuda_api.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 #include "pipeline/pipeline.hpp"
 
@@ -198,7 +197,10 @@ void CudaBackend::Sample(const Batch& batch) {
 
 }  // namespace
 
-std::unique_ptr<Backend> cuda_api::MakeCudaBackend(int device) {
+namespace detail {
+
+// The CUDA device's backend (device.cu's CudaDevice::MakeBackend).
+std::unique_ptr<Backend> MakeCudaRuntimeBackend(int device) {
   const int count = CudaDeviceCount();
   if (device < 0 || device >= count) {
     throw Error(Error::Code::kUnavailable, "CUDA device " + std::to_string(device) +
@@ -207,5 +209,7 @@ std::unique_ptr<Backend> cuda_api::MakeCudaBackend(int device) {
   }
   return std::make_unique<CudaBackend>(device);
 }
+
+}  // namespace detail
 
 }  // namespace gpusampler::kernels

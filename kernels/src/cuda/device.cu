@@ -1,4 +1,5 @@
-// device.hpp on the CUDA runtime, plus the CUDA availability queries of sampler.hpp.
+// The CUDA device of device_impl.hpp on the CUDA runtime, plus the CUDA availability queries of
+// sampler.hpp.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -6,51 +7,31 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "cuda/device_guard.cuh"
 #include "cuda/error.cuh"
-#include "cuda_api.hpp"
+#include "device_impl.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 
 namespace gpusampler::kernels {
+namespace detail {
+std::unique_ptr<Backend> MakeCudaRuntimeBackend(int device);  // cuda_backend.cu
+}  // namespace detail
 namespace {
 
 cudaStream_t AsStream(void* stream) { return static_cast<cudaStream_t>(stream); }
 
-// Host callbacks must not call the CUDA API, cudaGetErrorName included; the names of the
-// errors that can reach a stream callback are spelled out here.
+// Host callbacks must not call the CUDA API, cudaGetErrorName included: the errors that can
+// reach a stream callback are the sticky ones, named by their list (error.cuh).
 std::string CallbackErrorName(cudaError_t status) {
-  switch (status) {
-    case cudaErrorIllegalAddress:
-      return "cudaErrorIllegalAddress";
-    case cudaErrorLaunchFailure:
-      return "cudaErrorLaunchFailure";
-    case cudaErrorLaunchTimeout:
-      return "cudaErrorLaunchTimeout";
-    case cudaErrorAssert:
-      return "cudaErrorAssert";
-    case cudaErrorHardwareStackError:
-      return "cudaErrorHardwareStackError";
-    case cudaErrorIllegalInstruction:
-      return "cudaErrorIllegalInstruction";
-    case cudaErrorMisalignedAddress:
-      return "cudaErrorMisalignedAddress";
-    case cudaErrorInvalidAddressSpace:
-      return "cudaErrorInvalidAddressSpace";
-    case cudaErrorInvalidPc:
-      return "cudaErrorInvalidPc";
-    case cudaErrorECCUncorrectable:
-      return "cudaErrorECCUncorrectable";
-    case cudaErrorNvlinkUncorrectable:
-      return "cudaErrorNvlinkUncorrectable";
-    case cudaErrorContained:
-      return "cudaErrorContained";
-    default:
-      return "cudaError(" + std::to_string(static_cast<int>(status)) + ")";
+  if (const detail::StickyCudaError* sticky = detail::FindStickyCudaError(status)) {
+    return sticky->name;
   }
+  return "cudaError(" + std::to_string(static_cast<int>(status)) + ")";
 }
 
 using HostCallback = std::function<void(const std::string& error)>;
@@ -105,7 +86,8 @@ std::string CudaUnavailableReason() {
   return reason;
 }
 
-namespace cuda_api {
+namespace {
+namespace runtime {
 
 DeviceInfo GetDeviceInfo(int device) {
   if (device < 0 || device >= CudaDeviceCount()) {
@@ -140,16 +122,13 @@ void DeviceFree(void* ptr) noexcept {
   if (ptr != nullptr) GPUSAMPLER_CUDA_TRY_NO_THROW(cudaFree(ptr));
 }
 
-void* PinnedAlloc(size_t bytes) {
+void* PinnedAlloc(int device, size_t bytes) {
+  std::optional<detail::ScopedDevice> guard;
+  if (device != kCurrentDevice) guard.emplace(device);
   void* ptr = nullptr;
   // Portable: a server may stage for several devices from one pool.
   GPUSAMPLER_CUDA_TRY(cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable));
   return ptr;
-}
-
-void* PinnedAllocOn(int device, size_t bytes) {
-  detail::ScopedDevice guard(device);
-  return PinnedAlloc(bytes);
 }
 
 void BindThreadToDevice(int device) { GPUSAMPLER_CUDA_TRY(cudaSetDevice(device)); }
@@ -270,5 +249,63 @@ float TimerElapsedMs(void* start, void* stop) {
   return ms;
 }
 
-}  // namespace cuda_api
+}  // namespace runtime
+
+class CudaDevice final : public DeviceImpl {
+ public:
+  bool OwnsStream(const void*) const override { return true; }
+  bool OwnsMemory(const void*) const override { return true; }
+  std::unique_ptr<Backend> MakeBackend(int device) const override {
+    return detail::MakeCudaRuntimeBackend(device);
+  }
+  DeviceInfo Info(int device) const override { return runtime::GetDeviceInfo(device); }
+  void* Alloc(int device, size_t bytes) const override {
+    return runtime::DeviceAlloc(device, bytes);
+  }
+  void Free(void* ptr) const noexcept override { runtime::DeviceFree(ptr); }
+  void* PinnedAlloc(int device, size_t bytes) const override {
+    return runtime::PinnedAlloc(device, bytes);
+  }
+  void PinnedFree(void* ptr) const noexcept override { runtime::PinnedFree(ptr); }
+  void BindThread(int device) const override { runtime::BindThreadToDevice(device); }
+  void CopyToDevice(int device, void* dst, const void* src, size_t bytes) const override {
+    runtime::CopyToDevice(device, dst, src, bytes);
+  }
+  void CopyAsync(void* dst, const void* src, size_t bytes, void* stream) const override {
+    runtime::CopyAsync(dst, src, bytes, stream);
+  }
+  void MemsetAsync(void* dst, int value, size_t bytes, void* stream) const override {
+    runtime::MemsetAsync(dst, value, bytes, stream);
+  }
+  void EnqueueHostCallback(void* stream,
+                           std::function<void(const std::string& error)> fn) const override {
+    runtime::EnqueueHostCallback(stream, std::move(fn));
+  }
+  void Synchronize(void* stream) const override { runtime::StreamSynchronize(stream); }
+  int64_t Operations(void*) const override { return -1; }  // CUDA does not count them
+  void GraphLaunch(void* stream, void** exec, const std::function<void()>& enqueue) const override {
+    runtime::GraphLaunch(stream, exec, enqueue);
+  }
+  void GraphDestroy(void* exec) const noexcept override { runtime::GraphDestroy(exec); }
+  void TimerCreate(void* stream, void** start, void** stop) const override {
+    runtime::TimerCreate(stream, start, stop);
+  }
+  void TimerDestroy(void* start, void* stop) const noexcept override {
+    runtime::TimerDestroy(start, stop);
+  }
+  void TimerRecord(void* event, void* stream) const override {
+    runtime::TimerRecord(event, stream);
+  }
+  float TimerElapsedMs(void*, void* start, void* stop) const override {
+    return runtime::TimerElapsedMs(start, stop);
+  }
+};
+
+}  // namespace
+
+const DeviceImpl& CudaDeviceImpl() {
+  static const CudaDevice device;
+  return device;
+}
+
 }  // namespace gpusampler::kernels

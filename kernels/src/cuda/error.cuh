@@ -13,28 +13,42 @@
 namespace gpusampler::kernels::detail {
 
 // Errors after which the CUDA context is unusable until the process exits: every later call
-// in the process fails, so the server must stop serving from this device.
-inline bool IsStickyCudaError(cudaError_t status) {
-  switch (status) {
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchFailure:
-    case cudaErrorLaunchTimeout:
-    case cudaErrorAssert:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorECCUncorrectable:
-    case cudaErrorNvlinkUncorrectable:
-    case cudaErrorContained:
-    case cudaErrorTensorMemoryLeak:
-    case cudaErrorExternalDevice:
-      return true;
-    default:
-      return false;
+// in the process fails, so the server must stop serving from this device. The one list: the
+// classification below and the stream callbacks' error names (device.cu) read it. Names are
+// spelled out because a host callback must not call the CUDA API (cudaGetErrorName included).
+// Every error that driver_types.h says leaves the process unusable ("must be terminated and
+// relaunched"), plus the uncorrectable ECC and NVLink errors (a GPU reset's business).
+struct StickyCudaError {
+  cudaError_t status;
+  const char* name;
+};
+inline constexpr StickyCudaError kStickyCudaErrors[] = {
+    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress"},
+    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure"},
+    {cudaErrorLaunchTimeout, "cudaErrorLaunchTimeout"},
+    {cudaErrorAssert, "cudaErrorAssert"},
+    {cudaErrorHardwareStackError, "cudaErrorHardwareStackError"},
+    {cudaErrorIllegalInstruction, "cudaErrorIllegalInstruction"},
+    {cudaErrorMisalignedAddress, "cudaErrorMisalignedAddress"},
+    {cudaErrorInvalidAddressSpace, "cudaErrorInvalidAddressSpace"},
+    {cudaErrorInvalidPc, "cudaErrorInvalidPc"},
+    {cudaErrorECCUncorrectable, "cudaErrorECCUncorrectable"},
+    {cudaErrorNvlinkUncorrectable, "cudaErrorNvlinkUncorrectable"},
+    {cudaErrorContained, "cudaErrorContained"},
+    {cudaErrorTensorMemoryLeak, "cudaErrorTensorMemoryLeak"},
+    {cudaErrorExternalDevice, "cudaErrorExternalDevice"},
+    {cudaErrorMpsClientTerminated, "cudaErrorMpsClientTerminated"},
+};
+
+// The list's entry for `status`, or null when it is not sticky.
+inline const StickyCudaError* FindStickyCudaError(cudaError_t status) {
+  for (const StickyCudaError& e : kStickyCudaErrors) {
+    if (e.status == status) return &e;
   }
+  return nullptr;
 }
+
+inline bool IsStickyCudaError(cudaError_t status) { return FindStickyCudaError(status) != nullptr; }
 
 inline Error::Code CudaErrorCode(cudaError_t status) {
   if (status == cudaErrorMemoryAllocation) return Error::Code::kOutOfMemory;

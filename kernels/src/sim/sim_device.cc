@@ -1,13 +1,19 @@
-// The cuda-sim device: streams, memory and the stream-ordered backend (sim_device.hpp).
+// The cuda-sim device: streams, memory and the stream-ordered backend (sim_device.hpp), and
+// its DeviceImpl (device_impl.hpp).
 #include "sim/sim_device.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <unordered_set>
 #include <utility>
 
-namespace gpusampler::kernels::sim {
+#include "device_impl.hpp"
+
+namespace gpusampler::kernels {
+namespace sim {
 namespace {
 
 struct Registry {
@@ -185,4 +191,91 @@ void Free(void* ptr) noexcept {
   std::free(ptr);
 }
 
-}  // namespace gpusampler::kernels::sim
+namespace {
+
+// StreamTimer on a sim stream: the times at which the stream reached Start and Stop.
+struct SimEvent {
+  std::chrono::steady_clock::time_point at{};
+};
+
+// The cuda-sim device of device_impl.hpp: its memory is host memory (device and pinned alike),
+// its copies and memsets are operations of its streams, and a graph launch is the captured
+// operations queued as one.
+class SimDevice final : public DeviceImpl {
+ public:
+  bool OwnsStream(const void* stream) const override { return IsSimStream(stream); }
+  bool OwnsMemory(const void* ptr) const override { return IsSimMemory(ptr); }
+  std::unique_ptr<Backend> MakeBackend(int) const override { return MakeStreamBackend(); }
+  DeviceInfo Info(int) const override {
+    DeviceInfo info;
+    info.index = kSimDevice;
+    info.name = "cuda-sim (the CUDA pipeline on the host)";
+    info.uuid = "SIM-00000000-0000-0000-0000-000000000000";
+    return info;
+  }
+  void* Alloc(int, size_t bytes) const override { return sim::Alloc(bytes); }
+  void Free(void* ptr) const noexcept override { sim::Free(ptr); }
+  void* PinnedAlloc(int, size_t bytes) const override { return sim::Alloc(bytes); }
+  void PinnedFree(void* ptr) const noexcept override { sim::Free(ptr); }
+  void BindThread(int) const override {}
+  void CopyToDevice(int, void* dst, const void* src, size_t bytes) const override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void CopyAsync(void* dst, const void* src, size_t bytes, void* stream) const override {
+    if (bytes == 0) return;
+    AsSimStream(stream)->Enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  }
+  void MemsetAsync(void* dst, int value, size_t bytes, void* stream) const override {
+    if (bytes == 0) return;
+    AsSimStream(stream)->Enqueue([dst, value, bytes] { std::memset(dst, value, bytes); });
+  }
+  void EnqueueHostCallback(void* stream,
+                           std::function<void(const std::string& error)> fn) const override {
+    AsSimStream(stream)->EnqueueCallback(std::move(fn));
+  }
+  void Synchronize(void* stream) const override { AsSimStream(stream)->Synchronize(); }
+  int64_t Operations(void* stream) const override { return AsSimStream(stream)->operations(); }
+
+  void GraphLaunch(void* stream, void** exec, const std::function<void()>& enqueue) const override {
+    SimStream* sim_stream = AsSimStream(stream);
+    sim_stream->BeginCapture();
+    try {
+      enqueue();
+    } catch (...) {
+      sim_stream->EndCapture(/*launch=*/false);
+      throw;
+    }
+    sim_stream->EndCapture(/*launch=*/true);
+    *exec = stream;  // "instantiated": nothing to keep on the host
+  }
+  void GraphDestroy(void*) const noexcept override {}
+
+  void TimerCreate(void*, void** start, void** stop) const override {
+    *start = new SimEvent;
+    *stop = new SimEvent;
+  }
+  void TimerDestroy(void* start, void* stop) const noexcept override {
+    delete static_cast<SimEvent*>(start);
+    delete static_cast<SimEvent*>(stop);
+  }
+  void TimerRecord(void* event, void* stream) const override {
+    auto* at = static_cast<SimEvent*>(event);
+    AsSimStream(stream)->Enqueue([at] { at->at = std::chrono::steady_clock::now(); });
+  }
+  float TimerElapsedMs(void* stream, void* start, void* stop) const override {
+    AsSimStream(stream)->Synchronize();
+    return std::chrono::duration<float, std::milli>(static_cast<SimEvent*>(stop)->at -
+                                                    static_cast<SimEvent*>(start)->at)
+        .count();
+  }
+};
+
+}  // namespace
+}  // namespace sim
+
+const DeviceImpl& SimDeviceImpl() {
+  static const sim::SimDevice device;
+  return device;
+}
+
+}  // namespace gpusampler::kernels

@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,7 @@
 namespace gpusampler::kernels {
 
 class CudaLauncher;
+struct LaunchSizes;
 
 // One request of a launch: B rows sampled with one spec and seed (SPEC section 1).
 struct LaunchRequest {
@@ -143,11 +145,18 @@ class StagedLaunch {
     uintptr_t labels = 0;
     uintptr_t features = 0;
   };
+  static void PlanRequest(size_t j, const LaunchRequest& q, bool device, Plan* plan);
+  static void SizeRegions(Plan* plan);
   static Batch BatchOf(const Plan& plan, const Bases& bases, const RowDesc* rows,
                        const RowDesc* host_rows, uint8_t* out);
   Bases PlaceRows(const std::vector<LaunchRequest>& requests, const Plan& plan, uintptr_t staged);
   void RunHost(const std::vector<LaunchRequest>& requests, Plan& plan);
   void RunDevice(const std::vector<LaunchRequest>& requests, Plan& plan);
+  // RunDevice's steps.
+  void Grow(const LaunchSizes& want);
+  static void StageLabels(const std::vector<LaunchRequest>& requests, const Plan& plan,
+                          uint8_t* h_labels);
+  bool LaunchWork(const std::vector<RowDesc>& rows, const std::function<void()>& work);
   void Carve(const std::vector<LaunchRequest>& requests, const Plan& plan, const uint8_t* out);
   void GatherHostFeatures(const std::vector<LaunchRequest>& requests, const Plan& plan);
 
