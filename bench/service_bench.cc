@@ -34,7 +34,7 @@
 #include "gpusampler/kernels/gather.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 #include "gpusampler/v1/sampler.grpc.pb.h"
-#include "server.hpp"
+#include "lifecycle/server.hpp"
 
 namespace {
 
@@ -262,6 +262,38 @@ void GatherCost(int64_t n, int64_t k, int64_t dim) {
       out.size(), stage_us, staged.size());
 }
 
+// Uploads labels (+ features) of `req` as dataset `name`, in chunks of at most 8 MiB.
+grpc::Status UploadDataset(v1::Sampler::Stub* stub, const std::string& name,
+                           const v1::SampleRequest& req, int64_t n, int64_t dim) {
+  grpc::ClientContext ctx;
+  v1::DatasetInfo info;
+  auto writer = stub->CreateDataset(&ctx, &info);
+  const int64_t row = dim * 4;
+  const int64_t per = std::max<int64_t>(1, (8 << 20) / (8 + row));
+  for (int64_t at = 0; at < n; at += per) {
+    const int64_t m = std::min(per, n - at);
+    v1::DatasetChunk c;
+    if (at == 0) {
+      c.set_name(name);
+      c.set_replace(true);
+    }
+    auto* l = c.mutable_labels();
+    l->set_dtype(v1::DTYPE_INT64);
+    l->add_shape(m);
+    l->set_data(
+        req.labels().data().substr(static_cast<size_t>(at) * 8, static_cast<size_t>(m) * 8));
+    auto* f = c.mutable_features();
+    f->set_dtype(v1::DTYPE_FLOAT32);
+    f->add_shape(m);
+    f->add_shape(dim);
+    f->set_data(
+        req.features().data().substr(static_cast<size_t>(at * row), static_cast<size_t>(m * row)));
+    writer->Write(c);
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
 // One trainer loop at concurrency 1, three ways of getting K rows with features per step
 // (the patterns of client/README-trainer.md), against the same server and data:
 //   inline       labels and features [1, N, D] in every request;
@@ -276,39 +308,10 @@ void DatasetSteps(int port, int64_t n, int64_t k, int64_t dim, double seconds) {
       "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
   const v1::SampleRequest with_features = MakeRequest(n, k, dim, true);
   const v1::SampleRequest labels_only = MakeRequest(n, k, dim, false);
-  // Upload the same labels and features, in chunks of at most 8 MiB.
-  {
-    grpc::ClientContext ctx;
-    v1::DatasetInfo info;
-    auto writer = stub->CreateDataset(&ctx, &info);
-    const int64_t row = dim * 4;
-    const int64_t per = std::max<int64_t>(1, (8 << 20) / (8 + row));
-    for (int64_t at = 0; at < n; at += per) {
-      const int64_t m = std::min(per, n - at);
-      v1::DatasetChunk c;
-      if (at == 0) {
-        c.set_name("bench");
-        c.set_replace(true);
-      }
-      auto* l = c.mutable_labels();
-      l->set_dtype(v1::DTYPE_INT64);
-      l->add_shape(m);
-      l->set_data(with_features.labels().data().substr(static_cast<size_t>(at) * 8,
-                                                       static_cast<size_t>(m) * 8));
-      auto* f = c.mutable_features();
-      f->set_dtype(v1::DTYPE_FLOAT32);
-      f->add_shape(m);
-      f->add_shape(dim);
-      f->set_data(with_features.features().data().substr(static_cast<size_t>(at * row),
-                                                         static_cast<size_t>(m * row)));
-      writer->Write(c);
-    }
-    writer->WritesDone();
-    const grpc::Status s = writer->Finish();
-    if (!s.ok()) {
-      std::fprintf(stderr, "CreateDataset failed: %s\n", s.error_message().c_str());
-      std::exit(1);
-    }
+  // Upload the same labels and features.
+  if (const grpc::Status s = UploadDataset(stub.get(), "bench", with_features, n, dim); !s.ok()) {
+    std::fprintf(stderr, "CreateDataset failed: %s\n", s.error_message().c_str());
+    std::exit(1);
   }
   v1::SampleRequest by_name;
   by_name.mutable_spec()->set_num_samples(k);
@@ -374,38 +377,6 @@ void DatasetSteps(int port, int64_t n, int64_t k, int64_t dim, double seconds) {
   std::printf("\nSame indices from all three modes, same feature bytes inline and dataset: %s\n",
               same ? "yes" : "NO");
   if (!same) std::exit(1);
-}
-
-// Uploads labels (+ features) of `req` as dataset `name`, in chunks of at most 8 MiB.
-grpc::Status UploadDataset(v1::Sampler::Stub* stub, const std::string& name,
-                           const v1::SampleRequest& req, int64_t n, int64_t dim) {
-  grpc::ClientContext ctx;
-  v1::DatasetInfo info;
-  auto writer = stub->CreateDataset(&ctx, &info);
-  const int64_t row = dim * 4;
-  const int64_t per = std::max<int64_t>(1, (8 << 20) / (8 + row));
-  for (int64_t at = 0; at < n; at += per) {
-    const int64_t m = std::min(per, n - at);
-    v1::DatasetChunk c;
-    if (at == 0) {
-      c.set_name(name);
-      c.set_replace(true);
-    }
-    auto* l = c.mutable_labels();
-    l->set_dtype(v1::DTYPE_INT64);
-    l->add_shape(m);
-    l->set_data(
-        req.labels().data().substr(static_cast<size_t>(at) * 8, static_cast<size_t>(m) * 8));
-    auto* f = c.mutable_features();
-    f->set_dtype(v1::DTYPE_FLOAT32);
-    f->add_shape(m);
-    f->add_shape(dim);
-    f->set_data(
-        req.features().data().substr(static_cast<size_t>(at * row), static_cast<size_t>(m * row)));
-    writer->Write(c);
-  }
-  writer->WritesDone();
-  return writer->Finish();
 }
 
 // The dataset repository (docs/datasets.md): replicas A and B share one --dataset-dir (on

@@ -13,26 +13,10 @@
 
 namespace gpusampler::kernels::cpu {
 
-// How every label dtype is widened to int64, in one place: the dtype table (Traits) gives a
-// label dtype's width and rule, and LabelWord the C++ type whose conversion to int64 is that
-// widening. The loaders below take (sizeof, signedness) of that type, and every path
-// (portable, AVX2, AVX-512) implements sign- and zero-extension at widths 1, 2, 4 and 8 — the
-// widths and rules LabelWord accepts. A label dtype with any other width or rule fails to
-// compile in WithLabelWords (LabelWord's static_asserts), not silently at run time.
-template <int kSize, Widen kRule>
-struct LabelWord {
-  static_assert(kSize == 1 || kSize == 2 || kSize == 4 || kSize == 8,
-                "no label loader implements this width");
-  static_assert(kRule == Widen::kSign || kRule == Widen::kZero,
-                "no label loader implements this widening rule");
-  using Signed = std::conditional_t<
-      kSize == 1, int8_t,
-      std::conditional_t<kSize == 2, int16_t, std::conditional_t<kSize == 4, int32_t, int64_t>>>;
-  using type = std::conditional_t<kRule == Widen::kSign, Signed, std::make_unsigned_t<Signed>>;
-};
-template <DType kDType>
-using LabelWordOf = typename LabelWord<Traits(kDType).size, Traits(kDType).widen>::type;
-
+// How every label dtype is widened to int64: LabelWordOf (dtype.hpp) gives the C++ type whose
+// conversion to int64 is the table's widening. The loaders below take (sizeof, signedness) of
+// that type, and every path (portable, AVX2, AVX-512) implements sign- and zero-extension at
+// widths 1, 2, 4 and 8, the widths and rules LabelWord accepts.
 namespace detail {
 template <DType kDType, typename Fn>
 bool CallWithLabelWords(const void* labels, Fn& fn) {

@@ -25,25 +25,15 @@ bool ParseDType(const std::string& name, DType* out) {
 int64_t PaddingLabel(DType dtype) { return Traits(dtype).padding_label; }
 
 bool LabelRepresentable(DType dtype, int64_t value) {
-  switch (dtype) {
-    case DType::kBool:
-      return value == 0 || value == 1;
-    case DType::kInt8:
-      return value >= std::numeric_limits<int8_t>::min() &&
-             value <= std::numeric_limits<int8_t>::max();
-    case DType::kUInt8:
-      return value >= 0 && value <= std::numeric_limits<uint8_t>::max();
-    case DType::kInt16:
-      return value >= std::numeric_limits<int16_t>::min() &&
-             value <= std::numeric_limits<int16_t>::max();
-    case DType::kInt32:
-      return value >= std::numeric_limits<int32_t>::min() &&
-             value <= std::numeric_limits<int32_t>::max();
-    case DType::kInt64:
-      return true;
-    default:
-      return false;
+  if (dtype == DType::kBool) return value == 0 || value == 1;
+  const DTypeTraits t = Traits(dtype);
+  if (t.widen == Widen::kNone) return false;
+  if (t.size >= 8) return t.widen == Widen::kSign || value >= 0;
+  const int bits = 8 * t.size;
+  if (t.widen == Widen::kSign) {
+    return value >= -(int64_t{1} << (bits - 1)) && value < (int64_t{1} << (bits - 1));
   }
+  return value >= 0 && value < (int64_t{1} << bits);
 }
 
 }  // namespace gpusampler::kernels

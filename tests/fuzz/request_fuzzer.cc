@@ -8,9 +8,9 @@
 #include <memory>
 
 #include "gpusampler/v1/sampler.pb.h"
-#include "job.hpp"
-#include "validate.hpp"
-#include "worker.hpp"
+#include "core/job.hpp"
+#include "edge/validate.hpp"
+#include "scheduling/worker.hpp"
 
 namespace {
 

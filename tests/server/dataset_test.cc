@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "datasets.hpp"
+#include "datasets/datasets.hpp"
 #include "gpusampler/client/npy.hpp"
 #include "test_util.hpp"
 

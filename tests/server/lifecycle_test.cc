@@ -10,7 +10,7 @@
 
 #include "gpusampler/client/client.hpp"
 #include "gpusampler/kernels/sampler.hpp"
-#include "scheduler.hpp"
+#include "scheduling/scheduler.hpp"
 #include "test_util.hpp"
 
 namespace gpusampler::server::testing {

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "datasets.hpp"
+#include "datasets/datasets.hpp"
 #include "gpusampler/client/npy.hpp"
 #include "gpusampler/kernels/device.hpp"
-#include "repository.hpp"
+#include "datasets/repository.hpp"
 #include "test_util.hpp"
 
 namespace gpusampler::server::testing {

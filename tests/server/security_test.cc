@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "gpusampler/client/client.hpp"
-#include "security.hpp"
+#include "edge/security.hpp"
 #include "test_util.hpp"
 
 namespace gpusampler::server::testing {

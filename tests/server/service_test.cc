@@ -17,7 +17,7 @@
 
 #include "gpusampler/kernels/sampler.hpp"
 #include "health.grpc.pb.h"
-#include "scheduler.hpp"
+#include "scheduling/scheduler.hpp"
 #include "test_util.hpp"
 
 namespace gpusampler::server::testing {

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "gpusampler/v1/sampler.grpc.pb.h"
-#include "scheduler.hpp"
-#include "server.hpp"
+#include "scheduling/scheduler.hpp"
+#include "lifecycle/server.hpp"
 
 namespace gpusampler::server::testing {
 

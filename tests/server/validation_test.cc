@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "test_util.hpp"
-#include "validate.hpp"
+#include "edge/validate.hpp"
 
 namespace gpusampler::server::testing {
 namespace {

@@ -235,27 +235,8 @@ GPUSAMPLER_HD int LabelSize(DType dtype) { return IsLabel(dtype) ? DTypeSize(dty
 // the element loops are compiled per type (no switch per element).
 template <class F>
 GPUSAMPLER_HD void DispatchLabels(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kBool:
-    case DType::kUInt8:
-      f(uint8_t{});
-      break;
-    case DType::kInt8:
-      f(int8_t{});
-      break;
-    case DType::kInt16:
-      f(int16_t{});
-      break;
-    case DType::kInt32:
-      f(int32_t{});
-      break;
-    case DType::kInt64:
-      f(int64_t{});
-      break;
-    default:
-      f(Unlabeled{});
-      break;
-  }
+  // The label word of the dtype table (dtype.hpp): its conversion to int64 is the widening.
+  if (!WithLabelWord(dtype, f)) f(Unlabeled{});
 }
 
 // The classes of elements [i0, i0 + 4) of a row whose labels are L (i0 a multiple of 4): a

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "gpusampler/kernels/macros.hpp"
 
@@ -73,5 +75,48 @@ GPUSAMPLER_HD constexpr DTypeTraits Traits(DType dtype) {
 
 GPUSAMPLER_HD constexpr int DTypeSize(DType dtype) { return Traits(dtype).size; }
 GPUSAMPLER_HD constexpr bool IsLabel(DType dtype) { return Traits(dtype).widen != Widen::kNone; }
+
+// How every label dtype is widened, in one place for every loader (the CPU backend's portable,
+// AVX2 and AVX-512 paths and the GPU pipeline): LabelWord is the C++ type whose conversion to
+// int64 is the table's widening of a label of that width and rule. A label dtype with a width
+// or rule no loader implements fails to compile here, not silently at run time.
+template <int kSize, Widen kRule>
+struct LabelWord {
+  static_assert(kSize == 1 || kSize == 2 || kSize == 4 || kSize == 8,
+                "no label loader implements this width");
+  static_assert(kRule == Widen::kSign || kRule == Widen::kZero,
+                "no label loader implements this widening rule");
+  using Signed = std::conditional_t<
+      kSize == 1, int8_t,
+      std::conditional_t<kSize == 2, int16_t, std::conditional_t<kSize == 4, int32_t, int64_t>>>;
+  using type = std::conditional_t<kRule == Widen::kSign, Signed, std::make_unsigned_t<Signed>>;
+};
+template <DType kDType>
+using LabelWordOf = typename LabelWord<Traits(kDType).size, Traits(kDType).widen>::type;
+
+namespace detail {
+template <DType kDType, class Fn>
+GPUSAMPLER_HD bool CallWithLabelWord(Fn& fn) {
+  if constexpr (IsLabel(kDType)) {
+    fn(LabelWordOf<kDType>{});
+    return true;
+  } else {
+    return false;
+  }
+}
+template <class Fn, size_t... kDTypes>
+GPUSAMPLER_HD bool WithLabelWord(DType dtype, Fn& fn, std::index_sequence<kDTypes...>) {
+  return ((dtype == static_cast<DType>(kDTypes) &&
+           CallWithLabelWord<static_cast<DType>(kDTypes)>(fn)) ||
+          ...);
+}
+}  // namespace detail
+
+// Calls fn(LabelWordOf<dtype>{}) (a value of the label word type, as a tag) and returns true;
+// false (fn not called) when `dtype` is not a label dtype.
+template <class Fn>
+GPUSAMPLER_HD bool WithLabelWord(DType dtype, Fn&& fn) {
+  return detail::WithLabelWord(dtype, fn, std::make_index_sequence<kNumDTypes>{});
+}
 
 }  // namespace gpusampler::kernels

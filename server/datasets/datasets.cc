@@ -1,0 +1,616 @@
+#include "datasets/datasets.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <random>
+
+#include <spdlog/spdlog.h>
+
+#include "gpusampler/kernels/device.hpp"
+#include "datasets/repository.hpp"
+#include "core/tensor_check.hpp"
+
+namespace gpusampler::server {
+namespace {
+
+using kernels::DType;
+
+std::string Shape(const google::protobuf::RepeatedField<int64_t>& shape) {
+  std::string s = "[";
+  for (int i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string Shape(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string DTypeString(DType d) {
+  return v1::DType_Name(static_cast<v1::DType>(static_cast<int>(d)));
+}
+
+// Retry pushback while uploads in progress or requests hold the budget: 500 ms plus jitter.
+int64_t RetryPushbackMs() {
+  thread_local std::minstd_rand gen(std::random_device{}());
+  return 500 + static_cast<int64_t>(gen() % 500);
+}
+
+constexpr uint32_t kSha256K[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+inline uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+}  // namespace
+
+// ---- Sha256 ----
+
+Sha256::Sha256()
+    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+         0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+
+void Sha256::Block(const uint8_t* p) {
+  uint32_t w[64];
+  for (int i = 0; i < 16; ++i) {
+    w[i] = (uint32_t{p[4 * i]} << 24) | (uint32_t{p[4 * i + 1]} << 16) |
+           (uint32_t{p[4 * i + 2]} << 8) | uint32_t{p[4 * i + 3]};
+  }
+  for (int i = 16; i < 64; ++i) {
+    const uint32_t s0 = Rotr(w[i - 15], 7) ^ Rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    const uint32_t s1 = Rotr(w[i - 2], 17) ^ Rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
+  for (int i = 0; i < 64; ++i) {
+    const uint32_t t1 =
+        h + (Rotr(e, 6) ^ Rotr(e, 11) ^ Rotr(e, 25)) + ((e & f) ^ (~e & g)) + kSha256K[i] + w[i];
+    const uint32_t t2 = (Rotr(a, 2) ^ Rotr(a, 13) ^ Rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+    h = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  h_[0] += a;
+  h_[1] += b;
+  h_[2] += c;
+  h_[3] += d;
+  h_[4] += e;
+  h_[5] += f;
+  h_[6] += g;
+  h_[7] += h;
+}
+
+void Sha256::Update(const uint8_t* data, size_t n) {
+  if (n == 0) return;  // `data` may be null then (an empty chunk); memcpy must not see it
+  total_ += n;
+  if (buf_len_ > 0) {
+    const size_t take = std::min(n, 64 - buf_len_);
+    std::memcpy(buf_ + buf_len_, data, take);
+    buf_len_ += take;
+    data += take;
+    n -= take;
+    if (buf_len_ < 64) return;
+    Block(buf_);
+    buf_len_ = 0;
+  }
+  for (; n >= 64; n -= 64, data += 64) Block(data);
+  std::memcpy(buf_, data, n);
+  buf_len_ = n;
+}
+
+std::string Sha256::HexDigest() {
+  const uint64_t bits = total_ * 8;
+  const uint8_t one = 0x80, zero = 0;
+  Update(&one, 1);
+  while (buf_len_ != 56) Update(&zero, 1);
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
+  Update(len, 8);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (uint32_t word : h_) {
+    for (int shift = 28; shift >= 0; shift -= 4) out += kHex[(word >> shift) & 15];
+  }
+  return out;
+}
+
+// ---- Dataset ----
+
+Dataset::~Dataset() {
+  for (const DeviceCopy& c : device_copies) {
+    kernels::DeviceFree(c.labels);
+    kernels::DeviceFree(c.features);
+  }
+}
+
+const uint8_t* Dataset::DeviceLabels(int device) const {
+  for (const DeviceCopy& c : device_copies) {
+    if (c.device == device) return c.labels;
+  }
+  return nullptr;
+}
+
+const uint8_t* Dataset::DeviceFeatures(int device) const {
+  for (const DeviceCopy& c : device_copies) {
+    if (c.device == device) return c.features;
+  }
+  return nullptr;
+}
+
+v1::DatasetInfo Dataset::Info() const {
+  v1::DatasetInfo info;
+  info.set_name(name);
+  info.set_num_rows(num_rows());
+  info.set_num_elements(num_elements());
+  info.set_label_dtype(static_cast<v1::DType>(static_cast<int>(label_dtype)));
+  info.set_feature_dtype(static_cast<v1::DType>(static_cast<int>(feature_dtype)));
+  for (int64_t d : feature_shape) info.add_feature_shape(d);
+  info.set_bytes(bytes);
+  info.set_sha256(sha256);
+  for (const auto& d : this->devices) info.add_devices(d);
+  return info;
+}
+
+bool ValidDatasetName(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// ---- DatasetBuilder ----
+
+DatasetBuilder::DatasetBuilder(DatasetRegistry* registry, const Limits& limits)
+    : registry_(registry), limits_(limits), ds_(std::make_shared<Dataset>()) {
+  ds_->row_splits = {0};
+}
+
+DatasetBuilder::~DatasetBuilder() {
+  if (reserved_ > 0) registry_->Release(reserved_);
+}
+
+Status DatasetBuilder::Add(const v1::DatasetChunk& chunk) {
+  const bool first = !started_;
+  if (Status s = first ? StartUpload(chunk) : CheckLaterChunk(chunk); !s.ok()) return s;
+  int64_t n = 0;
+  if (Status s = CheckLabels(chunk.labels(), first, &n); !s.ok()) return s;
+  if (has_features_) {
+    if (Status s = CheckFeatures(chunk.features(), n, first); !s.ok()) return s;
+  }
+  // Row splits (first chunk only).
+  std::vector<int64_t> splits;
+  if (first && chunk.has_row_splits()) {
+    if (Status s = ParseRowSplits(chunk.row_splits(), limits_, /*check_max_rows=*/false, &splits);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return Keep(chunk, std::move(splits));
+}
+
+Status DatasetBuilder::StartUpload(const v1::DatasetChunk& chunk) {
+  if (!ValidDatasetName(chunk.name())) {
+    return InvalidArgument("name '" + chunk.name().substr(0, 140) +
+                           "' must match [A-Za-z0-9._-]{1,128}");
+  }
+  if (Status s = registry_->CheckName(chunk.name(), chunk.replace()); !s.ok()) return s;
+  if (!chunk.has_labels()) {
+    return InvalidArgument("labels is missing in the first chunk (it fixes the label dtype)");
+  }
+  ds_->name = chunk.name();
+  replace_ = chunk.replace();
+  has_features_ = chunk.has_features();
+  return Status::Ok();
+}
+
+Status DatasetBuilder::CheckLaterChunk(const v1::DatasetChunk& chunk) const {
+  if (!chunk.name().empty()) {
+    return InvalidArgument("name is set on a chunk after the first (only the first names it)");
+  }
+  if (chunk.replace()) return InvalidArgument("replace is set on a chunk after the first");
+  if (chunk.has_row_splits()) {
+    return InvalidArgument("row_splits is set on a chunk after the first");
+  }
+  if (chunk.has_features() != has_features_) {
+    return InvalidArgument(std::string("features is ") +
+                           (has_features_ ? "missing from" : "present in") +
+                           " a later chunk; send features in all chunks or in none");
+  }
+  return Status::Ok();
+}
+
+// Labels: 1-D, an integer or BOOL dtype, the same in every chunk.
+Status DatasetBuilder::CheckLabels(const v1::Tensor& labels, bool first, int64_t* n) {
+  if (Status s = CheckTensorData(labels, "labels", limits_, n); !s.ok()) return s;
+  const DType dtype = static_cast<DType>(static_cast<int>(labels.dtype()));
+  if (labels.shape_size() != 1) {
+    return InvalidArgument("labels.shape " + Shape(labels.shape()) + " must be 1-D [n]");
+  }
+  if (!kernels::IsLabelDType(dtype)) {
+    return InvalidArgument("labels.dtype " + DTypeString(dtype) +
+                           " is not an integer or BOOL dtype");
+  }
+  if (first) {
+    ds_->label_dtype = dtype;
+  } else if (dtype != ds_->label_dtype) {
+    return InvalidArgument("labels.dtype " + DTypeString(dtype) +
+                           " differs from the first chunk's " + DTypeString(ds_->label_dtype));
+  }
+  if (dtype == DType::kBool) {
+    return CheckBoolLabels(reinterpret_cast<const uint8_t*>(labels.data().data()), *n);
+  }
+  return Status::Ok();
+}
+
+// Features: [n, ...], the same dtype and row shape in every chunk.
+Status DatasetBuilder::CheckFeatures(const v1::Tensor& feat, int64_t n, bool first) {
+  int64_t fe = 0;
+  if (Status s = CheckTensorData(feat, "features", limits_, &fe); !s.ok()) return s;
+  if (feat.shape_size() < 1 || feat.shape(0) != n) {
+    return InvalidArgument("features.shape " + Shape(feat.shape()) + " must be [n, ...] with n = " +
+                           std::to_string(n) + ", the chunk's label count");
+  }
+  const DType fdtype = static_cast<DType>(static_cast<int>(feat.dtype()));
+  std::vector<int64_t> row_shape(feat.shape().begin() + 1, feat.shape().end());
+  if (!first) {
+    if (fdtype != ds_->feature_dtype || row_shape != ds_->feature_shape) {
+      return InvalidArgument("features dtype " + DTypeString(fdtype) + " row shape " +
+                             Shape(row_shape) + " differ from the first chunk's " +
+                             DTypeString(ds_->feature_dtype) + " " + Shape(ds_->feature_shape));
+    }
+    return Status::Ok();
+  }
+  ds_->feature_dtype = fdtype;
+  ds_->feature_shape = row_shape;
+  int64_t row = static_cast<int64_t>(kernels::ItemSize(fdtype));
+  for (int64_t d : row_shape) {
+    if (__builtin_mul_overflow(row, d, &row)) {
+      return InvalidArgument("features.shape " + Shape(feat.shape()) +
+                             ": one feature row overflows int64 bytes");
+    }
+  }
+  if (row == 0) {
+    return InvalidArgument("features.shape " + Shape(feat.shape()) + " has zero-byte feature rows");
+  }
+  ds_->feature_row_bytes = row;
+  return Status::Ok();
+}
+
+// Reserves the chunk's bytes against the budget, then keeps them.
+Status DatasetBuilder::Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> splits) {
+  const std::string& label_data = chunk.labels().data();
+  const std::string* feature_data = has_features_ ? &chunk.features().data() : nullptr;
+  const int64_t feature_bytes = feature_data ? static_cast<int64_t>(feature_data->size()) : 0;
+  const int64_t want = static_cast<int64_t>(label_data.size()) + feature_bytes +
+                       static_cast<int64_t>(splits.size() * sizeof(int64_t));
+  if (Status s = registry_->Reserve(want); !s.ok()) return s;
+  reserved_ += want;
+  started_ = true;
+  if (!splits.empty()) {
+    ds_->has_row_splits = true;
+    ds_->row_splits = std::move(splits);
+  }
+  const auto* lbytes = reinterpret_cast<const uint8_t*>(label_data.data());
+  ds_->labels.insert(ds_->labels.end(), lbytes, lbytes + label_data.size());
+  if (feature_data) {
+    const auto* fbytes = reinterpret_cast<const uint8_t*>(feature_data->data());
+    ds_->features.insert(ds_->features.end(), fbytes, fbytes + feature_bytes);
+  }
+  label_hash_.Update(lbytes, label_data.size());
+  return Status::Ok();
+}
+
+Status DatasetBuilder::Seal() {
+  if (!started_) return InvalidArgument("the upload has no chunks (an empty stream)");
+  const int64_t total =
+      static_cast<int64_t>(ds_->labels.size() / kernels::ItemSize(ds_->label_dtype));
+  if (ds_->has_row_splits) {
+    if (ds_->row_splits.back() != total) {
+      return InvalidArgument("row_splits ends at " + std::to_string(ds_->row_splits.back()) +
+                             " but the chunks carried " + std::to_string(total) +
+                             " label elements");
+    }
+  } else {
+    ds_->row_splits = {0, total};
+  }
+  Sha256 hash = label_hash_;
+  hash.Update(ds_->features.data(), ds_->features.size());
+  ds_->sha256 = hash.HexDigest();
+  ds_->bytes = static_cast<int64_t>(ds_->labels.size() + ds_->features.size()) +
+               (ds_->has_row_splits ? static_cast<int64_t>(ds_->row_splits.size() * 8) : 0);
+  return Status::Ok();
+}
+
+Status DatasetBuilder::Store(std::shared_ptr<const Dataset>* stored, bool placed, bool replace) {
+  if (!placed) {
+    if (Status s = registry_->Place(ds_.get()); !s.ok()) return s;
+  }
+  // The reservation counted the same bytes; the registry keeps them from now on.
+  if (Status s = registry_->Commit(ds_, replace || replace_); !s.ok()) return s;
+  reserved_ = 0;
+  *stored = ds_;
+  return Status::Ok();
+}
+
+Status DatasetBuilder::Commit(std::shared_ptr<const Dataset>* stored) {
+  if (Status s = Seal(); !s.ok()) return s;
+  if (Repository* repo = registry_->repository()) return repo->CommitUpload(this, stored);
+  return Store(stored);
+}
+
+// ---- DatasetRegistry ----
+
+DatasetRegistry::DatasetRegistry(int64_t max_bytes, std::vector<int> cuda_devices)
+    : max_bytes_(max_bytes), cuda_devices_(std::move(cuda_devices)) {}
+
+DatasetRegistry::~DatasetRegistry() { repository_.reset(); }
+
+void DatasetRegistry::AttachRepository(std::unique_ptr<Repository> repository) {
+  std::lock_guard<std::mutex> lock(mu_);
+  repository_ = std::move(repository);
+  evict_ = repository_ != nullptr;
+}
+
+Status DatasetRegistry::Place(Dataset* ds, bool keep_host) {
+  if (cuda_devices_.empty()) {
+    ds->devices = {"cpu"};
+    return Status::Ok();
+  }
+  // Upload with a stream of our own, synchronized here: this runs at upload commit, load or
+  // start-up, never on the sampling path. A failure frees what was copied; with a
+  // repository, the device copies of unused datasets are the cache and are evicted first.
+  while (true) {
+    ds->device_copies.clear();
+    ds->devices.clear();
+    try {
+      for (int device : cuda_devices_) {
+        Dataset::DeviceCopy copy;
+        copy.device = device;
+        ds->device_copies.push_back(copy);
+        Dataset::DeviceCopy& c = ds->device_copies.back();
+        if (!ds->labels.empty()) {
+          c.labels = static_cast<uint8_t*>(kernels::DeviceAlloc(device, ds->labels.size()));
+          kernels::CopyToDevice(device, c.labels, ds->labels.data(), ds->labels.size());
+        }
+        if (!ds->features.empty()) {
+          c.features = static_cast<uint8_t*>(kernels::DeviceAlloc(device, ds->features.size()));
+          kernels::CopyToDevice(device, c.features, ds->features.data(), ds->features.size());
+        }
+        ds->devices.push_back(device == kernels::kSimDevice ? std::string("cuda-sim")
+                                                            : "cuda:" + std::to_string(device));
+      }
+      break;
+    } catch (const kernels::Error& e) {
+      for (const Dataset::DeviceCopy& c : ds->device_copies) {
+        kernels::DeviceFree(c.labels);
+        kernels::DeviceFree(c.features);
+      }
+      ds->device_copies.clear();
+      if (EvictOne()) continue;
+      return Status(Code::kResourceExhausted, std::string("dataset '") + ds->name +
+                                                  "' does not fit on the device: " + e.what());
+    }
+  }
+  // The CUDA workers read only the device copies.
+  if (!keep_host) ReleaseHost(ds);
+  return Status::Ok();
+}
+
+void DatasetRegistry::ReleaseHost(Dataset* ds) {
+  if (ds->device_copies.empty()) return;
+  std::vector<uint8_t>().swap(ds->labels);
+  std::vector<uint8_t>().swap(ds->features);
+}
+
+std::shared_ptr<const Dataset> DatasetRegistry::Find(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) return nullptr;
+  it->second.last_used = ++tick_;
+  return it->second.ds;
+}
+
+std::shared_ptr<const Dataset> DatasetRegistry::Acquire(const std::string& name,
+                                                        Status* status) const {
+  if (auto ds = Find(name)) return ds;
+  if (Repository* repo = repository()) {
+    std::shared_ptr<const Dataset> ds;
+    *status = repo->LoadOnMiss(name, &ds);
+    return ds;
+  }
+  *status = Status(Code::kNotFound,
+                   "dataset '" + name.substr(0, 140) + "' not found (CreateDataset uploads it)");
+  return nullptr;
+}
+
+std::vector<std::shared_ptr<const Dataset>> DatasetRegistry::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<const Dataset>> out;
+  for (const auto& [name, e] : by_name_) out.push_back(e.ds);
+  return out;
+}
+
+bool DatasetRegistry::Delete(const std::string& name) {
+  std::shared_ptr<const Dataset> gone;  // destroyed outside the lock (device frees)
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) return false;
+  used_ -= it->second.ds->bytes;
+  gone = std::move(it->second.ds);
+  by_name_.erase(it);
+  return true;
+}
+
+bool DatasetRegistry::Drop(const std::string& name, const Dataset* expected) {
+  std::shared_ptr<const Dataset> gone;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end() || it->second.ds.get() != expected) return false;
+  used_ -= it->second.ds->bytes;
+  gone = std::move(it->second.ds);
+  by_name_.erase(it);
+  return true;
+}
+
+Status DatasetRegistry::CheckName(const std::string& name, bool replace) const {
+  if (replace) return Status::Ok();
+  bool exists;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    exists = by_name_.count(name) > 0;
+  }
+  if (!exists && repository_) exists = repository_->Exists(name);
+  if (exists) {
+    return Status(Code::kAlreadyExists,
+                  "dataset '" + name + "' already exists (set replace to overwrite it)");
+  }
+  return Status::Ok();
+}
+
+bool DatasetRegistry::EvictLocked(int64_t bytes, std::vector<std::shared_ptr<const Dataset>>* out) {
+  while (bytes > max_bytes_ - used_) {
+    if (!evict_) return false;
+    auto victim = by_name_.end();
+    for (auto it = by_name_.begin(); it != by_name_.end(); ++it) {
+      // In use: an accepted request holds it (the registry's reference is the only other;
+      // new references are taken only under mu_, so the count cannot grow meanwhile).
+      if (it->second.ds.use_count() > 1) continue;
+      if (victim == by_name_.end() || it->second.last_used < victim->second.last_used) {
+        victim = it;
+      }
+    }
+    if (victim == by_name_.end()) return false;
+    used_ -= victim->second.ds->bytes;
+    out->push_back(std::move(victim->second.ds));
+    by_name_.erase(victim);
+  }
+  return true;
+}
+
+void DatasetRegistry::Evicted(std::vector<std::shared_ptr<const Dataset>> evicted) {
+  for (const auto& ds : evicted) {
+    spdlog::info("dataset '{}' evicted from memory ({} bytes; it stays in --dataset-dir)", ds->name,
+                 ds->bytes);
+    if (on_evict_) on_evict_();
+  }
+  evicted.clear();  // device copies are freed here, outside the lock
+}
+
+bool DatasetRegistry::MakeRoom(int64_t bytes) {
+  std::vector<std::shared_ptr<const Dataset>> evicted;
+  bool ok;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ok = EvictLocked(bytes, &evicted);
+  }
+  Evicted(std::move(evicted));
+  return ok;
+}
+
+bool DatasetRegistry::EvictOne() {
+  std::vector<std::shared_ptr<const Dataset>> evicted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!evict_) return false;
+    // Evict as if the budget were one byte short of everything stored.
+    const int64_t stored = used_ - reserved_;
+    if (stored <= 0) return false;
+    const size_t before = by_name_.size();
+    const int64_t want = max_bytes_ - used_ + 1;
+    EvictLocked(want, &evicted);
+    if (by_name_.size() == before) return false;
+  }
+  Evicted(std::move(evicted));
+  return true;
+}
+
+Status DatasetRegistry::Reserve(int64_t bytes) {
+  std::vector<std::shared_ptr<const Dataset>> evicted;
+  Status status = Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (EvictLocked(bytes, &evicted)) {
+      used_ += bytes;
+      reserved_ += bytes;
+    } else {
+      // Transient when only uploads in progress (and, with eviction, datasets in use) keep
+      // it from fitting: they end. Stored datasets that cannot be evicted do not.
+      const int64_t permanent = evict_ ? 0 : used_ - reserved_;
+      const bool transient = bytes <= max_bytes_ - permanent;
+      status = Status(Code::kResourceExhausted,
+                      "dataset needs " + std::to_string(bytes) + " more bytes, but " +
+                          std::to_string(used_) +
+                          " of max_dataset_bytes = " + std::to_string(max_bytes_) +
+                          " are in use (" + std::to_string(reserved_) + " by uploads in progress" +
+                          (evict_ ? ", the rest by datasets that requests are sampling" : "") +
+                          ") (--max-dataset-bytes)",
+                      transient ? RetryPushbackMs() : kDoNotRetry);
+    }
+  }
+  Evicted(std::move(evicted));
+  return status;
+}
+
+void DatasetRegistry::Release(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  used_ -= bytes;
+  reserved_ -= bytes;
+}
+
+Status DatasetRegistry::Commit(std::shared_ptr<const Dataset> ds, bool replace) {
+  std::shared_ptr<const Dataset> gone;  // destroyed outside the lock (device frees)
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t bytes = ds->bytes;
+  auto it = by_name_.find(ds->name);
+  if (it != by_name_.end()) {
+    if (!replace) {
+      return Status(Code::kAlreadyExists, "dataset '" + ds->name +
+                                              "' was created by another upload first (set "
+                                              "replace to overwrite it)");
+    }
+    used_ -= it->second.ds->bytes;
+    gone = std::move(it->second.ds);
+    it->second.ds = std::move(ds);
+    it->second.last_used = ++tick_;
+  } else {
+    const std::string name = ds->name;
+    by_name_.emplace(name, Entry{std::move(ds), ++tick_});
+  }
+  // The dataset's bytes move from the reservations to the stored datasets.
+  reserved_ -= bytes;
+  return Status::Ok();
+}
+
+int64_t DatasetRegistry::count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(by_name_.size());
+}
+
+int64_t DatasetRegistry::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return used_;
+}
+
+int64_t DatasetRegistry::free_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return max_bytes_ - used_;
+}
+
+}  // namespace gpusampler::server

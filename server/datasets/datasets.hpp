@@ -1,0 +1,211 @@
+// Resident datasets (uploaded once, sampled by name): the immutable Dataset, the builder
+// that validates an upload chunk by chunk, and the registry with its byte budget.
+// Thread-safety: Dataset is immutable once built; DatasetRegistry is thread-safe;
+// DatasetBuilder is used by one upload at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "gpusampler/kernels/sampler.hpp"
+#include "gpusampler/v1/sampler.pb.h"
+#include "core/job.hpp"
+#include "core/status.hpp"
+
+namespace gpusampler::server {
+
+// One stored dataset. Requests hold a shared_ptr, so deleting or replacing it never frees
+// bytes that an accepted request still reads.
+struct Dataset final : DatasetStorage {
+  Dataset() = default;
+  ~Dataset() override;
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
+
+  std::string name;
+  kernels::DType label_dtype = kernels::DType::kInt64;
+  std::vector<uint8_t> labels;      // [total] in label_dtype
+  bool has_row_splits = false;      // absent: one row, the whole dataset
+  std::vector<int64_t> row_splits;  // [B + 1]; {0, total} without row_splits
+  kernels::DType feature_dtype = kernels::DType::kUnspecified;  // kUnspecified: none
+  std::vector<int64_t> feature_shape;                           // one feature row's shape
+  int64_t feature_row_bytes = 0;
+  std::vector<uint8_t> features;  // [total, feature_shape...]
+  std::string sha256;             // lowercase hex over the label bytes, then the feature bytes
+  int64_t bytes = 0;              // label + feature + row_splits bytes
+  // The repository files this version was loaded from or committed to (repository.hpp:
+  // their device, inode, size and mtime); empty when the dataset is not in a repository.
+  std::string repo_version;
+
+  // Copies in CUDA device memory (the host vectors above are then released).
+  struct DeviceCopy {
+    int device = 0;
+    uint8_t* labels = nullptr;
+    uint8_t* features = nullptr;
+  };
+  std::vector<DeviceCopy> device_copies;
+  std::vector<std::string> devices;  // "cpu", or "cuda:N" for each device copy
+
+  const uint8_t* DeviceLabels(int device) const override;
+  const uint8_t* DeviceFeatures(int device) const override;
+
+  int64_t num_rows() const { return static_cast<int64_t>(row_splits.size()) - 1; }
+  int64_t num_elements() const { return row_splits.back(); }
+  bool has_features() const { return feature_row_bytes > 0; }
+  // The DatasetInfo message.
+  v1::DatasetInfo Info() const;
+};
+
+// Lowercase hex SHA-256 (FIPS 180-4) of the bytes fed in order.
+class Sha256 {
+ public:
+  Sha256();
+  void Update(const uint8_t* data, size_t n);
+  std::string HexDigest();  // finishes; call once
+
+ private:
+  void Block(const uint8_t* p);
+  uint32_t h_[8];
+  uint8_t buf_[64];
+  size_t buf_len_ = 0;
+  uint64_t total_ = 0;
+};
+
+class DatasetRegistry;
+
+// Validates the chunks of one upload in order (SPEC section 5) and builds the Dataset.
+// Every byte appended is reserved against the registry's budget first; the reservation is
+// released by the destructor unless Commit succeeded.
+class DatasetBuilder {
+ public:
+  DatasetBuilder(DatasetRegistry* registry, const Limits& limits);
+  ~DatasetBuilder();
+  DatasetBuilder(const DatasetBuilder&) = delete;
+  DatasetBuilder& operator=(const DatasetBuilder&) = delete;
+
+  // Appends one chunk; the first one names the dataset. INVALID_ARGUMENT naming the field,
+  // ALREADY_EXISTS, or RESOURCE_EXHAUSTED (budget) on failure; nothing is kept after one.
+  Status Add(const v1::DatasetChunk& chunk);
+  // Ends the upload: checks the totals and stores the dataset (ALREADY_EXISTS is checked
+  // again here: of two uploads of one name, the first to commit wins). With a repository the
+  // dataset is committed there first (Repository::CommitUpload).
+  Status Commit(std::shared_ptr<const Dataset>* stored);
+
+  // The steps of Commit, for the repository: Seal checks the totals and computes sha256 and
+  // bytes; Store places the sealed dataset where the workers sample and registers it.
+  Status Seal();
+  // `placed`: Place already ran. `replace`: overwrite a dataset of the same name in memory.
+  Status Store(std::shared_ptr<const Dataset>* stored, bool placed = false, bool replace = false);
+  Dataset* dataset() { return ds_.get(); }
+  bool replace() const { return replace_; }
+  // The reserved bytes: what the upload holds of the budget so far.
+  int64_t reserved() const { return reserved_; }
+
+ private:
+  // The steps of Add: the first chunk names the upload, later ones may not; each chunk's
+  // labels and features are checked against the first's; Keep reserves and appends.
+  Status StartUpload(const v1::DatasetChunk& chunk);
+  Status CheckLaterChunk(const v1::DatasetChunk& chunk) const;
+  Status CheckLabels(const v1::Tensor& labels, bool first, int64_t* n);
+  Status CheckFeatures(const v1::Tensor& features, int64_t n, bool first);
+  Status Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> splits);
+
+  DatasetRegistry* registry_;
+  const Limits limits_;
+  std::shared_ptr<Dataset> ds_;
+  bool started_ = false;
+  bool replace_ = false;
+  bool has_features_ = false;
+  int64_t reserved_ = 0;
+  Sha256 label_hash_;  // the label bytes arrive first in the digest: hashed as they come
+};
+
+class Repository;
+
+class DatasetRegistry {
+ public:
+  // `max_bytes`: --max-dataset-bytes. `cuda_devices`: where the CUDA workers sample; a
+  // committed dataset is copied to each of them and kept only there (empty: host memory,
+  // where the CPU workers sample; kernels::kSimDevice: the cuda-sim device's "device" copy).
+  explicit DatasetRegistry(int64_t max_bytes, std::vector<int> cuda_devices = {});
+  ~DatasetRegistry();  // stops the repository's polling first
+
+  // Puts `ds` where the workers sample (device copies, host copy released unless
+  // `keep_host`), before it is visible. RESOURCE_EXHAUSTED when a device is out of memory,
+  // after evicting what may be evicted. Synchronizes with the copies: call it off gRPC's
+  // threads.
+  Status Place(Dataset* ds, bool keep_host = false);
+  // Frees the host copy of a dataset that has device copies (after Place with keep_host).
+  static void ReleaseHost(Dataset* ds);
+
+  std::shared_ptr<const Dataset> Find(const std::string& name) const;
+  // Find, and on a miss, with a repository, load the committed version (read your writes).
+  // Null with `*status` NOT_FOUND (or why the load failed) when there is none.
+  std::shared_ptr<const Dataset> Acquire(const std::string& name, Status* status) const;
+  std::vector<std::shared_ptr<const Dataset>> List() const;
+  // False when no dataset has that name.
+  bool Delete(const std::string& name);
+  // Removes `name` from memory if it is still `expected` (a repository re-scan saw it
+  // replaced or deleted). Requests that hold it keep it alive.
+  bool Drop(const std::string& name, const Dataset* expected);
+  // OK when `name` may be uploaded (free, or `replace`); else ALREADY_EXISTS. With a
+  // repository, a committed dataset there counts as existing too.
+  Status CheckName(const std::string& name, bool replace) const;
+
+  // Budget: stored datasets plus reservations of uploads in progress. With eviction on (a
+  // repository), Reserve first evicts the least recently sampled datasets that no accepted
+  // request uses. Over budget: RESOURCE_EXHAUSTED naming --max-dataset-bytes, with a positive
+  // retry pushback when what blocks it is transient (uploads in progress, datasets in use).
+  Status Reserve(int64_t bytes);
+  void Release(int64_t bytes);
+  // Evicts until `bytes` more fit; false when they cannot (nothing evicted then stays out).
+  bool MakeRoom(int64_t bytes);
+  // Evicts the least recently sampled unused dataset; false when there is none.
+  bool EvictOne();
+  // Stores `ds` (its bytes already reserved) under its name. A replaced dataset's bytes
+  // leave the budget now; requests that hold it keep it alive.
+  Status Commit(std::shared_ptr<const Dataset> ds, bool replace);
+
+  int64_t count() const;
+  int64_t bytes() const;  // stored and reserved
+  int64_t max_bytes() const { return max_bytes_; }
+  int64_t free_bytes() const;
+
+  // The repository (SPEC section 6): owned by the registry, which turns eviction on.
+  void AttachRepository(std::unique_ptr<Repository> repository);
+  Repository* repository() const { return repository_.get(); }
+  // Called after each eviction (metrics).
+  void SetEvictionHook(std::function<void()> hook) { on_evict_ = std::move(hook); }
+
+ private:
+  struct Entry {
+    std::shared_ptr<const Dataset> ds;
+    mutable uint64_t last_used = 0;  // tick of the last Find (LRU)
+  };
+  // Under mu_: evicts unused datasets, least recently used first, until `bytes` more fit.
+  // The evicted ones go to `out`, to be destroyed outside the lock.
+  bool EvictLocked(int64_t bytes, std::vector<std::shared_ptr<const Dataset>>* out);
+  void Evicted(std::vector<std::shared_ptr<const Dataset>> evicted);
+
+  const int64_t max_bytes_;
+  const std::vector<int> cuda_devices_;
+  mutable std::mutex mu_;
+  std::map<std::string, Entry> by_name_;
+  int64_t used_ = 0;      // stored datasets' bytes + reservations
+  int64_t reserved_ = 0;  // of which reservations of uploads and loads in progress
+  mutable uint64_t tick_ = 0;
+  bool evict_ = false;
+  std::function<void()> on_evict_;
+  std::unique_ptr<Repository> repository_;
+};
+
+// True when `name` matches [A-Za-z0-9._-]{1,128}.
+bool ValidDatasetName(const std::string& name);
+
+}  // namespace gpusampler::server

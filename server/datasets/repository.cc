@@ -1,0 +1,728 @@
+#include "datasets/repository.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <iterator>
+#include <random>
+#include <set>
+
+#include "gpusampler/common/npy.hpp"
+#include "gpusampler/common/tensor.hpp"
+
+namespace gpusampler::server {
+namespace {
+
+constexpr char kContainerMagic[8] = {'G', 'S', 'D', 'A', 'T', 'A', '0', '1'};
+constexpr size_t kContainerHeader = 8 + 64 + 3 * 8 + 4 + 4;  // magic, sha, lengths, dtype, pad
+constexpr int64_t kMaxNpyHeader = int64_t{1} << 20;
+const char* const kContainerSuffix = ".dataset";
+const char* const kLabelsSuffix = ".labels.npy";
+const char* const kTmpMarker = ".dataset.tmp-";
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string Errno() { return std::strerror(errno); }
+
+// An open file descriptor, closed when it goes.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+std::string Key(const struct stat& st) {
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+         std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
+// Opens `path` for reading when it is a regular file (or a link to one). A directory, FIFO,
+// socket or device (or a link to one) is refused without reading from it: O_NONBLOCK keeps a
+// FIFO without a writer from blocking the open.
+std::string OpenRegular(const std::string& path, Fd* fd, struct stat* st) {
+  Fd f(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (f.get() < 0) return "cannot open: " + Errno();
+  if (fstat(f.get(), st) != 0) return "cannot stat: " + Errno();
+  if (!S_ISREG(st->st_mode)) {
+    const char* what = S_ISDIR(st->st_mode)    ? "a directory"
+                       : S_ISFIFO(st->st_mode) ? "a FIFO"
+                       : S_ISCHR(st->st_mode)  ? "a character device"
+                       : S_ISBLK(st->st_mode)  ? "a block device"
+                       : S_ISSOCK(st->st_mode) ? "a socket"
+                                               : "not a regular file";
+    return std::string("is ") + what + " (or a link to one); only regular files are read";
+  }
+  *fd = std::move(f);
+  return "";
+}
+
+std::string ReadAt(int fd, int64_t offset, int64_t n, char* out) {
+  while (n > 0) {
+    const ssize_t got = pread(fd, out, static_cast<size_t>(std::min<int64_t>(n, 1 << 30)), offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return "cannot read: " + Errno();
+    if (got == 0) return "file ended early (truncated while being read?)";
+    out += got;
+    offset += got;
+    n -= got;
+  }
+  return "";
+}
+
+std::string WriteAll(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t put = write(fd, p, std::min<size_t>(n, size_t{1} << 30));
+    if (put < 0 && errno == EINTR) continue;
+    if (put < 0) return Errno();
+    p += put;
+    n -= static_cast<size_t>(put);
+  }
+  return "";
+}
+
+// One .npy array inside a file: where it is, and what its header says.
+struct Section {
+  std::string what;  // the file (and section) name, for messages
+  int fd = -1;
+  int64_t offset = 0, length = 0;
+  int64_t header_bytes = 0, payload = 0;
+  v1::DType dtype = v1::DTYPE_UNSPECIFIED;
+  std::vector<int64_t> shape;
+};
+
+// Reads the header of the .npy array at `s` (offset, length) and checks that the length
+// matches it exactly: nothing but the header is read, so a huge or sparse file costs nothing.
+std::string Probe(Section* s) {
+  char fixed[common::kNpyPreambleBytes];
+  if (s->length < 10) return "not a .npy file (too short)";
+  const int64_t fixed_len = std::min<int64_t>(sizeof(fixed), s->length);
+  if (std::string e = ReadAt(s->fd, s->offset, fixed_len, fixed); !e.empty()) return e;
+  common::NpyPreamble preamble;
+  if (std::string e = common::ParseNpyPreamble({fixed, static_cast<size_t>(fixed_len)}, &preamble);
+      !e.empty()) {
+    return e;
+  }
+  const int64_t header_len = static_cast<int64_t>(preamble.header_len);
+  const int64_t header_start = static_cast<int64_t>(preamble.header_start);
+  if (header_len > kMaxNpyHeader || header_start + header_len > s->length) {
+    return "bad .npy header length " + std::to_string(header_len);
+  }
+  std::string text(static_cast<size_t>(header_len), '\0');
+  if (std::string e = ReadAt(s->fd, s->offset + header_start, header_len, text.data());
+      !e.empty()) {
+    return e;
+  }
+  common::NpyHeader header;
+  if (std::string e = common::ParseNpyHeader(text, &header); !e.empty()) return e;
+  s->dtype = header.dtype;
+  s->shape = std::move(header.shape);
+  s->header_bytes = header_start + header_len;
+  s->payload = header.payload_bytes;
+  if (s->header_bytes + s->payload != s->length) {
+    return "is " + std::to_string(s->length) + " bytes, but its header (" + header.descr + ", " +
+           std::to_string(s->shape.size()) + "-D) needs " +
+           std::to_string(s->header_bytes + s->payload);
+  }
+  return "";
+}
+
+// Reads the data of a probed section straight into `tensor` (one copy of the bytes).
+std::string ReadSection(const Section& s, v1::Tensor* tensor) {
+  std::string data(static_cast<size_t>(s.payload), '\0');
+  if (std::string e = ReadAt(s.fd, s.offset + s.header_bytes, s.payload, data.data()); !e.empty()) {
+    return e;
+  }
+  if (s.dtype == v1::DTYPE_BOOL) {
+    if (std::string e = common::CheckNpyBools(data); !e.empty()) return e;
+  }
+  tensor->Clear();
+  tensor->set_dtype(s.dtype);
+  for (int64_t d : s.shape) tensor->add_shape(d);
+  tensor->set_data(std::move(data));
+  return "";
+}
+
+// A version 1.0 .npy header (magic to '\n') for `dtype` and `shape`; data starts 64-aligned.
+std::string NpyHeader(v1::DType dtype, const std::vector<int64_t>& shape) {
+  // BFLOAT16, which .npy cannot name, is stored as int16 (the container names its dtype).
+  const v1::DType stored = dtype == v1::DTYPE_BFLOAT16 ? v1::DTYPE_INT16 : dtype;
+  return common::NpyHeaderBytes(common::Traits(stored).npy_descr, shape);
+}
+
+void PutLe64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i));
+}
+uint64_t GetLe64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+// The files of one committed dataset, opened, with their headers checked.
+struct Opened {
+  std::vector<Fd> fds;
+  Section labels, features, row_splits;
+  bool has_features = false, has_row_splits = false;
+  std::string sha256;                               // from a container; empty for plain files
+  v1::DType feature_dtype = v1::DTYPE_UNSPECIFIED;  // a container's (BFLOAT16 stored as int16)
+  std::string version;
+  int64_t payload() const {
+    return labels.payload + (has_features ? features.payload : 0) +
+           (has_row_splits ? row_splits.payload : 0);
+  }
+};
+
+// Opens and probes the files of `name`; "" or a message naming the file.
+std::string OpenDataset(const std::string& dir, const std::string& name, bool container,
+                        Opened* o) {
+  if (container) {
+    const std::string path = dir + "/" + name + kContainerSuffix;
+    Fd fd;
+    struct stat st;
+    if (std::string e = OpenRegular(path, &fd, &st); !e.empty()) return path + ": " + e;
+    char head[kContainerHeader];
+    if (st.st_size < static_cast<off_t>(kContainerHeader)) return path + ": too short";
+    if (std::string e = ReadAt(fd.get(), 0, kContainerHeader, head); !e.empty()) {
+      return path + ": " + e;
+    }
+    if (std::memcmp(head, kContainerMagic, 8) != 0) return path + ": bad magic";
+    o->sha256.assign(head + 8, 64);
+    const uint64_t lens[3] = {GetLe64(head + 72), GetLe64(head + 80), GetLe64(head + 88)};
+    uint32_t fdtype = 0;
+    for (int i = 3; i >= 0; --i) fdtype = (fdtype << 8) | static_cast<unsigned char>(head[96 + i]);
+    o->feature_dtype = static_cast<v1::DType>(fdtype);
+    uint64_t total = kContainerHeader;
+    for (uint64_t l : lens) {
+      if (__builtin_add_overflow(total, l, &total)) return path + ": bad section lengths";
+    }
+    if (total != static_cast<uint64_t>(st.st_size)) {
+      return path + ": is " + std::to_string(st.st_size) + " bytes, but its header needs " +
+             std::to_string(total);
+    }
+    int64_t offset = kContainerHeader;
+    Section* sections[3] = {&o->labels, &o->features, &o->row_splits};
+    const char* names[3] = {"labels", "features", "row_splits"};
+    for (int i = 0; i < 3; ++i) {
+      if (i == 1) o->has_features = lens[1] > 0;
+      if (i == 2) o->has_row_splits = lens[2] > 0;
+      if (lens[i] == 0) continue;
+      Section& s = *sections[i];
+      s.what = path + " (" + names[i] + ")";
+      s.fd = fd.get();
+      s.offset = offset;
+      s.length = static_cast<int64_t>(lens[i]);
+      offset += s.length;
+      if (std::string e = Probe(&s); !e.empty()) return s.what + ": " + e;
+    }
+    if (lens[0] == 0) return path + ": no labels section";
+    o->version = "c:" + Key(st);
+    o->fds.push_back(std::move(fd));
+    return "";
+  }
+  o->version = "p:";
+  const char* suffixes[3] = {kLabelsSuffix, ".features.npy", ".row_splits.npy"};
+  Section* sections[3] = {&o->labels, &o->features, &o->row_splits};
+  for (int i = 0; i < 3; ++i) {
+    const std::string path = dir + "/" + name + suffixes[i];
+    struct stat st;
+    if (i > 0 && stat(path.c_str(), &st) != 0 && errno == ENOENT) {
+      o->version += "-|";
+      continue;
+    }
+    Fd fd;
+    if (std::string e = OpenRegular(path, &fd, &st); !e.empty()) return path + ": " + e;
+    Section& s = *sections[i];
+    s.what = path;
+    s.fd = fd.get();
+    s.offset = 0;
+    s.length = st.st_size;
+    if (std::string e = Probe(&s); !e.empty()) return path + ": " + e;
+    if (i == 1) o->has_features = true;
+    if (i == 2) o->has_row_splits = true;
+    o->version += Key(st) + "|";
+    o->fds.push_back(std::move(fd));
+  }
+  return "";
+}
+
+// The DatasetInfo of an opened dataset, from its headers alone.
+v1::DatasetInfo InfoFromHeaders(const std::string& name, const Opened& o) {
+  v1::DatasetInfo info;
+  info.set_name(name);
+  const int64_t total = o.labels.shape.empty() ? 1 : o.labels.shape[0];
+  info.set_num_elements(total);
+  info.set_num_rows(o.has_row_splits && !o.row_splits.shape.empty() ? o.row_splits.shape[0] - 1
+                                                                    : 1);
+  info.set_label_dtype(o.labels.dtype);
+  if (o.has_features) {
+    info.set_feature_dtype(o.feature_dtype != v1::DTYPE_UNSPECIFIED ? o.feature_dtype
+                                                                    : o.features.dtype);
+    for (size_t i = 1; i < o.features.shape.size(); ++i)
+      info.add_feature_shape(o.features.shape[i]);
+  }
+  info.set_bytes(o.payload());
+  info.set_sha256(o.sha256);
+  return info;
+}
+
+}  // namespace
+
+Repository::Repository(std::string dir, const Limits& limits, DatasetRegistry* registry,
+                       Hooks hooks)
+    : dir_(std::move(dir)), limits_(limits), registry_(registry), hooks_(std::move(hooks)) {
+  // Repository files are not messages: no per-message size limit (the budget bounds them).
+  limits_.max_message_bytes = INT64_MAX;
+}
+
+Repository::~Repository() {
+  {
+    std::lock_guard<std::mutex> lock(poll_mu_);
+    stop_ = true;
+  }
+  poll_cv_.notify_all();
+  if (poller_.joinable()) poller_.join();
+}
+
+bool Repository::Stat(const std::string& name, Entry* entry) const {
+  struct stat st;
+  const std::string base = dir_ + "/" + name;
+  if (stat((base + kContainerSuffix).c_str(), &st) == 0) {
+    entry->container = true;
+    entry->version = "c:" + Key(st);
+    entry->file_bytes = st.st_size;
+    return true;
+  }
+  if (stat((base + kLabelsSuffix).c_str(), &st) != 0) return false;
+  entry->container = false;
+  entry->version = "p:" + Key(st) + "|";
+  entry->file_bytes = st.st_size;
+  for (const char* suffix : {".features.npy", ".row_splits.npy"}) {
+    if (stat((base + suffix).c_str(), &st) == 0) {
+      entry->version += Key(st) + "|";
+      entry->file_bytes += st.st_size;
+    } else {
+      entry->version += "-|";
+    }
+  }
+  return true;
+}
+
+std::map<std::string, Repository::Entry> Repository::Scan() const {
+  std::set<std::string> names;
+  if (DIR* d = opendir(dir_.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string file = e->d_name;
+      for (const std::string suffix : {kContainerSuffix, kLabelsSuffix}) {
+        if (EndsWith(file, suffix)) names.insert(file.substr(0, file.size() - suffix.size()));
+      }
+    }
+    closedir(d);
+  } else {
+    spdlog::warn("--dataset-dir {}: cannot list: {}", dir_, Errno());
+  }
+  std::map<std::string, Entry> out;
+  for (const std::string& name : names) {
+    Entry entry;
+    if (Stat(name, &entry)) out.emplace(name, entry);
+  }
+  return out;
+}
+
+bool Repository::Exists(const std::string& name) const {
+  Entry entry;
+  return ValidDatasetName(name) && Stat(name, &entry);
+}
+
+Status Repository::CheckWritable() const {
+  if (access(dir_.c_str(), W_OK) != 0) {
+    return Status(Code::kFailedPrecondition,
+                  "--dataset-dir " + dir_ + " is not writable (" + Errno() +
+                      "): this replica serves its datasets but cannot create or delete them");
+  }
+  return Status::Ok();
+}
+
+Status Repository::Open() {
+  struct stat st;
+  if (stat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return InvalidArgument("--dataset-dir " + dir_ + ": not a directory (" +
+                           (errno ? Errno() : std::string("exists")) + ")");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  CleanLeftovers(kLeftoverAge);
+  int loaded = 0, later = 0;
+  for (const auto& [name, entry] : Scan()) {
+    bool fits = true;
+    std::shared_ptr<const Dataset> ds;
+    if (Load(name, entry, /*evict=*/false, &fits, &ds).ok() && ds) ++loaded;
+    if (!fits) ++later;
+  }
+  spdlog::info(
+      "--dataset-dir {}: {} dataset(s) loaded, {} bytes; {} more load on demand (over "
+      "--max-dataset-bytes); writable: {}",
+      dir_, loaded, registry_->bytes(), later, CheckWritable().ok() ? "yes" : "no");
+  if (hooks_.on_change) hooks_.on_change();
+  return Status::Ok();
+}
+
+void Repository::StartPolling(int64_t seconds) {
+  if (seconds <= 0) return;
+  poll_seconds_ = seconds;
+  poller_ = std::thread([this] { PollLoop(); });
+}
+
+void Repository::PollLoop() {
+  std::unique_lock<std::mutex> lock(poll_mu_);
+  while (!stop_) {
+    poll_cv_.wait_for(lock, std::chrono::seconds(poll_seconds_));
+    if (stop_) break;
+    lock.unlock();
+    try {
+      Poll();
+    } catch (const std::exception& e) {
+      spdlog::error("--dataset-dir {}: re-scan failed: {}", dir_, e.what());
+    }
+    lock.lock();
+  }
+}
+
+void Repository::Poll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CleanLeftovers(kLeftoverAge);
+  const std::map<std::string, Entry> on_disk = Scan();
+  for (auto it = bad_.begin(); it != bad_.end();) {
+    it = on_disk.count(it->first) ? std::next(it) : bad_.erase(it);  // gone from the directory
+  }
+  bool changed = false;
+  std::set<std::string> resident;
+  for (const auto& ds : registry_->List()) {
+    resident.insert(ds->name);
+    const auto it = on_disk.find(ds->name);
+    if (it == on_disk.end()) {
+      if (registry_->Drop(ds->name, ds.get())) {
+        spdlog::info("dataset '{}' was deleted from --dataset-dir; dropped", ds->name);
+        changed = true;
+      }
+    } else if (it->second.version != ds->repo_version) {
+      if (registry_->Drop(ds->name, ds.get())) {
+        spdlog::info("dataset '{}' was replaced in --dataset-dir; loading the new version",
+                     ds->name);
+        changed = true;
+        bool fits = true;
+        std::shared_ptr<const Dataset> loaded;
+        Load(ds->name, it->second, /*evict=*/true, &fits, &loaded);
+      }
+    }
+  }
+  for (const auto& [name, entry] : on_disk) {
+    if (resident.count(name)) continue;
+    // New here: loaded while it fits without evicting anything (else on demand).
+    if (entry.file_bytes > registry_->free_bytes()) continue;
+    bool fits = true;
+    std::shared_ptr<const Dataset> loaded;
+    Load(name, entry, /*evict=*/false, &fits, &loaded);
+    if (loaded) changed = true;
+  }
+  if (changed && hooks_.on_change) hooks_.on_change();
+}
+
+Status Repository::Load(const std::string& name, const Entry& entry, bool evict, bool* fits,
+                        std::shared_ptr<const Dataset>* out) {
+  *fits = true;
+  const auto bad = bad_.find(name);
+  if (bad != bad_.end() && bad->second.first == entry.version) return bad->second.second;
+  // A bad file is logged and counted once per version, and answers NOT_FOUND (or `code`).
+  auto fail = [&](const std::string& why, const std::string& version, Code code = Code::kNotFound) {
+    spdlog::warn("--dataset-dir: skipping bad dataset file: {}", why);
+    Status s(code,
+             "dataset '" + name + "' in --dataset-dir " + dir_ + " is a bad file: " + why +
+                 (code == Code::kResourceExhausted ? " (--max-dataset-bytes)" : ""),
+             code == Code::kResourceExhausted ? kDoNotRetry : kNoPushback);
+    bad_[name] = {version, s};
+    if (hooks_.on_load) hooks_.on_load(false);
+    return s;
+  };
+  if (!ValidDatasetName(name)) {
+    return fail(
+        dir_ + "/" + name + ".*: dataset name '" + name + "' must match [A-Za-z0-9._-]{1,128}",
+        entry.version);
+  }
+  Opened o;
+  if (std::string e = OpenDataset(dir_, name, entry.container, &o); !e.empty()) {
+    return fail(e, entry.version);
+  }
+  // Sizes are known from the headers: check them against the budget before reading data.
+  const int64_t want = o.payload();
+  if (want > registry_->max_bytes()) {
+    return fail(dir_ + "/" + name + ": needs " + std::to_string(want) +
+                    " bytes, over max_dataset_bytes = " + std::to_string(registry_->max_bytes()),
+                entry.version, Code::kResourceExhausted);
+  }
+  if (!evict && want > registry_->free_bytes()) {
+    *fits = false;
+    return Status::Ok();
+  }
+  // Make room before the data is read, so memory stays near the budget. When that fails,
+  // Reserve (in builder.Add) says why: datasets in use or uploads in progress, transient.
+  if (evict) registry_->MakeRoom(want);
+  v1::DatasetChunk chunk;
+  chunk.set_name(name);
+  chunk.set_replace(true);
+  if (std::string e = ReadSection(o.labels, chunk.mutable_labels()); !e.empty()) {
+    return fail(o.labels.what + ": " + e, entry.version);
+  }
+  if (o.has_features) {
+    if (std::string e = ReadSection(o.features, chunk.mutable_features()); !e.empty()) {
+      return fail(o.features.what + ": " + e, entry.version);
+    }
+    if (o.feature_dtype == v1::DTYPE_BFLOAT16) chunk.mutable_features()->set_dtype(o.feature_dtype);
+  }
+  if (o.has_row_splits) {
+    if (std::string e = ReadSection(o.row_splits, chunk.mutable_row_splits()); !e.empty()) {
+      return fail(o.row_splits.what + ": " + e, entry.version);
+    }
+  }
+  o.fds.clear();
+  DatasetBuilder builder(registry_, limits_);
+  Status s = builder.Add(chunk);
+  chunk.Clear();
+  if (s.code() == Code::kResourceExhausted) {
+    if (!evict) {
+      *fits = false;
+      return Status::Ok();
+    }
+    return s;  // datasets in use or uploads in progress hold the budget: transient
+  }
+  if (s.ok()) s = builder.Seal();
+  if (s.ok() && !o.sha256.empty() && o.sha256 != builder.dataset()->sha256) {
+    s = InvalidArgument("sha256 " + builder.dataset()->sha256 + " of the data differs from " +
+                        o.sha256 + " in its header (damaged?)");
+  }
+  if (!s.ok()) {
+    return fail(
+        dir_ + "/" + name + (entry.container ? kContainerSuffix : ".*.npy") + ": " + s.message(),
+        entry.version);
+  }
+  builder.dataset()->repo_version = o.version;
+  if (s = builder.Store(out); !s.ok()) return s;  // device out of memory: not the file's fault
+  bad_.erase(name);
+  if (hooks_.on_load) hooks_.on_load(true);
+  spdlog::info("dataset '{}' loaded from --dataset-dir ({} bytes, sha256 {})", name, want,
+               (*out)->sha256);
+  return Status::Ok();
+}
+
+Status Repository::LoadOnMiss(const std::string& name, std::shared_ptr<const Dataset>* out) {
+  const Status not_found(Code::kNotFound, "dataset '" + name.substr(0, 140) +
+                                              "' not found (CreateDataset uploads it; it is "
+                                              "not in --dataset-dir either)");
+  if (!ValidDatasetName(name)) return not_found;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Single flight: a concurrent miss may have loaded it meanwhile.
+  if ((*out = registry_->Find(name))) return Status::Ok();
+  Entry entry;
+  if (!Stat(name, &entry)) return not_found;
+  bool fits = true;
+  const Status s = Load(name, entry, /*evict=*/true, &fits, out);
+  if (hooks_.on_change) hooks_.on_change();
+  return s;
+}
+
+Status Repository::CommitUpload(DatasetBuilder* builder, std::shared_ptr<const Dataset>* stored) {
+  if (Status s = CheckWritable(); !s.ok()) return s;
+  Dataset* ds = builder->dataset();
+  const std::string final_path = dir_ + "/" + ds->name + kContainerSuffix;
+  thread_local std::mt19937_64 gen(std::random_device{}());
+  char rnd[17];
+  std::snprintf(rnd, sizeof(rnd), "%016llx", static_cast<unsigned long long>(gen()));
+  const std::string tmp = final_path + ".tmp-" + std::to_string(getpid()) + "-" + rnd;
+
+  // 1. The whole file under a temporary name, fsynced: nothing loads it yet.
+  std::string version;
+  {
+    Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (fd.get() < 0) {
+      return Status(Code::kInternal, "cannot create " + tmp + " in --dataset-dir: " + Errno());
+    }
+    const int64_t total = ds->num_elements();
+    std::vector<int64_t> feature_shape = {total};
+    feature_shape.insert(feature_shape.end(), ds->feature_shape.begin(), ds->feature_shape.end());
+    const v1::DType ldtype = static_cast<v1::DType>(static_cast<int>(ds->label_dtype));
+    const v1::DType fdtype = static_cast<v1::DType>(static_cast<int>(ds->feature_dtype));
+    const std::string lh = NpyHeader(ldtype, {total});
+    const std::string fh = ds->has_features() ? NpyHeader(fdtype, feature_shape) : "";
+    const std::string rh =
+        ds->has_row_splits
+            ? NpyHeader(v1::DTYPE_INT64, {static_cast<int64_t>(ds->row_splits.size())})
+            : "";
+    char head[kContainerHeader] = {};
+    std::memcpy(head, kContainerMagic, 8);
+    std::memcpy(head + 8, ds->sha256.data(), std::min<size_t>(64, ds->sha256.size()));
+    PutLe64(head + 72, lh.size() + ds->labels.size());
+    PutLe64(head + 80, ds->has_features() ? fh.size() + ds->features.size() : 0);
+    PutLe64(head + 88, ds->has_row_splits ? rh.size() + ds->row_splits.size() * 8 : 0);
+    const uint32_t fd32 = ds->has_features() ? static_cast<uint32_t>(fdtype) : 0;
+    for (int i = 0; i < 4; ++i) head[96 + i] = static_cast<char>(fd32 >> (8 * i));
+    std::string err = WriteAll(fd.get(), head, sizeof(head));
+    if (err.empty()) err = WriteAll(fd.get(), lh.data(), lh.size());
+    if (err.empty()) err = WriteAll(fd.get(), ds->labels.data(), ds->labels.size());
+    if (err.empty() && ds->has_features()) {
+      err = WriteAll(fd.get(), fh.data(), fh.size());
+      if (err.empty()) err = WriteAll(fd.get(), ds->features.data(), ds->features.size());
+    }
+    if (err.empty() && ds->has_row_splits) {
+      err = WriteAll(fd.get(), rh.data(), rh.size());
+      if (err.empty()) err = WriteAll(fd.get(), ds->row_splits.data(), ds->row_splits.size() * 8);
+    }
+    struct stat st;
+    if (err.empty() && fsync(fd.get()) != 0) err = "fsync: " + Errno();
+    if (err.empty() && fstat(fd.get(), &st) != 0) err = "fstat: " + Errno();
+    if (!err.empty()) {
+      unlink(tmp.c_str());
+      return Status(
+          errno == ENOSPC ? Code::kResourceExhausted : Code::kInternal,
+          "cannot write dataset '" + ds->name + "' to --dataset-dir " + dir_ + ": " + err);
+    }
+    // A rename keeps the inode, size and mtime: this is the committed file's version.
+    version = "c:" + Key(st);
+  }
+  // 2. Where the workers sample (device copies; the host copy is kept until the commit).
+  if (Status s = registry_->Place(ds, /*keep_host=*/true); !s.ok()) {
+    unlink(tmp.c_str());
+    return s;
+  }
+  // 3. The commit: one rename (replace) or link (a new name: the first replica wins).
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string base = dir_ + "/" + ds->name;
+  if (builder->replace()) {
+    if (rename(tmp.c_str(), final_path.c_str()) != 0) {
+      const std::string e = Errno();
+      unlink(tmp.c_str());
+      return Status(Code::kInternal, "cannot commit " + final_path + ": " + e);
+    }
+  } else {
+    struct stat st;
+    const bool plain = stat((base + kLabelsSuffix).c_str(), &st) == 0;
+    int linked = plain ? -1 : link(tmp.c_str(), final_path.c_str());
+    int err = plain ? EEXIST : errno;
+    if (linked != 0 && (err == EPERM || err == EOPNOTSUPP || err == EMLINK)) {
+      // A file system without hard links (some SMB shares): check, then rename. Two replicas
+      // creating one name at the same instant may then both succeed, the later one winning.
+      if (stat(final_path.c_str(), &st) == 0) {
+        err = EEXIST;
+      } else {
+        linked = rename(tmp.c_str(), final_path.c_str());
+        err = errno;
+      }
+    }
+    if (linked != 0) {
+      unlink(tmp.c_str());
+      if (err == EEXIST) {
+        return Status(Code::kAlreadyExists, "dataset '" + ds->name +
+                                                "' was created by another upload first (set "
+                                                "replace to overwrite it)");
+      }
+      return Status(Code::kInternal, "cannot commit " + final_path + ": " + std::strerror(err));
+    }
+    unlink(tmp.c_str());
+  }
+  if (builder->replace()) {
+    // A hand-written version of the name is replaced too.
+    for (const char* suffix : {kLabelsSuffix, ".features.npy", ".row_splits.npy"}) {
+      unlink((base + suffix).c_str());
+    }
+  }
+  if (Fd d(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); d.get() >= 0) fsync(d.get());
+  bad_.erase(ds->name);
+  ds->repo_version = version;
+  DatasetRegistry::ReleaseHost(ds);
+  const Status s = builder->Store(stored, /*placed=*/true, /*replace=*/true);
+  if (hooks_.on_change) hooks_.on_change();
+  return s;
+}
+
+Status Repository::Delete(const std::string& name) {
+  if (Status s = CheckWritable(); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string base = dir_ + "/" + name;
+  bool existed = false;
+  // The commit markers first (NAME.dataset, NAME.labels.npy), then the rest.
+  for (const char* suffix : {kContainerSuffix, kLabelsSuffix, ".features.npy", ".row_splits.npy"}) {
+    if (unlink((base + suffix).c_str()) == 0) {
+      existed = true;
+    } else if (errno != ENOENT) {
+      return Status(Code::kFailedPrecondition,
+                    "cannot delete " + base + suffix + " from --dataset-dir: " + Errno());
+    }
+  }
+  if (Fd d(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); d.get() >= 0) fsync(d.get());
+  bad_.erase(name);
+  const bool resident = registry_->Delete(name);
+  if (hooks_.on_change) hooks_.on_change();
+  if (!existed && !resident) {
+    return Status(Code::kNotFound, "dataset '" + name + "' not found");
+  }
+  return Status::Ok();
+}
+
+std::vector<v1::DatasetInfo> Repository::ListNotResident() const {
+  std::vector<v1::DatasetInfo> out;
+  std::set<std::string> resident;
+  for (const auto& ds : registry_->List()) resident.insert(ds->name);
+  for (const auto& [name, entry] : Scan()) {
+    if (!ValidDatasetName(name) || resident.count(name)) continue;
+    Opened o;
+    if (!OpenDataset(dir_, name, entry.container, &o).empty()) continue;  // a bad file
+    out.push_back(InfoFromHeaders(name, o));
+  }
+  return out;
+}
+
+int Repository::CleanLeftovers(std::chrono::seconds age) {
+  int removed = 0;
+  DIR* d = opendir(dir_.c_str());
+  if (d == nullptr) return 0;
+  const auto now = std::chrono::system_clock::now();
+  while (dirent* e = readdir(d)) {
+    const std::string file = e->d_name;
+    if (file.find(kTmpMarker) == std::string::npos) continue;
+    const std::string path = dir_ + "/" + file;
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    const auto mtime = std::chrono::system_clock::from_time_t(st.st_mtim.tv_sec);
+    if (now - mtime < age) continue;
+    if (unlink(path.c_str()) == 0) {
+      ++removed;
+      spdlog::info("--dataset-dir: removed {}, an upload never committed (older than {} s)", path,
+                   age.count());
+    }
+  }
+  closedir(d);
+  return removed;
+}
+
+}  // namespace gpusampler::server

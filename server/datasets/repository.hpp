@@ -1,0 +1,122 @@
+// The dataset repository (SPEC section 6): the --dataset-dir directory, on storage that every
+// replica mounts, is the only state replicas share. A replica loads the committed datasets
+// at start, re-scans every --dataset-poll-seconds, loads a dataset it lacks on a miss (read
+// your writes), and commits uploads and deletions there (write-through).
+//
+// Layout. A committed dataset is either
+//   NAME.dataset                       written by CreateDataset (one file: the commit is one
+//                                      rename, or one link for a new name), or
+//   NAME.labels.npy [+ NAME.features.npy, NAME.row_splits.npy]   written by hand or a
+//                                      pipeline (NAME.dataset wins when both exist).
+// An upload is written to NAME.dataset.tmp-<pid>-<random>, fsynced, and then renamed (or,
+// without replace, hard-linked, so that of two replicas creating one name the first wins)
+// to NAME.dataset, and the directory is fsynced. Nothing reads a .tmp- file; one older than
+// an hour is a crash's leftover and is removed by the re-scan.
+//
+// NAME.dataset: "GSDATA01", the 64 hex digits of sha256, three little-endian uint64 lengths
+// (labels, features, row_splits sections; 0 = absent), then the sections, each a complete
+// version 1.0 .npy file.
+//
+// What this relies on (POSIX, and what NFS, CephFS and cloud file stores provide): rename()
+// of a file over another in one directory is atomic (a reader opens the old or the new
+// file, never a mix); link() fails with EEXIST when the name exists; data fsynced and closed
+// before the rename is what a reader that opens the file after it sees (NFS close-to-open
+// consistency); an open file stays readable after it is replaced or unlinked. A replica
+// notices replacements by the file's (device, inode, size, mtime), so a mount that caches
+// attributes (NFS actimeo) delays convergence by up to that cache's lifetime.
+//
+// Thread-safety: thread-safe. Loads, re-scans, commits and deletions run one at a time (a
+// load is single-flight: concurrent misses for one name load it once).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/config.hpp"
+#include "datasets/datasets.hpp"
+#include "core/status.hpp"
+
+namespace gpusampler::server {
+
+class Repository {
+ public:
+  struct Hooks {
+    std::function<void(bool ok)> on_load;  // a dataset loaded (ok) or a bad file (error)
+    std::function<void()> on_change;       // the resident datasets changed
+  };
+  // How old an uncommitted .tmp- file must be before a re-scan removes it.
+  static constexpr std::chrono::seconds kLeftoverAge{3600};
+
+  Repository(std::string dir, const Limits& limits, DatasetRegistry* registry, Hooks hooks);
+  ~Repository();  // stops polling
+  Repository(const Repository&) = delete;
+  Repository& operator=(const Repository&) = delete;
+
+  // Checks that the directory exists; then loads every committed dataset that fits the
+  // budget (the rest load on demand). A bad file is logged, counted and skipped.
+  Status Open();
+  // Re-scans every `seconds` (0: never) on a thread of its own.
+  void StartPolling(int64_t seconds);
+  // One re-scan: loads new datasets that fit, reloads replaced ones, drops deleted ones,
+  // removes old leftovers.
+  void Poll();
+
+  // Read your writes: loads the committed version of `name`, which the registry lacks.
+  // NOT_FOUND when the repository has none (or only a bad file, named in the message).
+  Status LoadOnMiss(const std::string& name, std::shared_ptr<const Dataset>* out);
+  // True when a committed dataset `name` is in the repository.
+  bool Exists(const std::string& name) const;
+  // FAILED_PRECONDITION naming --dataset-dir when the directory is not writable.
+  Status CheckWritable() const;
+  // Commits the sealed upload of `builder` to the repository, then stores it in memory.
+  Status CommitUpload(DatasetBuilder* builder, std::shared_ptr<const Dataset>* stored);
+  // Removes `name` from the repository and from memory; NOT_FOUND when it is in neither.
+  Status Delete(const std::string& name);
+  // The committed datasets in the repository that are not in memory, described from their
+  // headers (devices empty; sha256 empty for hand-written files until loaded).
+  std::vector<v1::DatasetInfo> ListNotResident() const;
+  // Removes .tmp- files older than `age`; returns how many.
+  int CleanLeftovers(std::chrono::seconds age);
+
+  const std::string& dir() const { return dir_; }
+
+  // A committed dataset on disk: its files and their version.
+  struct Entry {
+    bool container = false;  // NAME.dataset; else the plain .npy files
+    std::string version;     // device, inode, size and mtime of its files
+    int64_t file_bytes = 0;  // the files' sizes, headers included
+  };
+
+ private:
+  std::map<std::string, Entry> Scan() const;
+  bool Stat(const std::string& name, Entry* entry) const;
+  // Loads `entry` of `name` and stores it in the registry (replacing what is there). With
+  // `evict`, unused datasets make room; without, a dataset that does not fit is left for
+  // later (*fits false, OK). Bad files are logged and counted once per version.
+  Status Load(const std::string& name, const Entry& entry, bool evict, bool* fits,
+              std::shared_ptr<const Dataset>* out);
+  void PollLoop();
+
+  const std::string dir_;
+  Limits limits_;
+  DatasetRegistry* registry_;
+  Hooks hooks_;
+  std::mutex mu_;                                              // one load / commit at a time
+  std::map<std::string, std::pair<std::string, Status>> bad_;  // name -> (version, why)
+
+  std::mutex poll_mu_;
+  std::condition_variable poll_cv_;
+  bool stop_ = false;
+  int64_t poll_seconds_ = 0;
+  std::thread poller_;
+};
+
+}  // namespace gpusampler::server

@@ -1,0 +1,135 @@
+// gpusampler.v1.Sampler on the gRPC callback API. Reactors never block: they validate,
+// convert the request to a Job once, submit it to the scheduler and return; a worker
+// thread writes the response and finishes the call. Thread-safe.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/config.hpp"
+#include "datasets/datasets.hpp"
+#include "gpusampler/v1/sampler.grpc.pb.h"
+#include "observability/metrics.hpp"
+#include "scheduling/scheduler.hpp"
+#include "edge/security.hpp"
+#include "core/status.hpp"
+
+namespace gpusampler::server {
+
+// Request and response bytes held at once (--max-inflight-bytes). Thread-safe.
+class ByteBudget {
+ public:
+  explicit ByteBudget(int64_t limit) : limit_(limit) {}
+  // gpusampler_inflight_bytes: follows every charge and release from now on.
+  void SetGauge(prometheus::Gauge* gauge) { gauge_ = gauge; }
+  // Adds `bytes` unless that would pass the limit; false then.
+  bool TryCharge(int64_t bytes);
+  void Release(int64_t bytes);
+  int64_t used() const { return used_.load(std::memory_order_relaxed); }
+  int64_t limit() const { return limit_; }
+  // The most held since the last call (memory trimming after a burst).
+  int64_t TakePeak();
+
+ private:
+  const int64_t limit_;
+  prometheus::Gauge* gauge_ = nullptr;
+  std::atomic<int64_t> used_{0};
+  std::atomic<int64_t> peak_{0};
+};
+
+// A call the drain must end itself (an open SampleStream). BeginDrain is called under the
+// service's lock and keeps the call alive until FinishDrain, called outside it.
+class DrainableCall {
+ public:
+  virtual ~DrainableCall() = default;
+  virtual bool BeginDrain() = 0;  // false: the call is already ending
+  virtual void FinishDrain() = 0;
+  // The write-stall check (--stream-write-timeout-ms), same protocol: BeginStall is called
+  // under the service's lock and true (with the call kept alive) when a write has been
+  // outstanding for `limit` at `now`; EndStall, outside it, ends the call.
+  virtual bool BeginStall(Clock::time_point /*now*/, Clock::duration /*limit*/) { return false; }
+  virtual void EndStall() {}
+};
+
+// Sample and SampleStream are raw (bytes in, bytes out): the service charges a request's
+// bytes to the budget before parsing it, and answers one that does not parse with
+// INVALID_ARGUMENT, counted like any other.
+using SamplerBase = v1::Sampler::WithRawCallbackMethod_Sample<
+    v1::Sampler::WithRawCallbackMethod_SampleStream<v1::Sampler::WithCallbackMethod_GetServerInfo<
+        v1::Sampler::WithRawCallbackMethod_CreateDataset<
+            v1::Sampler::WithCallbackMethod_DeleteDataset<
+                v1::Sampler::WithCallbackMethod_ListDatasets<v1::Sampler::Service>>>>>>;
+
+class SamplerService final : public SamplerBase {
+ public:
+  // `scheduler` and `metrics` must outlive the service; `info` is answered by GetServerInfo.
+  // `datasets` (may be null: no dataset RPCs) must outlive the service too.
+  SamplerService(const ServerConfig& config, Scheduler* scheduler, Metrics* metrics,
+                 v1::ServerInfo info, DatasetRegistry* datasets = nullptr);
+  ~SamplerService() override;
+
+  grpc::ServerUnaryReactor* Sample(grpc::CallbackServerContext* context,
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SampleStream(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
+                                          const v1::GetServerInfoRequest* request,
+                                          v1::ServerInfo* response) override;
+
+  // Resident datasets (dataset_service.cc).
+  // Raw, so that a chunk that does not parse is INVALID_ARGUMENT (a typed reader cannot tell
+  // it from the end of the stream).
+  grpc::ServerReadReactor<grpc::ByteBuffer>* CreateDataset(grpc::CallbackServerContext* context,
+                                                           grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* DeleteDataset(grpc::CallbackServerContext* context,
+                                          const v1::DeleteDatasetRequest* request,
+                                          v1::DeleteDatasetResponse* response) override;
+  grpc::ServerUnaryReactor* ListDatasets(grpc::CallbackServerContext* context,
+                                         const v1::ListDatasetsRequest* request,
+                                         v1::ListDatasetsResponse* response) override;
+
+  // New requests get UNAVAILABLE from now on (drain); open streams stop reading and end
+  // with UNAVAILABLE once their accepted requests are answered.
+  void StopAccepting();
+
+  // Used by the reactors.
+  const ServerConfig& config() const { return config_; }
+  Scheduler* scheduler() { return scheduler_; }
+  Metrics* metrics() { return metrics_; }
+  DatasetRegistry* datasets() { return datasets_; }
+  // UNAUTHENTICATED unless auth is off or the call carries the bearer token.
+  Status Authorize(const grpc::CallbackServerContext& context) const;
+  bool accepting() const { return accepting_.load(); }
+  ByteBudget& budget() { return budget_; }
+  void AddStream(DrainableCall* stream);
+  void RemoveStream(DrainableCall* stream);
+  // The bearer tokens now accepted (re-read with the TLS files; empty: auth off). May be
+  // null: then config().auth_tokens.
+  void SetTokens(std::shared_ptr<TokenSet> tokens) { tokens_ = std::move(tokens); }
+  const TokenSet* tokens() const { return tokens_.get(); }
+
+ private:
+  // Ends SampleStreams whose client stopped reading (--stream-write-timeout-ms).
+  void StallLoop();
+
+  const ServerConfig config_;
+  Scheduler* scheduler_;
+  Metrics* metrics_;
+  const v1::ServerInfo info_;
+  DatasetRegistry* datasets_;
+  std::atomic<bool> accepting_{true};
+  ByteBudget budget_;
+  std::shared_ptr<TokenSet> tokens_;
+  std::mutex streams_mu_;
+  std::set<DrainableCall*> streams_;
+  bool stop_ = false;  // under streams_mu_
+  std::condition_variable stall_cv_;
+  std::thread stall_thread_;
+};
+
+}  // namespace gpusampler::server

@@ -1,0 +1,415 @@
+#include "edge/validate.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "datasets/datasets.hpp"
+
+namespace gpusampler::server {
+namespace {
+
+using kernels::DType;
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+
+std::string Num(double x) {
+  std::ostringstream out;
+  out << x;
+  return out.str();
+}
+
+uint64_t DrawSeed() {
+  // One random_device read per thread; mt19937_64 after that (random_device may be slow).
+  thread_local std::mt19937_64 gen([] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }());
+  return gen();
+}
+
+// ---- The request as a whole ----
+
+// The transport accepts a little more than the limit (TransportMessageLimit), so that a
+// request just over it gets this message rather than gRPC's, which names no flag.
+Status CheckRequestSize(const v1::SampleRequest& req, const Limits& limits) {
+  const size_t request_bytes = req.ByteSizeLong();
+  if (request_bytes > static_cast<size_t>(limits.max_message_bytes)) {
+    return LimitExceeded("request has " + std::to_string(request_bytes) +
+                         " bytes, over max_message_bytes = " +
+                         std::to_string(limits.max_message_bytes) + " (--max-message-bytes)");
+  }
+  return Status::Ok();
+}
+
+// The checks every request ends with, inline or dataset: the response fits, and the seed.
+Status FinishRequest(const v1::SampleRequest& req, const Limits& limits, Job* job) {
+  const int64_t k = job->spec.num_samples;
+  const DType ldtype = job->label_dtype;
+  int64_t out = 0;
+  const std::string size_terms =
+      "(B " + std::to_string(job->num_rows()) + " * K " + std::to_string(k) + " * (8 + " +
+      std::to_string(kernels::ItemSize(ldtype)) + " + " + std::to_string(job->feature_row_bytes) +
+      ") + request_id " + std::to_string(req.request_id().size()) + " + framing)";
+  if (!ResponseBytes(*job, req.request_id().size(), &out)) {
+    return InvalidArgument("response size " + size_terms + " overflows int64");
+  }
+  if (out > limits.max_message_bytes) {
+    return LimitExceeded("response would have " + std::to_string(out) + " bytes " + size_terms +
+                         ", over max_message_bytes = " + std::to_string(limits.max_message_bytes) +
+                         " (--max-message-bytes)");
+  }
+  job->seed = req.has_seed() ? req.seed() : DrawSeed();
+  return Status::Ok();
+}
+
+// ---- The spec ----
+
+Status ParseFillPolicy(const v1::SamplingSpec& spec, kernels::FillPolicy* fill) {
+  switch (static_cast<int>(spec.fill_policy())) {
+    case v1::FILL_POLICY_UNSPECIFIED:
+    case v1::FILL_POLICY_BOTH:
+      *fill = kernels::FillPolicy::kBoth;
+      return Status::Ok();
+    case v1::FILL_POLICY_NEGATIVES_ONLY:
+      *fill = kernels::FillPolicy::kNegativesOnly;
+      return Status::Ok();
+    case v1::FILL_POLICY_NONE:
+      *fill = kernels::FillPolicy::kNone;
+      return Status::Ok();
+    default:
+      return InvalidArgument("spec.fill_policy " + std::to_string(spec.fill_policy()) +
+                             " is not a known FillPolicy");
+  }
+}
+
+// K, the positive fraction, the two labels (defaults 0.5, 1, 0) and the fill policy.
+Status ParseSpec(const v1::SamplingSpec& spec, const Limits& limits, kernels::SamplingSpec* out) {
+  const int64_t k = spec.num_samples();
+  if (k < 1) {
+    return InvalidArgument("spec.num_samples = " + std::to_string(k) + ", must be >= 1");
+  }
+  if (k > limits.max_num_samples) {
+    return LimitExceeded("spec.num_samples = " + std::to_string(k) + " exceeds max_num_samples = " +
+                         std::to_string(limits.max_num_samples) + " (--max-num-samples)");
+  }
+  const double f = spec.has_positive_fraction() ? spec.positive_fraction() : 0.5;
+  if (!(f >= 0.0 && f <= 1.0)) {  // also rejects NaN
+    return InvalidArgument("spec.positive_fraction = " + Num(f) + " is outside [0, 1]");
+  }
+  const int64_t pos = spec.has_positive_label() ? spec.positive_label() : 1;
+  const int64_t neg = spec.has_negative_label() ? spec.negative_label() : 0;
+  if (pos == neg) {
+    return InvalidArgument("spec.positive_label and spec.negative_label are both " +
+                           std::to_string(pos));
+  }
+  kernels::FillPolicy fill = kernels::FillPolicy::kBoth;
+  if (Status s = ParseFillPolicy(spec, &fill); !s.ok()) return s;
+  out->num_samples = k;
+  out->positive_fraction = f;
+  out->positive_label = pos;
+  out->negative_label = neg;
+  out->fill = fill;
+  return Status::Ok();
+}
+
+// Both spec labels fit `dtype`; `where` names the labels ("labels dtype INT8").
+Status CheckLabelsRepresentable(const kernels::SamplingSpec& spec, DType dtype,
+                                const std::string& where) {
+  for (auto [name, value] :
+       {std::pair<const char*, int64_t>{"positive_label", spec.positive_label},
+        std::pair<const char*, int64_t>{"negative_label", spec.negative_label}}) {
+    if (!kernels::LabelRepresentable(dtype, value)) {
+      return InvalidArgument(std::string("spec.") + name + " = " + std::to_string(value) +
+                             " is not representable in " + where + " " + UpperDTypeName(dtype));
+    }
+  }
+  return Status::Ok();
+}
+
+// ---- Rows ----
+
+// Every row of `job` has at most max_row_elements; `what` names the rows ("labels").
+Status CheckRowLengths(const Job& job, const char* what, const Limits& limits) {
+  for (int64_t r = 0; r < job.num_rows(); ++r) {
+    const int64_t len = job.row_offsets[r + 1] - job.row_offsets[r];
+    if (len > limits.max_row_elements) {
+      return LimitExceeded(std::string(what) + " row " + std::to_string(r) + " has " +
+                           std::to_string(len) + " elements, over max_row_elements = " +
+                           std::to_string(limits.max_row_elements) + " (--max-row-elements)");
+    }
+  }
+  return Status::Ok();
+}
+
+void ClearFeatures(Job* job) {
+  job->features = nullptr;
+  job->feature_row_bytes = 0;
+  job->feature_trailing_shape.clear();
+  job->feature_dtype = DType::kUnspecified;
+}
+
+// ---- A request naming a resident dataset (SPEC section 5) ----
+
+// Without dataset, rows and return_features must be absent; with it, the inline tensors.
+Status CheckDatasetFields(const v1::SampleRequest& req) {
+  if (req.dataset().empty()) {
+    if (req.has_rows())
+      return InvalidArgument("rows is set but dataset is not (rows names dataset rows)");
+    if (req.return_features()) {
+      return InvalidArgument(
+          "return_features is set but dataset is not (inline requests "
+          "get features back when they send them)");
+    }
+    return Status::Ok();
+  }
+  for (const auto& [field, present] :
+       {std::pair<const char*, bool>{"labels", req.has_labels()},
+        std::pair<const char*, bool>{"features", req.has_features()},
+        std::pair<const char*, bool>{"row_splits", req.has_row_splits()}}) {
+    if (present) {
+      return InvalidArgument(std::string(field) + " must be absent when dataset is set (dataset '" +
+                             req.dataset().substr(0, 140) + "' supplies it)");
+    }
+  }
+  return Status::Ok();
+}
+
+// The dataset rows that `rows` names, in its order, read in place.
+Status NamedDatasetRows(const v1::Tensor& rows, const Dataset& ds, const Limits& limits, Job* job) {
+  if (rows.dtype() != v1::DTYPE_INT64) {
+    return InvalidArgument("rows.dtype must be DTYPE_INT64, got " + v1::DType_Name(rows.dtype()));
+  }
+  int64_t b = 0;
+  if (Status s = CheckTensorData(rows, "rows", limits, &b); !s.ok()) return s;
+  if (rows.shape_size() != 1) {
+    return InvalidArgument("rows.shape " + ShapeString(rows.shape()) + " must be 1-D [B']");
+  }
+  if (b > limits.max_rows) {
+    return LimitExceeded("rows has " + std::to_string(b) + " rows, over max_rows = " +
+                         std::to_string(limits.max_rows) + " (--max-rows)");
+  }
+  const char* data = rows.data().data();
+  for (int64_t j = 0; j < b; ++j) {
+    int64_t id;
+    std::memcpy(&id, data + j * 8, 8);  // the bytes need not be 8-byte aligned
+    if (id < 0 || id >= ds.num_rows()) {
+      return InvalidArgument("rows[" + std::to_string(j) + "] = " + std::to_string(id) +
+                             " is out of range [0, " + std::to_string(ds.num_rows()) +
+                             ") of dataset '" + ds.name + "'");
+    }
+    const int64_t begin = ds.row_splits[static_cast<size_t>(id)];
+    const int64_t len = ds.row_splits[static_cast<size_t>(id) + 1] - begin;
+    job->row_source.push_back(begin);
+    job->row_offsets.push_back(job->row_offsets.back() + len);
+  }
+  job->drop_batch_dim = false;
+  return Status::Ok();
+}
+
+// Every row of the dataset, in order.
+Status AllDatasetRows(const Dataset& ds, const Limits& limits, Job* job) {
+  if (ds.num_rows() > limits.max_rows) {
+    return LimitExceeded("dataset '" + ds.name + "' has " + std::to_string(ds.num_rows()) +
+                         " rows, over max_rows = " + std::to_string(limits.max_rows) +
+                         " (--max-rows); name fewer with rows");
+  }
+  job->row_offsets = ds.row_splits;
+  job->drop_batch_dim = !ds.has_row_splits;
+  return Status::Ok();
+}
+
+// The job's rows, from `req.rows` or the whole dataset, within the element limits.
+Status DatasetRows(const v1::SampleRequest& req, const Dataset& ds, const Limits& limits,
+                   Job* job) {
+  job->row_offsets.assign(1, 0);
+  job->row_source.clear();
+  const Status rows = req.has_rows() ? NamedDatasetRows(req.rows(), ds, limits, job)
+                                     : AllDatasetRows(ds, limits, job);
+  if (!rows.ok()) return rows;
+  if (job->num_elements() > limits.max_elements) {
+    return LimitExceeded("the named dataset rows have " + std::to_string(job->num_elements()) +
+                         " elements, over max_elements = " + std::to_string(limits.max_elements) +
+                         " (--max-elements)");
+  }
+  return CheckRowLengths(*job, "dataset", limits);
+}
+
+// The job reads the dataset's labels (and features when asked for) and keeps it alive.
+Status AttachDataset(std::shared_ptr<const Dataset> ds, bool return_features, Job* job) {
+  job->label_dtype = ds->label_dtype;
+  job->labels = ds->labels.data();
+  ClearFeatures(job);
+  if (return_features) {
+    if (!ds->has_features()) {
+      return InvalidArgument("return_features is set but dataset '" + ds->name +
+                             "' has no features");
+    }
+    job->features = ds->features.data();
+    job->feature_row_bytes = ds->feature_row_bytes;
+    job->feature_trailing_shape = ds->feature_shape;
+    job->feature_dtype = ds->feature_dtype;
+  }
+  job->dataset = std::move(ds);
+  return Status::Ok();
+}
+
+// A request that names a resident dataset: its rows become the job's rows, read in place
+// from the dataset, which the job keeps alive. A request naming none is left as it is.
+Status ResolveDataset(const v1::SampleRequest& req, const Limits& limits,
+                      const DatasetRegistry* datasets, Job* job) {
+  if (Status s = CheckDatasetFields(req); !s.ok() || req.dataset().empty()) return s;
+  // With a repository, a dataset this replica lacks is loaded from it first (SPEC section 6).
+  Status found(Code::kNotFound, "dataset '" + req.dataset().substr(0, 140) +
+                                    "' not found (CreateDataset uploads it)");
+  std::shared_ptr<const Dataset> ds = datasets ? datasets->Acquire(req.dataset(), &found) : nullptr;
+  if (!ds) return found;
+  if (Status s = CheckLabelsRepresentable(job->spec, ds->label_dtype,
+                                          "dataset '" + ds->name + "' label dtype");
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = DatasetRows(req, *ds, limits, job); !s.ok()) return s;
+  return AttachDataset(std::move(ds), req.return_features(), job);
+}
+
+// ---- An inline request ----
+
+// The rows' offsets: [total] with row_splits, [N] (one row) or [B, N].
+Status InlineRows(const v1::SampleRequest& req, int64_t total, const Limits& limits, Job* job) {
+  const v1::Tensor& labels = req.labels();
+  const int rank = labels.shape_size();
+  job->row_offsets.clear();
+  job->drop_batch_dim = false;
+  if (req.has_row_splits()) {
+    if (rank != 1) {
+      return InvalidArgument("labels.shape " + ShapeString(labels.shape()) +
+                             " must be [total] when row_splits is given");
+    }
+    std::vector<int64_t> v;
+    if (Status s = ParseRowSplits(req.row_splits(), limits, /*check_max_rows=*/true, &v); !s.ok()) {
+      return s;
+    }
+    if (v.back() != total) {
+      return InvalidArgument("row_splits[" + std::to_string(v.size() - 1) +
+                             "] = " + std::to_string(v.back()) + ", must equal the " +
+                             std::to_string(total) + " labels elements");
+    }
+    job->row_offsets = std::move(v);
+    return Status::Ok();
+  }
+  if (rank != 1 && rank != 2) {
+    return InvalidArgument("labels.shape " + ShapeString(labels.shape()) +
+                           " must be [N] or [B, N] (or [total] with row_splits)");
+  }
+  const int64_t b = rank == 1 ? 1 : labels.shape(0);
+  const int64_t len = labels.shape(rank - 1);
+  if (b > limits.max_rows) {
+    return LimitExceeded("labels has " + std::to_string(b) + " rows, over max_rows = " +
+                         std::to_string(limits.max_rows) + " (--max-rows)");
+  }
+  job->row_offsets.resize(static_cast<size_t>(b + 1));
+  for (int64_t r = 0; r <= b; ++r) job->row_offsets[r] = r * len;
+  job->drop_batch_dim = rank == 1;
+  return Status::Ok();
+}
+
+// The labels tensor and the rows it holds.
+Status InlineLabels(const v1::SampleRequest& req, const Limits& limits, Job* job) {
+  const v1::Tensor& labels = req.labels();
+  int64_t total = 0;
+  if (Status s = CheckTensorData(labels, "labels", limits, &total); !s.ok()) return s;
+  const DType ldtype = static_cast<DType>(labels.dtype());
+  if (!kernels::IsLabelDType(ldtype)) {
+    return InvalidArgument("labels.dtype " + UpperDTypeName(ldtype) +
+                           " is not an integer or BOOL dtype");
+  }
+  if (Status s = CheckLabelsRepresentable(job->spec, ldtype, "labels dtype"); !s.ok()) return s;
+  if (total > limits.max_elements) {
+    return LimitExceeded("labels has " + std::to_string(total) + " elements, over max_elements = " +
+                         std::to_string(limits.max_elements) + " (--max-elements)");
+  }
+  if (Status s = InlineRows(req, total, limits, job); !s.ok()) return s;
+  if (Status s = CheckRowLengths(*job, "labels", limits); !s.ok()) return s;
+  const auto* lbytes = reinterpret_cast<const uint8_t*>(labels.data().data());
+  if (ldtype == DType::kBool) {
+    if (Status st = CheckBoolLabels(lbytes, total); !st.ok()) return st;
+  }
+  job->label_dtype = ldtype;
+  job->labels = lbytes;
+  return Status::Ok();
+}
+
+// Features: the labels' leading dims, then one opaque feature row.
+Status InlineFeatures(const v1::SampleRequest& req, const Limits& limits, Job* job) {
+  ClearFeatures(job);
+  if (!req.has_features()) return Status::Ok();
+  const v1::Tensor& labels = req.labels();
+  const v1::Tensor& feat = req.features();
+  const int lead = req.has_row_splits() ? 1 : labels.shape_size();
+  bool match = feat.shape_size() >= lead;
+  for (int i = 0; match && i < lead; ++i) match = feat.shape(i) == labels.shape(i);
+  if (!match) {
+    return InvalidArgument("features.shape " + ShapeString(feat.shape()) +
+                           " must start with the labels' shape " + ShapeString(labels.shape()));
+  }
+  int64_t n = 0;
+  if (Status s = CheckTensorData(feat, "features", limits, &n); !s.ok()) return s;
+  job->feature_dtype = static_cast<DType>(feat.dtype());
+  int64_t row = static_cast<int64_t>(kernels::ItemSize(job->feature_dtype));
+  for (int i = lead; i < feat.shape_size(); ++i) {
+    job->feature_trailing_shape.push_back(feat.shape(i));
+    if (__builtin_mul_overflow(row, feat.shape(i), &row)) {
+      return InvalidArgument(
+          "features.shape " + ShapeString(feat.shape()) + ": one feature row (trailing dims * " +
+          std::to_string(kernels::ItemSize(job->feature_dtype)) + " bytes) overflows int64");
+    }
+  }
+  job->feature_row_bytes = row;
+  job->features = reinterpret_cast<const uint8_t*>(feat.data().data());
+  return Status::Ok();
+}
+
+}  // namespace
+
+int TransportMessageLimit(int64_t max_message_bytes) {
+  const int64_t margin = std::max<int64_t>(max_message_bytes / 4, int64_t{1} << 20);
+  const int64_t limit = max_message_bytes > kIntMax - margin ? kIntMax : max_message_bytes + margin;
+  return static_cast<int>(limit);
+}
+
+bool ResponseBytes(const Job& job, size_t request_id_bytes, int64_t* bytes) {
+  const int64_t b = job.num_rows();
+  const int64_t k = job.spec.num_samples;
+  const int64_t item = static_cast<int64_t>(kernels::ItemSize(job.label_dtype));
+  // Every product and sum checked: the dims come from the client.
+  int64_t per_slot = 0, slots = 0, payload = 0, total = 0;
+  if (__builtin_add_overflow(8 + item, job.feature_row_bytes, &per_slot) ||
+      __builtin_mul_overflow(b, k, &slots) || __builtin_mul_overflow(slots, per_slot, &payload) ||
+      // The framing allowance covers every echoed shape: at most kMaxRank dims of up to
+      // 10 bytes each per tensor.
+      __builtin_add_overflow(payload, 8 * b + kResponseOverheadBytes, &total) ||
+      __builtin_add_overflow(total, static_cast<int64_t>(request_id_bytes), &total)) {
+    return false;
+  }
+  *bytes = total;
+  return true;
+}
+
+Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* job,
+                       const DatasetRegistry* datasets) {
+  if (Status s = CheckRequestSize(req, limits); !s.ok()) return s;
+  if (Status s = ParseSpec(req.spec(), limits, &job->spec); !s.ok()) return s;
+  if (Status s = ResolveDataset(req, limits, datasets, job); !s.ok()) return s;
+  if (!job->dataset) {
+    if (Status s = InlineLabels(req, limits, job); !s.ok()) return s;
+    if (Status s = InlineFeatures(req, limits, job); !s.ok()) return s;
+  }
+  return FinishRequest(req, limits, job);
+}
+
+}  // namespace gpusampler::server
