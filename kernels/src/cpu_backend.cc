@@ -417,7 +417,10 @@ class CpuBackend final : public Backend {
   // serial radix sort was the largest single cost of a 1e6-element row (18% of its time).
   static void SortItems(int64_t m, Scratch* s, int64_t tasks, const RowSplit& parallel) {
     constexpr int kBits = 8, kBuckets = 1 << kBits;
-    if (tasks <= 1 || m < 4 * kBuckets) {
+    // Up to 16384 items (the serial sort's two-pass small path) one thread is faster than the
+    // split's three pool rounds and 256 bucket sorts: B = 1 x 1e5, K = 1e4 at 2 threads went
+    // from 0.21 to 0.17 ms (Xeon; docs/decisions.md K2).
+    if (tasks <= 1 || m < 64 * kBuckets) {
       SortItemsSerial(s->items.data(), m, &s->tmp);
       return;
     }
