@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "gpusampler/kernels/sampler.hpp"
 #include "core/status.hpp"
+#include "gpusampler/kernels/sampler.hpp"
 
 namespace gpusampler::v1 {
 class SampleResponse;

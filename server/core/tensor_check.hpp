@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/status.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 #include "gpusampler/v1/sampler.pb.h"
-#include "core/status.hpp"
 
 namespace gpusampler::server {
 

@@ -8,9 +8,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "gpusampler/kernels/device.hpp"
-#include "datasets/repository.hpp"
 #include "core/tensor_check.hpp"
+#include "datasets/repository.hpp"
+#include "gpusampler/kernels/device.hpp"
 
 namespace gpusampler::server {
 namespace {

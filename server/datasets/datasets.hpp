@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "gpusampler/kernels/sampler.hpp"
-#include "gpusampler/v1/sampler.pb.h"
 #include "core/job.hpp"
 #include "core/status.hpp"
+#include "gpusampler/kernels/sampler.hpp"
+#include "gpusampler/v1/sampler.pb.h"
 
 namespace gpusampler::server {
 

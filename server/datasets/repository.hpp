@@ -41,8 +41,8 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "datasets/datasets.hpp"
 #include "core/status.hpp"
+#include "datasets/datasets.hpp"
 
 namespace gpusampler::server {
 

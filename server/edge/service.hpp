@@ -11,12 +11,12 @@
 #include <thread>
 
 #include "core/config.hpp"
+#include "core/status.hpp"
 #include "datasets/datasets.hpp"
+#include "edge/security.hpp"
 #include "gpusampler/v1/sampler.grpc.pb.h"
 #include "observability/metrics.hpp"
 #include "scheduling/scheduler.hpp"
-#include "edge/security.hpp"
-#include "core/status.hpp"
 
 namespace gpusampler::server {
 

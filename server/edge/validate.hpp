@@ -4,10 +4,10 @@
 #pragma once
 
 #include "core/config.hpp"
-#include "gpusampler/v1/sampler.pb.h"
 #include "core/job.hpp"
 #include "core/status.hpp"
 #include "core/tensor_check.hpp"
+#include "gpusampler/v1/sampler.pb.h"
 
 namespace gpusampler::server {
 

@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "core/config.hpp"
-#include "observability/logging.hpp"
 #include "lifecycle/server.hpp"
+#include "observability/logging.hpp"
 
 int main(int argc, char** argv) {
   using namespace gpusampler::server;

@@ -18,16 +18,16 @@
 #include <map>
 #include <thread>
 
-#include "observability/call_metrics.hpp"
 #include "datasets/datasets.hpp"
-#include "gpusampler/kernels/device.hpp"
-#include "edge/health.hpp"
-#include "observability/metrics.hpp"
 #include "datasets/repository.hpp"
-#include "scheduling/scheduler.hpp"
+#include "edge/health.hpp"
 #include "edge/security.hpp"
 #include "edge/service.hpp"
 #include "edge/validate.hpp"
+#include "gpusampler/kernels/device.hpp"
+#include "observability/call_metrics.hpp"
+#include "observability/metrics.hpp"
+#include "scheduling/scheduler.hpp"
 
 namespace gpusampler::server {
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/config.hpp"
-#include "gpusampler/kernels/sampler.hpp"
 #include "core/status.hpp"
+#include "gpusampler/kernels/sampler.hpp"
 
 namespace grpc {
 class Server;

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "core/job.hpp"
-#include "observability/metrics.hpp"
 #include "core/status.hpp"
+#include "observability/metrics.hpp"
 
 namespace gpusampler::server {
 namespace {

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "core/job.hpp"
-#include "observability/metrics.hpp"
 #include "core/status.hpp"
+#include "observability/metrics.hpp"
 #include "scheduling/worker.hpp"
 
 namespace gpusampler::server {

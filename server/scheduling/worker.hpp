@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "gpusampler/kernels/sampler.hpp"
 #include "core/job.hpp"
 #include "core/status.hpp"
+#include "gpusampler/kernels/sampler.hpp"
 
 namespace gpusampler::server {
 

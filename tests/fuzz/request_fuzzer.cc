@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <memory>
 
-#include "gpusampler/v1/sampler.pb.h"
 #include "core/job.hpp"
 #include "edge/validate.hpp"
+#include "gpusampler/v1/sampler.pb.h"
 #include "scheduling/worker.hpp"
 
 namespace {

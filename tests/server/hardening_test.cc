@@ -123,8 +123,7 @@ TEST(BudgetTest, FullBudgetIsResourceExhaustedWithPushbackAndFreesAfterwards) {
   v1::SampleResponse resp;
   const grpc::Status s = t.stub->Sample(&ctx, Request(100000, 8, 2), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_NE(s.error_message().find("--max-inflight-bytes"), std::string::npos)
-      << s.error_message();
+  EXPECT_NE(s.error_message().find("--max-inflight-bytes"), std::string::npos) << s.error_message();
   EXPECT_GT(Pushback(ctx), 0);
   t.server->scheduler().SetPausedForTesting(false);
   EXPECT_TRUE(first->status.get().ok());
@@ -219,8 +218,7 @@ TEST(RankTest, HugeRankIsInvalidArgumentWithABoundedMessage) {
     // Rank 9 is refused by validation; rank 100000 from the wire bytes, before parsing.
     EXPECT_NE(s.error_message().find("labels.shape has"), std::string::npos)
         << s.error_message().substr(0, 200);
-    EXPECT_NE(s.error_message().find(rank == 9 ? "9 dims, over the 8 allowed"
-                                               : "more than 8 dims"),
+    EXPECT_NE(s.error_message().find(rank == 9 ? "9 dims, over the 8 allowed" : "more than 8 dims"),
               std::string::npos)
         << s.error_message().substr(0, 200);
     EXPECT_LT(s.error_message().size(), 1100u);
@@ -266,8 +264,7 @@ TEST(MetricsEndpointTest, OnlyTheExactPathIsServed) {
   auto t = StartServer(TestConfig());
   EXPECT_NE(HttpGet(t.server->metrics_port(), "/metrics").find("gpusampler_"), std::string::npos);
   EXPECT_EQ(HttpGet(t.server->metrics_port(), "/metricsX").find("gpusampler_"), std::string::npos);
-  EXPECT_EQ(HttpGet(t.server->metrics_port(), "/metrics/x").find("gpusampler_"),
-            std::string::npos);
+  EXPECT_EQ(HttpGet(t.server->metrics_port(), "/metrics/x").find("gpusampler_"), std::string::npos);
 }
 
 // Finding "the budget can be pinned": a stream whose client never reads holds its answers'

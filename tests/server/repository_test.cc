@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "datasets/datasets.hpp"
+#include "datasets/repository.hpp"
 #include "gpusampler/client/npy.hpp"
 #include "gpusampler/kernels/device.hpp"
-#include "datasets/repository.hpp"
 #include "test_util.hpp"
 
 namespace gpusampler::server::testing {

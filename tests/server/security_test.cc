@@ -18,8 +18,8 @@
 #include <sstream>
 #include <thread>
 
-#include "gpusampler/client/client.hpp"
 #include "edge/security.hpp"
+#include "gpusampler/client/client.hpp"
 #include "test_util.hpp"
 
 namespace gpusampler::server::testing {
@@ -34,9 +34,7 @@ std::string ReadFile(const fs::path& p) {
   return s.str();
 }
 
-void WriteFile(const fs::path& p, const std::string& text) {
-  std::ofstream(p) << text;
-}
+void WriteFile(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
 
 // A temporary directory of certificates: CAs and leaves signed by them (openssl CLI).
 class Pki {
@@ -58,8 +56,8 @@ class Pki {
     Run("openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout " + Q(name + ".key") +
         " -out " + Q(name + ".csr"));
     Run("openssl x509 -req -days 2 -in " + Q(name + ".csr") + " -CA " + Q(ca + ".pem") +
-        " -CAkey " + Q(ca + ".key") + " -CAcreateserial -extfile " + Q(name + ".ext") +
-        " -out " + Q(name + ".pem"));
+        " -CAkey " + Q(ca + ".key") + " -CAcreateserial -extfile " + Q(name + ".ext") + " -out " +
+        Q(name + ".pem"));
   }
   std::string pem(const std::string& name) const { return ReadFile(path(name + ".pem")); }
   std::string key(const std::string& name) const { return ReadFile(path(name + ".key")); }
@@ -169,8 +167,8 @@ TEST(TlsTest, RotatedCertificateIsServedWithoutRestart) {
   fs::copy_file(pki.path("new.pem"), pki.path("server.pem.tmp"));
   fs::rename(pki.path("server.key.tmp"), pki.path("server.key"));
   fs::rename(pki.path("server.pem.tmp"), pki.path("server.pem"));
-  EXPECT_TRUE(WaitFor([&] { return Call(Target(t), Tls(pki, "new-ca")).ok(); },
-                      std::chrono::seconds(30)));
+  EXPECT_TRUE(
+      WaitFor([&] { return Call(Target(t), Tls(pki, "new-ca")).ok(); }, std::chrono::seconds(30)));
   EXPECT_FALSE(Call(Target(t), Tls(pki, "old-ca")).ok());
 }
 
@@ -362,15 +360,14 @@ TEST(TlsTest, CppClientAndCliConnectWithCaCertAndKeyAndToken) {
   const grpc::Status s = cli.Sample(Small(), &response);
   EXPECT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(response.indices().shape_size(), 2);  // [1, K]
-  const std::string flags = " --target " + Target(t) + " --tls-ca '" +
-                            pki.path("ca.pem").string() + "' --tls-cert '" +
-                            pki.path("client.pem").string() + "' --tls-key '" +
+  const std::string flags = " --target " + Target(t) + " --tls-ca '" + pki.path("ca.pem").string() +
+                            "' --tls-cert '" + pki.path("client.pem").string() + "' --tls-key '" +
                             pki.path("client.key").string() + "' --token tok";
   const std::string cli_bin = GPUSAMPLER_CLI_BIN;
   EXPECT_EQ(std::system((cli_bin + flags + " info >/dev/null").c_str()), 0) << cli_bin + flags;
   // Without the client certificate the handshake fails: exit code 2 or 3, never 0.
-  const std::string no_cert = " --target " + Target(t) + " --tls-ca '" +
-                              pki.path("ca.pem").string() + "' --token tok";
+  const std::string no_cert =
+      " --target " + Target(t) + " --tls-ca '" + pki.path("ca.pem").string() + "' --token tok";
   EXPECT_NE(std::system((cli_bin + no_cert + " info >/dev/null 2>&1").c_str()), 0);
 }
 
@@ -426,8 +423,7 @@ TEST_P(BearerAuthTest, TokensDuplicatesHealthAndBodyNeverRead) {
   auto creds = tls ? Tls(pki, "ca") : grpc::InsecureChannelCredentials();
   EXPECT_TRUE(Call(target, creds, {"Bearer old-token"}).ok());
   EXPECT_TRUE(Call(target, creds, {"Bearer new-token"}).ok());
-  EXPECT_EQ(Call(target, creds, {"Bearer other"}).error_code(),
-            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Call(target, creds, {"Bearer other"}).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(Call(target, creds).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   const grpc::Status dup = Call(target, creds, {"Bearer new-token", "Bearer new-token"});
   EXPECT_EQ(dup.error_code(), grpc::StatusCode::UNAUTHENTICATED) << dup.error_message();
@@ -516,10 +512,9 @@ TEST(ReflectionTest, OffByDefaultBehindTheTokenWhenOn) {
   ServerConfig on = TestConfig();
   on.reflection = true;
   auto t = StartServer(on);
-  EXPECT_TRUE(
-      ListServices("127.0.0.1:" + std::to_string(t.server->grpc_port()),
-                   grpc::InsecureChannelCredentials())
-          .ok());
+  EXPECT_TRUE(ListServices("127.0.0.1:" + std::to_string(t.server->grpc_port()),
+                           grpc::InsecureChannelCredentials())
+                  .ok());
 
   Pki pki;
   pki.MakeCa("ca");

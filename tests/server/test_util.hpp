@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "gpusampler/v1/sampler.grpc.pb.h"
-#include "scheduling/scheduler.hpp"
 #include "lifecycle/server.hpp"
+#include "scheduling/scheduler.hpp"
 
 namespace gpusampler::server::testing {
 

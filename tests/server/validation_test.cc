@@ -6,8 +6,8 @@
 #include <functional>
 #include <limits>
 
-#include "test_util.hpp"
 #include "edge/validate.hpp"
+#include "test_util.hpp"
 
 namespace gpusampler::server::testing {
 namespace {
