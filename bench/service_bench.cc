@@ -262,6 +262,17 @@ void GatherCost(int64_t n, int64_t k, int64_t dim) {
       out.size(), stage_us, staged.size());
 }
 
+// A server on a loopback port (and its metrics on another, when asked).
+gpusampler::server::ServerConfig LoopbackConfig(const std::string& device, int cpu_threads,
+                                                bool metrics) {
+  gpusampler::server::ServerConfig c;
+  c.address = "127.0.0.1:0";
+  c.metrics_address = metrics ? "127.0.0.1:0" : "";
+  c.device = device;
+  c.cpu_threads = cpu_threads;
+  return c;
+}
+
 // Uploads labels (+ features) of `req` as dataset `name`, in chunks of at most 8 MiB.
 grpc::Status UploadDataset(v1::Sampler::Stub* stub, const std::string& name,
                            const v1::SampleRequest& req, int64_t n, int64_t dim) {
@@ -389,11 +400,7 @@ void RepositoryLoad(const std::string& device, int cpu_threads, int64_t n, int64
   char tmpl[] = "/tmp/gpusampler-bench-repo-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   auto start = [&](int poll) {
-    gpusampler::server::ServerConfig c;
-    c.address = "127.0.0.1:0";
-    c.metrics_address = "";
-    c.device = device;
-    c.cpu_threads = cpu_threads;
+    gpusampler::server::ServerConfig c = LoopbackConfig(device, cpu_threads, false);
     c.dataset_dir = dir;
     c.dataset_poll_seconds = poll;  // 0: B learns of the dataset only from the request
     c.max_dataset_bytes = int64_t{8} << 30;
@@ -531,11 +538,7 @@ int main(int argc, char** argv) {
   auto echo = gpusampler::bench::StartEchoServer(&echo_service, &echo_port);
 
   auto start_server = [&](bool batching) {
-    gpusampler::server::ServerConfig c;
-    c.address = "127.0.0.1:0";
-    c.metrics_address = "127.0.0.1:0";
-    c.device = device;
-    c.cpu_threads = cpu_threads;
+    gpusampler::server::ServerConfig c = LoopbackConfig(device, cpu_threads, true);
     c.worker_spin_us = spin_us;
     c.max_batch_rows = batching ? 256 : 1;
     c.max_batch_delay_us = batching ? 200 : 0;

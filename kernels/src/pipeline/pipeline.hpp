@@ -331,9 +331,9 @@ GPUSAMPLER_HD void WriteSlot(B& b, const Params& p, const RowDesc& row, int64_t 
     if (i >= 0) {
       CopyBytes<false>(b, dst, p.labels + row.label_offset + i * item, item);
     } else {
-      const bool unsigned_pad = row.label_dtype == DType::kUInt8 || row.label_dtype == DType::kBool;
-      for (int k = 0; k < item; ++k)
-        b.Store(dst + k, static_cast<uint8_t>(unsigned_pad ? 0 : 0xFF));
+      // The padding label of the dtype table, stored in `item` bytes (-1: every byte 0xFF).
+      const uint8_t pad = static_cast<uint8_t>(Traits(row.label_dtype).padding_label);
+      for (int k = 0; k < item; ++k) b.Store(dst + k, pad);
     }
   }
   const int64_t fb = row.feature_row_bytes;
@@ -1686,50 +1686,6 @@ struct KeysBody {
       b.CountPhilox(2);
       b.Store(u + j, x.v[i % 4]);
       b.Store(v + j, OrderKeyOf(row, i));
-    });
-  }
-};
-
-// Resident datasets (device.hpp): span copies of label rows into a launch's staged labels,
-// one block per span with its threads over the bytes ...
-struct CopySpansBody {
-  const CopySpan* spans = nullptr;
-  const uint8_t* src = nullptr;
-  uint8_t* dst = nullptr;
-  template <class B>
-  GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
-    CopySpan& shared = b.template SharedAs<CopySpan>();
-    b.Threads([&](int t) {
-      if (t == 0) b.SStore(&shared, b.Load(spans + block));
-    });
-    const CopySpan span = b.SLoad(&shared);
-    b.Threads([&](int t) {
-      for (int64_t k = t; k < span.bytes; k += kThreads) {
-        b.Store(dst + span.dst_offset + k, b.Load(src + span.src_offset + k));
-      }
-    });
-  }
-};
-
-// ... and the gather of the sampled feature rows: slot s of row r copies feature row
-// row_start[r] + indices[s] (zeros for padding), one thread per slot.
-struct GatherFeaturesBody {
-  const int64_t* indices = nullptr;
-  const int64_t* row_start = nullptr;
-  int64_t rows = 0;
-  int64_t k = 0;
-  int64_t row_bytes = 0;
-  const uint8_t* features = nullptr;
-  uint8_t* out = nullptr;
-  template <class B>
-  GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
-    b.Threads([&](int t) {
-      const int64_t slot = block * kThreads + t;
-      if (slot >= rows * k) return;
-      const int64_t i = b.Load(indices + slot);
-      const uint8_t* src =
-          i < 0 ? nullptr : features + (b.Load(row_start + slot / k) + i) * row_bytes;
-      CopyBytes<true>(b, out + slot * row_bytes, src, row_bytes);
     });
   }
 };

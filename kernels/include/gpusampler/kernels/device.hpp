@@ -58,15 +58,6 @@ void EnqueueHostCallback(void* stream, std::function<void(const std::string& err
 // benchmarks and shutdown.
 void StreamSynchronize(void* stream);
 
-// One contiguous byte range to copy: `bytes` bytes from src + src_offset to dst + dst_offset
-// (the pipeline's CopySpansBody; no host path launches it since resident datasets are read
-// in place, staged_launch.hpp).
-struct CopySpan {
-  int64_t src_offset = 0;
-  int64_t dst_offset = 0;
-  int64_t bytes = 0;
-};
-
 // Stream operations enqueued on `stream` so far (copies, memsets, kernels, callbacks, and a
 // captured graph's launch each count one), as the cuda-sim device counts them; -1 for a CUDA
 // stream, which does not count them.
