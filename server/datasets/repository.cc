@@ -563,53 +563,7 @@ Status Repository::CommitUpload(DatasetBuilder* builder, std::shared_ptr<const D
 
   // 1. The whole file under a temporary name, fsynced: nothing loads it yet.
   std::string version;
-  {
-    Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-    if (fd.get() < 0) {
-      return Status(Code::kInternal, "cannot create " + tmp + " in --dataset-dir: " + Errno());
-    }
-    const int64_t total = ds->num_elements();
-    std::vector<int64_t> feature_shape = {total};
-    feature_shape.insert(feature_shape.end(), ds->feature_shape.begin(), ds->feature_shape.end());
-    const v1::DType ldtype = static_cast<v1::DType>(static_cast<int>(ds->label_dtype));
-    const v1::DType fdtype = static_cast<v1::DType>(static_cast<int>(ds->feature_dtype));
-    const std::string lh = NpyHeader(ldtype, {total});
-    const std::string fh = ds->has_features() ? NpyHeader(fdtype, feature_shape) : "";
-    const std::string rh =
-        ds->has_row_splits
-            ? NpyHeader(v1::DTYPE_INT64, {static_cast<int64_t>(ds->row_splits.size())})
-            : "";
-    char head[kContainerHeader] = {};
-    std::memcpy(head, kContainerMagic, 8);
-    std::memcpy(head + 8, ds->sha256.data(), std::min<size_t>(64, ds->sha256.size()));
-    PutLe64(head + 72, lh.size() + ds->labels.size());
-    PutLe64(head + 80, ds->has_features() ? fh.size() + ds->features.size() : 0);
-    PutLe64(head + 88, ds->has_row_splits ? rh.size() + ds->row_splits.size() * 8 : 0);
-    const uint32_t fd32 = ds->has_features() ? static_cast<uint32_t>(fdtype) : 0;
-    for (int i = 0; i < 4; ++i) head[96 + i] = static_cast<char>(fd32 >> (8 * i));
-    std::string err = WriteAll(fd.get(), head, sizeof(head));
-    if (err.empty()) err = WriteAll(fd.get(), lh.data(), lh.size());
-    if (err.empty()) err = WriteAll(fd.get(), ds->labels.data(), ds->labels.size());
-    if (err.empty() && ds->has_features()) {
-      err = WriteAll(fd.get(), fh.data(), fh.size());
-      if (err.empty()) err = WriteAll(fd.get(), ds->features.data(), ds->features.size());
-    }
-    if (err.empty() && ds->has_row_splits) {
-      err = WriteAll(fd.get(), rh.data(), rh.size());
-      if (err.empty()) err = WriteAll(fd.get(), ds->row_splits.data(), ds->row_splits.size() * 8);
-    }
-    struct stat st;
-    if (err.empty() && fsync(fd.get()) != 0) err = "fsync: " + Errno();
-    if (err.empty() && fstat(fd.get(), &st) != 0) err = "fstat: " + Errno();
-    if (!err.empty()) {
-      unlink(tmp.c_str());
-      return Status(
-          errno == ENOSPC ? Code::kResourceExhausted : Code::kInternal,
-          "cannot write dataset '" + ds->name + "' to --dataset-dir " + dir_ + ": " + err);
-    }
-    // A rename keeps the inode, size and mtime: this is the committed file's version.
-    version = "c:" + Key(st);
-  }
+  if (Status s = WriteTemporary(*ds, tmp, &version); !s.ok()) return s;
   // 2. Where the workers sample (device copies; the host copy is kept until the commit).
   if (Status s = registry_->Place(ds, /*keep_host=*/true); !s.ok()) {
     unlink(tmp.c_str());
@@ -618,7 +572,81 @@ Status Repository::CommitUpload(DatasetBuilder* builder, std::shared_ptr<const D
   // 3. The commit: one rename (replace) or link (a new name: the first replica wins).
   std::lock_guard<std::mutex> lock(mu_);
   const std::string base = dir_ + "/" + ds->name;
+  if (Status s = CommitName(*ds, builder->replace(), tmp, final_path); !s.ok()) return s;
   if (builder->replace()) {
+    // A hand-written version of the name is replaced too.
+    for (const char* suffix : {kLabelsSuffix, ".features.npy", ".row_splits.npy"}) {
+      unlink((base + suffix).c_str());
+    }
+  }
+  if (Fd d(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); d.get() >= 0) fsync(d.get());
+  bad_.erase(ds->name);
+  ds->repo_version = version;
+  DatasetRegistry::ReleaseHost(ds);
+  const Status s = builder->Store(stored, /*placed=*/true, /*replace=*/true);
+  if (hooks_.on_change) hooks_.on_change();
+  return s;
+}
+
+// The container file of `ds` at `tmp`, fsynced; *version names the written file (a rename
+// keeps its inode, size and mtime). On failure nothing is left at `tmp`.
+Status Repository::WriteTemporary(const Dataset& dataset, const std::string& tmp,
+                                  std::string* version) const {
+  const Dataset* ds = &dataset;
+  Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd.get() < 0) {
+    return Status(Code::kInternal, "cannot create " + tmp + " in --dataset-dir: " + Errno());
+  }
+  const int64_t total = ds->num_elements();
+  std::vector<int64_t> feature_shape = {total};
+  feature_shape.insert(feature_shape.end(), ds->feature_shape.begin(), ds->feature_shape.end());
+  const v1::DType ldtype = static_cast<v1::DType>(static_cast<int>(ds->label_dtype));
+  const v1::DType fdtype = static_cast<v1::DType>(static_cast<int>(ds->feature_dtype));
+  const std::string lh = NpyHeader(ldtype, {total});
+  const std::string fh = ds->has_features() ? NpyHeader(fdtype, feature_shape) : "";
+  const std::string rh =
+      ds->has_row_splits ? NpyHeader(v1::DTYPE_INT64, {static_cast<int64_t>(ds->row_splits.size())})
+                         : "";
+  char head[kContainerHeader] = {};
+  std::memcpy(head, kContainerMagic, 8);
+  std::memcpy(head + 8, ds->sha256.data(), std::min<size_t>(64, ds->sha256.size()));
+  PutLe64(head + 72, lh.size() + ds->labels.size());
+  PutLe64(head + 80, ds->has_features() ? fh.size() + ds->features.size() : 0);
+  PutLe64(head + 88, ds->has_row_splits ? rh.size() + ds->row_splits.size() * 8 : 0);
+  const uint32_t fd32 = ds->has_features() ? static_cast<uint32_t>(fdtype) : 0;
+  for (int i = 0; i < 4; ++i) head[96 + i] = static_cast<char>(fd32 >> (8 * i));
+  std::string err = WriteAll(fd.get(), head, sizeof(head));
+  if (err.empty()) err = WriteAll(fd.get(), lh.data(), lh.size());
+  if (err.empty()) err = WriteAll(fd.get(), ds->labels.data(), ds->labels.size());
+  if (err.empty() && ds->has_features()) {
+    err = WriteAll(fd.get(), fh.data(), fh.size());
+    if (err.empty()) err = WriteAll(fd.get(), ds->features.data(), ds->features.size());
+  }
+  if (err.empty() && ds->has_row_splits) {
+    err = WriteAll(fd.get(), rh.data(), rh.size());
+    if (err.empty()) err = WriteAll(fd.get(), ds->row_splits.data(), ds->row_splits.size() * 8);
+  }
+  struct stat st;
+  if (err.empty() && fsync(fd.get()) != 0) err = "fsync: " + Errno();
+  if (err.empty() && fstat(fd.get(), &st) != 0) err = "fstat: " + Errno();
+  if (!err.empty()) {
+    unlink(tmp.c_str());
+    return Status(errno == ENOSPC ? Code::kResourceExhausted : Code::kInternal,
+                  "cannot write dataset '" + ds->name + "' to --dataset-dir " + dir_ + ": " + err);
+  }
+  // A rename keeps the inode, size and mtime: this is the committed file's version.
+  *version = "c:" + Key(st);
+  return Status();
+}
+
+// Gives `tmp` its committed name: a rename when replacing; else a hard link that fails when
+// the name exists (the first replica wins), with check-then-rename where links are missing.
+// `tmp` is gone afterwards either way. Called with mu_ held.
+Status Repository::CommitName(const Dataset& dataset, bool replace, const std::string& tmp,
+                              const std::string& final_path) const {
+  const Dataset* ds = &dataset;
+  const std::string base = dir_ + "/" + ds->name;
+  if (replace) {
     if (rename(tmp.c_str(), final_path.c_str()) != 0) {
       const std::string e = Errno();
       unlink(tmp.c_str());
@@ -650,19 +678,7 @@ Status Repository::CommitUpload(DatasetBuilder* builder, std::shared_ptr<const D
     }
     unlink(tmp.c_str());
   }
-  if (builder->replace()) {
-    // A hand-written version of the name is replaced too.
-    for (const char* suffix : {kLabelsSuffix, ".features.npy", ".row_splits.npy"}) {
-      unlink((base + suffix).c_str());
-    }
-  }
-  if (Fd d(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); d.get() >= 0) fsync(d.get());
-  bad_.erase(ds->name);
-  ds->repo_version = version;
-  DatasetRegistry::ReleaseHost(ds);
-  const Status s = builder->Store(stored, /*placed=*/true, /*replace=*/true);
-  if (hooks_.on_change) hooks_.on_change();
-  return s;
+  return Status();
 }
 
 Status Repository::Delete(const std::string& name) {

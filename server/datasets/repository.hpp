@@ -96,6 +96,9 @@ class Repository {
   };
 
  private:
+  Status WriteTemporary(const Dataset& dataset, const std::string& tmp, std::string* version) const;
+  Status CommitName(const Dataset& dataset, bool replace, const std::string& tmp,
+                    const std::string& final_path) const;
   std::map<std::string, Entry> Scan() const;
   bool Stat(const std::string& name, Entry* entry) const;
   // Loads `entry` of `name` and stores it in the registry (replacing what is there). With
