@@ -264,6 +264,10 @@ void ConfigureTransport(const ServerConfig& config, grpc::ServerBuilder* builder
       std::max<int64_t>(config.max_inflight_bytes, 2 * static_cast<int64_t>(max_bytes))));
   builder->SetResourceQuota(quota);
   builder->SetMaxSendMessageSize(max_bytes);
+  // No SO_REUSEPORT: a second server on a port in use fails to start ("cannot listen on")
+  // instead of silently sharing the port's connections, and servers asking for port 0
+  // never get the same one (gRPC's default allows both: grpc/grpc#10755, #17298).
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
                               static_cast<int>(config.keepalive_time_ms));
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,

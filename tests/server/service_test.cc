@@ -382,6 +382,23 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
+// A second server on a port in use does not start (no SO_REUSEPORT): it would otherwise take
+// half of the port's new connections, and two servers asking for port 0 could get one port.
+TEST(ServiceTest, ASecondServerOnAPortInUseFailsToStart) {
+  auto first = StartServer(TestConfig());
+  ServerConfig config = TestConfig();
+  config.address = "127.0.0.1:" + std::to_string(first.server->grpc_port());
+  Server second(config);
+  const Status s = second.Start();
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s.message();
+  EXPECT_NE(s.message().find("cannot listen on " + config.address), std::string::npos)
+      << s.message();
+  // The first server still answers.
+  grpc::ClientContext ctx;
+  v1::ServerInfo info;
+  EXPECT_TRUE(first.stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());
+}
+
 TEST(HealthTest, NotServingFromThePortOpeningUntilWarmUpIsDone) {
   g_warm_up_done = false;
   ServerConfig config = TestConfig();
