@@ -21,11 +21,7 @@ void Copy(const Index* src, const uint32_t* dst_slots, int64_t n, int64_t bytes,
   for (int64_t j = 0; j < n; ++j) {
     if (j + kPrefetchRows < n) {
       const int64_t ahead = static_cast<int64_t>(src[j + kPrefetchRows]);
-      if (!std::is_signed_v<Index> || ahead >= 0) {
-        // Both cache lines of a row that straddles two (feature bytes start anywhere).
-        __builtin_prefetch(in + ahead * width);
-        __builtin_prefetch(in + ahead * width + width - 1);
-      }
+      if (!std::is_signed_v<Index> || ahead >= 0) __builtin_prefetch(in + ahead * width);
     }
     const int64_t slot = dst_slots != nullptr ? int64_t{dst_slots[j]} : j;
     uint8_t* dst = out + slot * width;
