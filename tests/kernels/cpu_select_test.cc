@@ -201,7 +201,7 @@ std::vector<DTypeExtremes> LabelDTypeExtremes() {
 
 // max, min and (but for bool) a value between them, repeating: the expected class of element j.
 std::vector<int64_t> ExtremeLabels(const DTypeExtremes& e, int64_t n) {
-  const bool two_valued = e.max - e.min == 1;
+  const bool two_valued = e.max == e.min + 1;  // (max - min overflows for int64)
   std::vector<int64_t> labels(static_cast<size_t>(n));
   for (int64_t j = 0; j < n; ++j) {
     const int64_t which = two_valued ? j % 2 : j % 3;
