@@ -17,29 +17,11 @@ namespace gpusampler::kernels::cpu {
 // conversion to int64 is the table's widening. The loaders below take (sizeof, signedness) of
 // that type, and every path (portable, AVX2, AVX-512) implements sign- and zero-extension at
 // widths 1, 2, 4 and 8, the widths and rules LabelWord accepts.
-namespace detail {
-template <DType kDType, typename Fn>
-bool CallWithLabelWords(const void* labels, Fn& fn) {
-  if constexpr (IsLabel(kDType)) {
-    fn(static_cast<const LabelWordOf<kDType>*>(labels));
-    return true;
-  } else {
-    return false;
-  }
-}
-template <typename Fn, size_t... kDTypes>
-bool WithLabelWords(DType dtype, const void* labels, Fn& fn, std::index_sequence<kDTypes...>) {
-  return ((dtype == static_cast<DType>(kDTypes) &&
-           CallWithLabelWords<static_cast<DType>(kDTypes)>(labels, fn)) ||
-          ...);
-}
-}  // namespace detail
-
 // Calls fn(const LabelWordOf<dtype>* labels) and returns true; false (fn not called) when
-// `dtype` is not a label dtype.
+// `dtype` is not a label dtype. The dispatch is dtype.hpp's WithLabelWord.
 template <typename Fn>
 bool WithLabelWords(DType dtype, const void* labels, Fn&& fn) {
-  return detail::WithLabelWords(dtype, labels, fn, std::make_index_sequence<kNumDTypes>{});
+  return WithLabelWord(dtype, [&](auto word) { fn(static_cast<const decltype(word)*>(labels)); });
 }
 
 // Elements per call of the tile generator: 64 Philox calls (four elements each).
