@@ -213,6 +213,18 @@ std::vector<uint64_t>& BucketScratch() {
   return tmp;
 }
 
+// Per-thread items of one value range (CpuBackend::OrderAndSortByRanges).
+std::vector<uint64_t>& RangeScratch() {
+  thread_local std::vector<uint64_t> items;
+  return items;
+}
+
+// A split row whose selection has [kMinRangeSortItems, kMaxRangeSortItems) items orders and
+// sorts it in value ranges (OrderAndSortByRanges); fewer: one thread, as the pool round
+// costs more than it saves; more: the parallel scatter of SortItems.
+constexpr int64_t kMinRangeSortItems = 2048;
+constexpr int64_t kMaxRangeSortItems = 16384;
+
 // A row's passes: `chunks` chunks of whole key tiles, run on `pool` (a split row) or one
 // after the other on the calling thread. Called as split(count, fn): fn(c) for c < count.
 struct RowSplit {
@@ -298,8 +310,12 @@ class CpuBackend final : public Backend {
     });
     // 4. Order keys of the selected set, then sort by (v, i).
     const int64_t m = quotas.pos + quotas.neg;
-    OrderKeys(row, quotas, split, s);
-    SortItems(m, s, pool != nullptr ? split.chunks : 1, split);
+    if (pool != nullptr && m >= kMinRangeSortItems && m < kMaxRangeSortItems) {
+      OrderAndSortByRanges(row, quotas, split, s);
+    } else {
+      OrderKeys(row, quotas, split, s);
+      SortItems(m, s, pool != nullptr ? split.chunks : 1, split);
+    }
     // 5. Outputs: indices, labels and feature rows of the selection, then padding.
     batch.out_num_positive[&row - batch.rows] = static_cast<int32_t>(quotas.pos);
     batch.out_num_negative[&row - batch.rows] = static_cast<int32_t>(quotas.neg);
@@ -408,6 +424,45 @@ class CpuBackend final : public Backend {
         }
         j += count;
       }
+    });
+  }
+
+  // s->items[0, m): the items OrderKeys makes, sorted as SortItemsSerial does, in one pool
+  // round for a split row. Its R tasks are value ranges (R the pool size rounded up to a
+  // power of two; range r holds the items whose top log2(R) bits of v equal r, so ties never
+  // cross a range). Each task generates the order keys of the whole selection, keeps its
+  // range's items (about m / R), sorts them alone and stores them after the ranges below
+  // it, whose sizes it has counted on the way. Generating every key R times costs less than
+  // what it saves: a second pool round, and reading items another thread wrote (B = 1 x
+  // 1e5, K = 1e4, 2 threads: order keys + sort 63 us as two rounds, docs/decisions.md K2).
+  static void OrderAndSortByRanges(const RowDesc& row, const Quotas& quotas, const RowSplit& split,
+                                   Scratch* s) {
+    const int64_t m = quotas.pos + quotas.neg;
+    int range_bits = 0;
+    while ((1 << range_bits) < split.pool->size()) ++range_bits;
+    if (static_cast<int64_t>(s->items.size()) < m) s->items.resize(m);
+    uint64_t* out = s->items.data();
+    split(int64_t{1} << range_bits, [&](int64_t range) {
+      std::vector<uint64_t>& mine = RangeScratch();
+      if (static_cast<int64_t>(mine.size()) < m) mine.resize(m);
+      alignas(64) uint32_t v[cpu::kTileElements];
+      int64_t kept = 0, below = 0;
+      for (int64_t j = 0; j < m;) {
+        const bool neg = j >= quotas.pos;
+        const uint32_t* sel = neg ? s->sel_neg.data() + (j - quotas.pos) : s->sel_pos.data() + j;
+        const int count =
+            static_cast<int>(std::min<int64_t>(cpu::kTileElements, (neg ? m : quotas.pos) - j));
+        cpu::KeysOfElements(row.seed, row.row_in_request, kOrderStream, sel, count, v);
+        for (int q = 0; q < count; ++q) {
+          const int64_t r = range_bits == 0 ? 0 : static_cast<int64_t>(v[q] >> (32 - range_bits));
+          mine[kept] = PackKey(v[q], (uint64_t{sel[q]} << 1) | uint64_t{neg});
+          kept += r == range;
+          below += r < range;
+        }
+        j += count;
+      }
+      SortItemsSerial(mine.data(), kept, &BucketScratch(), range_bits);
+      std::memcpy(out + below, mine.data(), static_cast<size_t>(kept) * sizeof(uint64_t));
     });
   }
 

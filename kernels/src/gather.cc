@@ -9,7 +9,9 @@ namespace {
 // Rows are prefetched kPrefetchRows ahead: when the features are not cached (a new batch
 // every step), the gather waits on DRAM and page walks, and prefetching cut B = 32 x 1e5
 // from 17.3 to 16.0 ms; when they are cached (the same row benchmarked again) it costs ~3%
-// (docs/decisions.md K4).
+// (docs/decisions.md K4). The prefetch touches the row's first and last byte: a row that
+// does not start on a cache line (a request's own bytes) spans two lines, and fetching only
+// the first left B = 32 x 1e5 at 5.9 ms against 5.5-5.7 ms with both.
 constexpr int64_t kPrefetchRows = 64;
 
 // kBytes > 0: a copy of compile-time length (inlined moves instead of a memcpy call per
@@ -21,7 +23,10 @@ void Copy(const Index* src, const uint32_t* dst_slots, int64_t n, int64_t bytes,
   for (int64_t j = 0; j < n; ++j) {
     if (j + kPrefetchRows < n) {
       const int64_t ahead = static_cast<int64_t>(src[j + kPrefetchRows]);
-      if (!std::is_signed_v<Index> || ahead >= 0) __builtin_prefetch(in + ahead * width);
+      if (!std::is_signed_v<Index> || ahead >= 0) {
+        __builtin_prefetch(in + ahead * width);
+        __builtin_prefetch(in + ahead * width + width - 1);
+      }
     }
     const int64_t slot = dst_slots != nullptr ? int64_t{dst_slots[j]} : j;
     uint8_t* dst = out + slot * width;

@@ -415,8 +415,8 @@ Status DatasetRegistry::Place(Dataset* ds, bool keep_host) {
 
 void DatasetRegistry::ReleaseHost(Dataset* ds) {
   if (ds->device_copies.empty()) return;
-  std::vector<uint8_t>().swap(ds->labels);
-  std::vector<uint8_t>().swap(ds->features);
+  kernels::HostBytes().swap(ds->labels);
+  kernels::HostBytes().swap(ds->features);
 }
 
 std::shared_ptr<const Dataset> DatasetRegistry::Find(const std::string& name) const {

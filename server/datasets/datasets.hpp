@@ -15,6 +15,7 @@
 #include "core/config.hpp"
 #include "core/job.hpp"
 #include "core/status.hpp"
+#include "gpusampler/kernels/host_buffer.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 #include "gpusampler/v1/sampler.pb.h"
 
@@ -30,15 +31,16 @@ struct Dataset final : DatasetStorage {
 
   std::string name;
   kernels::DType label_dtype = kernels::DType::kInt64;
-  std::vector<uint8_t> labels;      // [total] in label_dtype
+  kernels::HostBytes labels;        // [total] in label_dtype; cache-line aligned
   bool has_row_splits = false;      // absent: one row, the whole dataset
   std::vector<int64_t> row_splits;  // [B + 1]; {0, total} without row_splits
   kernels::DType feature_dtype = kernels::DType::kUnspecified;  // kUnspecified: none
   std::vector<int64_t> feature_shape;                           // one feature row's shape
   int64_t feature_row_bytes = 0;
-  std::vector<uint8_t> features;  // [total, feature_shape...]
-  std::string sha256;             // lowercase hex over the label bytes, then the feature bytes
-  int64_t bytes = 0;              // label + feature + row_splits bytes
+  kernels::HostBytes features;  // [total, feature_shape...]; cache-line aligned, so a
+                                // 64-byte row is one line for the gather
+  std::string sha256;           // lowercase hex over the label bytes, then the feature bytes
+  int64_t bytes = 0;            // label + feature + row_splits bytes
   // The repository files this version was loaded from or committed to (repository.hpp:
   // their device, inode, size and mtime); empty when the dataset is not in a repository.
   std::string repo_version;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -254,6 +255,32 @@ TEST(DatasetTest, GoldenCasesThroughADataset) {
     v1::SampleResponse resp;
     ASSERT_TRUE(Sample(t.stub.get(), req, &resp).ok()) << name;
     ExpectGolden(g, resp, "dataset " + name);
+  }
+}
+
+// The CPU gather reads whole feature rows from the stored bytes: they start on a cache line,
+// so a 64-byte row is one line (a plain vector of this size starts 16 bytes past one).
+// Checked for uploads whose chunks grow the buffers in steps of 1, 777 and 5000 elements.
+TEST(DatasetTest, StoredLabelsAndFeaturesStartOnACacheLineAndKeepEveryByte) {
+  DatasetRegistry registry(int64_t{1} << 30);
+  const HostDataset host = RandomDataset(7, 3000, 16, 21);
+  const std::vector<int64_t> flat = host.Flat();
+  const v1::Tensor features = host.Features(0, static_cast<int64_t>(flat.size()));
+  for (const int64_t per : {int64_t{1}, int64_t{777}, int64_t{5000}}) {
+    DatasetBuilder builder(&registry, Limits());
+    for (const v1::DatasetChunk& c : host.Chunks("aligned" + std::to_string(per), per, true)) {
+      ASSERT_TRUE(builder.Add(c).ok()) << per;
+    }
+    std::shared_ptr<const Dataset> stored;
+    ASSERT_TRUE(builder.Commit(&stored).ok()) << per;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(stored->labels.data()) % 64, 0u) << per;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(stored->features.data()) % 64, 0u) << per;
+    ASSERT_EQ(stored->labels.size(), flat.size() * 8) << per;
+    EXPECT_EQ(std::memcmp(stored->labels.data(), flat.data(), flat.size() * 8), 0) << per;
+    ASSERT_EQ(stored->features.size(), features.data().size()) << per;
+    EXPECT_EQ(std::memcmp(stored->features.data(), features.data().data(), features.data().size()),
+              0)
+        << per;
   }
 }
 
