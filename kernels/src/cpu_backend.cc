@@ -7,6 +7,8 @@
 //   4. order the selected set by (v, i) with a stable radix sort on v over index order.
 // Rows are spread over the pool; a row of at least split_row_elements is also split.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -289,16 +291,26 @@ class CpuBackend final : public Backend {
  private:
   // Samples one row; with `pool`, its passes are split over the pool's threads.
   void SampleRow(const Batch& batch, const RowDesc& row, Scratch* s, ThreadPool* pool) {
+    static thread_local double acc[8] = {};
+    static thread_local long calls = 0;
+    auto now = [] {
+      return std::chrono::duration<double, std::micro>(
+                 std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+    };
+    double t0 = now();
     const RowSplit split(row.length, pool);
     const uint8_t* label_bytes = batch.labels + row.label_offset;
     // 1. Class counts, per chunk (the chunk counts size the filter's output regions).
     const Counts total = CountClasses(row, label_bytes, split, s);
     const Quotas quotas =
         ComputeQuotas(total.pos, total.neg, row.num_samples, row.target, row.fill);
+    double t1 = now();
     // 2. Candidates below the class bounds, in index order.
     uint64_t pos_used = 0, neg_used = 0;
     const Counts found =
         FindCandidates(row, label_bytes, split, total, quotas, s, &pos_used, &neg_used);
+    double t2 = now();
     // 3. Exact selection: the two classes select independently (in parallel when the row is
     // split).
     split(2, [&](int64_t cls) {
@@ -308,18 +320,30 @@ class CpuBackend final : public Backend {
         SelectSmallest(s->neg.data(), found.neg, quotas.neg, neg_used, &s->tmp_neg, &s->sel_neg);
       }
     });
+    double t3 = now();
     // 4. Order keys of the selected set, then sort by (v, i).
     const int64_t m = quotas.pos + quotas.neg;
-    if (pool != nullptr && m >= kMinRangeSortItems && m < kMaxRangeSortItems) {
+    if (pool != nullptr && m >= kMaxRangeSortItems) {
+      OrderAndSortByBuckets(row, quotas, split, s);
+    } else if (pool != nullptr && m >= kMinRangeSortItems) {
       OrderAndSortByRanges(row, quotas, split, s);
     } else {
       OrderKeys(row, quotas, split, s);
-      SortItems(m, s, pool != nullptr ? split.chunks : 1, split);
+      SortItemsSerial(s->items.data(), m, &s->tmp);
     }
+    double t5 = now();
     // 5. Outputs: indices, labels and feature rows of the selection, then padding.
     batch.out_num_positive[&row - batch.rows] = static_cast<int32_t>(quotas.pos);
     batch.out_num_negative[&row - batch.rows] = static_cast<int32_t>(quotas.neg);
     WriteOutputs(batch, row, s, m, split.chunks, split);
+    double t6 = now();
+    {
+      double t[6] = {t0, t1, t2, t3, t5, t6};
+      for (int i = 0; i < 5; ++i) acc[i] += t[i + 1] - t[i];
+      if (++calls % 100 == 0)
+        fprintf(stderr, "count %.1f filter %.1f select %.1f okeys+sort %.1f out %.1f\n",
+                acc[0] / calls, acc[1] / calls, acc[2] / calls, acc[3] / calls, acc[4] / calls);
+    }
   }
 
   // Counts each chunk's positives and negatives into s->chunk_counts; returns the totals.
@@ -466,56 +490,73 @@ class CpuBackend final : public Backend {
     });
   }
 
-  // s->items[0, m) sorted as SortItemsSerial does. With tasks > 1 (a split row) the sort is
-  // parallel: one stable scatter on the top 8 bits of v into 256 buckets (per-task
-  // histograms), then the buckets sorted independently; ties never cross buckets. The
-  // serial radix sort was the largest single cost of a 1e6-element row (18% of its time).
-  static void SortItems(int64_t m, Scratch* s, int64_t tasks, const RowSplit& parallel) {
+  // s->items[0, m): the items OrderKeys makes, sorted as SortItemsSerial does, for a split
+  // row with many selected items, in two pool rounds that each read the other thread's data
+  // once. Round 1: each task makes the items of its share of the selection and orders them
+  // by the top 8 bits of v (a stable counting pass) into its own part of s->tmp, counting
+  // each bucket. Round 2: each task takes a range of buckets, copies every task's run of
+  // each bucket together into s->items and sorts the bucket alone; ties never cross
+  // buckets. It replaced order keys, a histogram pass, a scatter pass and the bucket sorts
+  // as four rounds, each reading what the other thread wrote (B = 1 x 1e6, K = 1e5, 2
+  // threads: 0.61 ms, docs/decisions.md K2).
+  static void OrderAndSortByBuckets(const RowDesc& row, const Quotas& quotas, const RowSplit& split,
+                                    Scratch* s) {
     constexpr int kBits = 8, kBuckets = 1 << kBits;
-    // Up to 16384 items (the serial sort's two-pass small path) one thread is faster than the
-    // split's three pool rounds and 256 bucket sorts: B = 1 x 1e5, K = 1e4 at 2 threads went
-    // from 0.21 to 0.17 ms (Xeon; docs/decisions.md K2).
-    if (tasks <= 1 || m < 64 * kBuckets) {
-      SortItemsSerial(s->items.data(), m, &s->tmp);
-      return;
-    }
-    if (static_cast<int64_t>(s->tmp.size()) < m) s->tmp.resize(m);
-    std::vector<int64_t>& count = s->bucket_count;
-    count.assign(static_cast<size_t>(tasks * kBuckets), 0);
-    const uint64_t* in = s->items.data();
-    uint64_t* out = s->tmp.data();
+    const int64_t m = quotas.pos + quotas.neg;
+    const int64_t tasks = split.chunks;
     const int64_t per = (m + tasks - 1) / tasks;
-    parallel(tasks, [&](int64_t t) {
+    if (static_cast<int64_t>(s->items.size()) < m) s->items.resize(m);
+    if (static_cast<int64_t>(s->tmp.size()) < m) s->tmp.resize(m);
+    std::vector<int64_t>& count = s->bucket_count;  // [task][bucket]: run length
+    std::vector<int64_t>& run = s->bucket_start;    // [task][bucket]: run start in s->tmp
+    count.assign(static_cast<size_t>(tasks * kBuckets), 0);
+    run.assign(static_cast<size_t>(tasks * kBuckets), 0);
+    uint64_t* runs = s->tmp.data();
+    split(tasks, [&](int64_t t) {
+      const int64_t begin = std::min(m, t * per), end = std::min(m, (t + 1) * per);
+      std::vector<uint64_t>& mine = RangeScratch();
+      if (static_cast<int64_t>(mine.size()) < end - begin) mine.resize(end - begin);
       int64_t* c = count.data() + t * kBuckets;
-      for (int64_t j = t * per, e = std::min(m, (t + 1) * per); j < e; ++j) {
-        ++c[in[j] >> (64 - kBits)];
+      alignas(64) uint32_t v[cpu::kTileElements];
+      for (int64_t j = begin; j < end;) {
+        // A tile never straddles the classes' boundary: KeysOfElements reads one array.
+        const bool neg = j >= quotas.pos;
+        const int n = static_cast<int>(
+            std::min<int64_t>(cpu::kTileElements, (neg ? end : std::min(end, quotas.pos)) - j));
+        const uint32_t* sel = neg ? s->sel_neg.data() + (j - quotas.pos) : s->sel_pos.data() + j;
+        cpu::KeysOfElements(row.seed, row.row_in_request, kOrderStream, sel, n, v);
+        for (int q = 0; q < n; ++q) {
+          mine[j - begin + q] = PackKey(v[q], (uint64_t{sel[q]} << 1) | uint64_t{neg});
+          ++c[v[q] >> (32 - kBits)];
+        }
+        j += n;
       }
+      int64_t* r = run.data() + t * kBuckets;
+      int64_t at = begin;
+      for (int b = 0; b < kBuckets; ++b) {
+        r[b] = at;
+        at += c[b];
+      }
+      std::vector<int64_t> fill(r, r + kBuckets);
+      for (int64_t j = 0; j < end - begin; ++j) runs[fill[mine[j] >> (64 - kBits)]++] = mine[j];
     });
-    // Offsets: bucket-major, task-minor, so each task's items stay in order in a bucket.
-    std::vector<int64_t>& start = s->bucket_start;
-    start.assign(kBuckets + 1, 0);
-    int64_t at = 0;
+    std::vector<int64_t> start(kBuckets + 1, 0);
     for (int b = 0; b < kBuckets; ++b) {
-      start[b] = at;
-      for (int64_t t = 0; t < tasks; ++t) {
-        const int64_t here = count[t * kBuckets + b];
-        count[t * kBuckets + b] = at;
-        at += here;
-      }
+      start[b + 1] = start[b];
+      for (int64_t t = 0; t < tasks; ++t) start[b + 1] += count[t * kBuckets + b];
     }
-    start[kBuckets] = at;
-    parallel(tasks, [&](int64_t t) {
-      int64_t* c = count.data() + t * kBuckets;
-      for (int64_t j = t * per, e = std::min(m, (t + 1) * per); j < e; ++j) {
-        out[c[in[j] >> (64 - kBits)]++] = in[j];
-      }
-    });
-    parallel(tasks, [&](int64_t t) {
+    uint64_t* out = s->items.data();
+    split(tasks, [&](int64_t t) {
       for (int64_t b = t * kBuckets / tasks; b < (t + 1) * kBuckets / tasks; ++b) {
+        uint64_t* dst = out + start[b];
+        for (int64_t u = 0; u < tasks; ++u) {
+          const int64_t n = count[u * kBuckets + b];
+          std::memcpy(dst, runs + run[u * kBuckets + b], static_cast<size_t>(n) * sizeof(uint64_t));
+          dst += n;
+        }
         SortItemsSerial(out + start[b], start[b + 1] - start[b], &BucketScratch(), kBits);
       }
     });
-    s->items.swap(s->tmp);
   }
 
   // items[slot] is v << 32 | i << 1 | class of the slot's element.
