@@ -160,7 +160,9 @@ void SelectSmallest(const Runs& runs, int64_t c, int64_t m, uint64_t bound,
   uint32_t hist[1 << 11];
   const uint64_t top = (bound - 1) >> (shift - 32);  // the highest bucket a key can reach
   std::memset(hist, 0, static_cast<size_t>(top + 1) * sizeof(uint32_t));
-  ForEachCandidate(runs, [&](uint64_t x) { ++hist[x >> shift]; });
+  for (const auto& [run, n] : runs) {
+    for (int64_t j = 0; j < n; ++j) ++hist[run[j] >> shift];
+  }
   // The m-th smallest sits in the bucket where the count from the top passes c - m; the
   // bound keeps c - m small (about 4 sqrt(m) + 16), so scan from the top.
   int64_t above = 0;
@@ -174,11 +176,13 @@ void SelectSmallest(const Runs& runs, int64_t c, int64_t m, uint64_t bound,
   const int64_t r = m - below;  // 1 <= r <= size of the bucket
   std::nth_element(tmp->begin(), tmp->begin() + (r - 1), tmp->end());
   const uint64_t pivot = (*tmp)[static_cast<size_t>(r - 1)];
-  int64_t k = 0;
-  ForEachCandidate(runs, [&](uint64_t x) {
-    o[k] = PackedIndex(x);
-    k += x <= pivot;
-  });
+  uint32_t* w = o;
+  for (const auto& [run, n] : runs) {
+    for (int64_t j = 0; j < n; ++j) {
+      *w = PackedIndex(run[j]);
+      w += run[j] <= pivot;
+    }
+  }
   out->resize(static_cast<size_t>(m));
 }
 
