@@ -33,7 +33,7 @@ bool SpinUntil(Ready ready, int spin_us) {
 }  // namespace
 
 ThreadPool::ThreadPool(int threads, int spin_us, int serial_ms)
-    : spin_us_(spin_us), serial_period_(serial_ms) {
+    : spin_us_(spin_us), serial_(std::chrono::milliseconds(serial_ms)) {
   if (threads < 1) threads = 1;
   for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w] { WorkerLoop(w); });
 }
@@ -126,7 +126,7 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int)>&
   }
   const Clock::time_point end = Clock::now();
   if (end - ran > (ran - begin) + std::chrono::microseconds(200)) {
-    serial_until_ = end + serial_period_;  // a stall: see the constructor's comment
+    serial_until_ = serial_.OnStall(end);  // a stall: see the constructor's comment
   }
   std::exception_ptr error;
   {

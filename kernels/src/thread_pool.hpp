@@ -1,6 +1,7 @@
 // A fixed pool of worker threads for the CPU backend. Not part of the public API.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,6 +14,34 @@
 
 namespace gpusampler::kernels {
 
+// How long jobs run on the caller alone after a stall (ThreadPool): `max` / 16 after an
+// isolated stall, doubling up to `max` while each stall comes within four windows of the end
+// of the last window. On a quiet host an occasional stall (the host ran something else for
+// a moment) then costs a millisecond or two of serial jobs, not 20 ms: at B = 1 x 1e5
+// (0.13 ms a call at 2 threads, 0.2 ms alone) one stall moved the median of a 200-call run to
+// the serial time. An oversubscribed host, which stalls again as soon as a window ends,
+// reaches `max` within five stalls. Not thread-safe: the caller's.
+class SerialBackoff {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit SerialBackoff(std::chrono::milliseconds max)
+      : max_(max), base_(std::max<Clock::duration>(max / 16, std::chrono::microseconds(1))) {}
+  // A stall at `now`: starts a serial window and returns its end.
+  Clock::time_point OnStall(Clock::time_point now) {
+    const bool again = window_.count() > 0 && now - until_ <= 4 * window_;
+    window_ = again ? std::min<Clock::duration>(2 * window_, max_) : base_;
+    until_ = now + window_;
+    return until_;
+  }
+  Clock::duration window() const { return window_; }
+
+ private:
+  const Clock::duration max_;
+  const Clock::duration base_;
+  Clock::duration window_{0};
+  Clock::time_point until_{};
+};
+
 class ThreadPool {
  public:
   // `threads` workers in all, the calling thread included (so threads - 1 are spawned).
@@ -23,8 +52,9 @@ class ThreadPool {
   // that task back: many short fork-joins in a row (32 rows of 20 us, or the eight phases of
   // a split row) then cost several times their work. So when a job's caller, out of tasks,
   // waits for the others longer than it worked itself plus 200 us (a stall, never seen when
-  // the workers run), the next `serial_ms` milliseconds of jobs run on the caller alone;
-  // then the pool tries again. Results never depend on it.
+  // the workers run), the jobs of the next few milliseconds run on the caller alone, up to
+  // `serial_ms` when stalls keep coming (SerialBackoff); then the pool tries again. Results
+  // never depend on it.
   explicit ThreadPool(int threads, int spin_us = 200, int serial_ms = 20);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -49,7 +79,7 @@ class ThreadPool {
   void RunTasks(uint32_t job, int worker);
 
   const int spin_us_;
-  const std::chrono::milliseconds serial_period_;
+  SerialBackoff serial_;                                  // the caller's; no lock needed
   std::chrono::steady_clock::time_point serial_until_{};  // the caller's; no lock needed
   std::vector<std::thread> workers_;
   std::mutex mu_;

@@ -428,6 +428,24 @@ TEST(ThreadPoolTest, ExceptionReachesTheCallerAndThePoolKeepsWorking) {
   }
 }
 
+TEST(SerialBackoffTest, AnIsolatedStallIsShortAndStallsThatKeepComingReachTheMaximum) {
+  using std::chrono::milliseconds;
+  SerialBackoff backoff(milliseconds(16));
+  auto t = SerialBackoff::Clock::time_point{} + std::chrono::seconds(100);
+  // An isolated stall: max / 16.
+  EXPECT_EQ(backoff.OnStall(t), t + milliseconds(1));
+  // Stalls right after each window ends: 2, 4, 8, 16, then 16 again.
+  for (const int want : {2, 4, 8, 16, 16}) {
+    t += backoff.window() + milliseconds(1);  // within four windows of the last one's end
+    EXPECT_EQ(backoff.OnStall(t), t + milliseconds(want)) << want;
+  }
+  // A stall long after the last window (more than four windows past its end): back to 1 ms.
+  t += backoff.window() + milliseconds(65);
+  EXPECT_EQ(backoff.OnStall(t), t + milliseconds(1));
+  t += milliseconds(1) + milliseconds(4);  // exactly four windows after: still "again"
+  EXPECT_EQ(backoff.OnStall(t), t + milliseconds(2));
+}
+
 TEST(ThreadPoolTest, AStalledJobSendsTheNextJobsToTheCallerAlone) {
   // A worker that sleeps inside its task is what a preempted worker looks like to the
   // caller. Until one job shows such a stall (the caller may take every task itself, so
