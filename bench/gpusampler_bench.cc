@@ -222,28 +222,33 @@ Floor MeasureFloor(const Options& o, const Bytes& labels, size_t item, const Byt
     }
     asm volatile("" : : "r"(keys.data()) : "memory");
   });
-  // 3. The K selected feature rows of each row, in index order, into their slots.
+  // 3. The K selected feature rows of each row, in index order, into their slots, with
+  // whichever stores are faster.
   if (feature_row_bytes > 0) {
     Bytes out(static_cast<size_t>(o.rows * o.k * feature_row_bytes));
     std::vector<uint32_t> slots(static_cast<size_t>(o.k));
     for (int64_t j = 0; j < o.k; ++j) slots[static_cast<size_t>(j)] = static_cast<uint32_t>(j);
     std::shuffle(slots.begin(), slots.end(), gen);
-    f.gather_ms = best([&](int64_t t) {
-      {
-        const auto [b, e] = part(o.rows * o.k, t, 1);
-        for (int64_t j = b; j < e;) {
-          const int64_t row = j / o.k, at = j % o.k;
-          const int64_t count = std::min(e - j, o.k - at);
-          const auto& r = sel[static_cast<size_t>(row)];
-          const int64_t have = std::max<int64_t>(0, std::min<int64_t>(count, r.size() - at));
-          gk::GatherRows(r.data() + at, slots.data() + at, have, feature_row_bytes,
-                         features.data() + row * o.n * feature_row_bytes,
-                         out.data() + row * o.k * feature_row_bytes);
-          j += count;
+    auto gather = [&](gk::RowStores stores) {
+      return best([&](int64_t t) {
+        {
+          const auto [b, e] = part(o.rows * o.k, t, 1);
+          for (int64_t j = b; j < e;) {
+            const int64_t row = j / o.k, at = j % o.k;
+            const int64_t count = std::min(e - j, o.k - at);
+            const auto& r = sel[static_cast<size_t>(row)];
+            const int64_t have = std::max<int64_t>(0, std::min<int64_t>(count, r.size() - at));
+            gk::GatherRows(r.data() + at, slots.data() + at, have, feature_row_bytes,
+                           features.data() + row * o.n * feature_row_bytes,
+                           out.data() + row * o.k * feature_row_bytes, stores);
+            j += count;
+          }
         }
-      }
-      asm volatile("" : : "r"(out.data()) : "memory");
-    });
+        asm volatile("" : : "r"(out.data()) : "memory");
+      });
+    };
+    // With plain and with non-temporal stores (the backend's choice for large outputs).
+    f.gather_ms = std::min(gather(gk::RowStores::kCached), gather(gk::RowStores::kStreaming));
   }
   return f;
 }

@@ -295,27 +295,33 @@ class CpuBackend final : public Backend {
     // at least two large rows per thread, rows alone keep every thread busy, and splitting
     // would only add the serial parts of each row (measured at B = 32, N = 1e6, 2 threads:
     // docs/decisions.md K2).
-    int64_t large = 0;
+    int64_t large = 0, out_feature_bytes = 0;
     for (int64_t r = 0; r < batch.num_rows; ++r) {
       large += batch.rows[r].length >= options_.split_row_elements;
+      out_feature_bytes += batch.rows[r].num_samples * batch.rows[r].feature_row_bytes;
     }
+    const RowStores stores =
+        options_.streaming_output_bytes >= 0 && out_feature_bytes >= options_.streaming_output_bytes
+            ? RowStores::kStreaming
+            : RowStores::kCached;
     const bool split = pool_.size() > 1 && large < 2 * pool_.size();
     std::vector<int64_t> small;
     for (int64_t r = 0; r < batch.num_rows; ++r) {
       if (split && batch.rows[r].length >= options_.split_row_elements) {
-        SampleRow(batch, batch.rows[r], &scratch_[0], &pool_);
+        SampleRow(batch, batch.rows[r], stores, &scratch_[0], &pool_);
       } else {
         small.push_back(r);
       }
     }
     pool_.ParallelFor(static_cast<int64_t>(small.size()), [&](int64_t j, int worker) {
-      SampleRow(batch, batch.rows[small[j]], &scratch_[worker], nullptr);
+      SampleRow(batch, batch.rows[small[j]], stores, &scratch_[worker], nullptr);
     });
   }
 
  private:
   // Samples one row; with `pool`, its passes are split over the pool's threads.
-  void SampleRow(const Batch& batch, const RowDesc& row, Scratch* s, ThreadPool* pool) {
+  void SampleRow(const Batch& batch, const RowDesc& row, RowStores stores, Scratch* s,
+                 ThreadPool* pool) {
     static thread_local double acc[8] = {};
     static thread_local long calls = 0;
     auto now = [] {
@@ -360,7 +366,7 @@ class CpuBackend final : public Backend {
     // 5. Outputs: indices, labels and feature rows of the selection, then padding.
     batch.out_num_positive[&row - batch.rows] = static_cast<int32_t>(quotas.pos);
     batch.out_num_negative[&row - batch.rows] = static_cast<int32_t>(quotas.neg);
-    WriteOutputs(batch, row, s, m, split.chunks, split);
+    WriteOutputs(batch, row, stores, s, m, split.chunks, split);
     double t6 = now();
     {
       double t[6] = {t0, t1, t2, t3, t5, t6};
@@ -585,8 +591,8 @@ class CpuBackend final : public Backend {
   }
 
   // items[slot] is v << 32 | i << 1 | class of the slot's element.
-  static void WriteOutputs(const Batch& batch, const RowDesc& row, Scratch* s, int64_t m,
-                           int64_t chunks, const RowSplit& parallel) {
+  static void WriteOutputs(const Batch& batch, const RowDesc& row, RowStores stores, Scratch* s,
+                           int64_t m, int64_t chunks, const RowSplit& parallel) {
     const int64_t k = row.num_samples;
     const size_t item = ItemSize(row.label_dtype);
     const int64_t fbytes = row.feature_row_bytes;
@@ -610,7 +616,7 @@ class CpuBackend final : public Backend {
       // whose random writes bounced cache lines between threads (docs/decisions.md K4).
       if (fbytes > 0) {
         GatherRows(out_idx + begin, nullptr, end - begin, fbytes, in_feat,
-                   out_feat + begin * fbytes);
+                   out_feat + begin * fbytes, stores);
       }
     });
   }

@@ -1,6 +1,8 @@
 // GatherRows (kernels/include/gpusampler/kernels/gather.hpp) against a plain row-by-row copy:
 // every compile-time width and one run-time width, sources that start on a cache line and
-// that do not (a request's bytes need not), slot targets or none, and padding rows.
+// that do not (a request's bytes need not), slot targets or none, padding rows, cached and
+// non-temporal stores (whose 16-byte path the widths that are multiples of 16 take, the
+// others falling back); and the CPU backend with non-temporal stores against the reference.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,6 +11,7 @@
 
 #include "gpusampler/kernels/gather.hpp"
 #include "gpusampler/kernels/host_buffer.hpp"
+#include "test_util.hpp"
 
 namespace gpusampler::kernels {
 namespace {
@@ -23,9 +26,10 @@ TEST(HostBytesTest, EverySizeStartsOnACacheLine) {
 }
 
 template <typename Index>
-void CheckGather(int64_t width, size_t offset, bool slots, bool padding) {
-  SCOPED_TRACE(testing::Message() << "width " << width << " offset " << offset << " slots " << slots
-                                  << " padding " << padding);
+void CheckGather(int64_t width, size_t offset, bool slots, bool padding, RowStores stores) {
+  SCOPED_TRACE(::testing::Message()
+               << "width " << width << " offset " << offset << " slots " << slots << " padding "
+               << padding << " streaming " << (stores == RowStores::kStreaming));
   constexpr int64_t kRows = 1000, kPicks = 300;
   std::mt19937_64 gen(width * 131 + offset * 7 + slots);
   HostBytes in_buf(kRows * width + offset);
@@ -48,7 +52,7 @@ void CheckGather(int64_t width, size_t offset, bool slots, bool padding) {
       std::memcpy(to, in + static_cast<int64_t>(src[j]) * width, width);
     }
   }
-  GatherRows(src.data(), slots ? dst.data() : nullptr, kPicks, width, in, out.data());
+  GatherRows(src.data(), slots ? dst.data() : nullptr, kPicks, width, in, out.data(), stores);
   EXPECT_EQ(out, want);
 }
 
@@ -56,9 +60,28 @@ TEST(GatherRowsTest, EqualsARowByRowCopyForEveryWidthAndAlignment) {
   for (const int64_t width : {4, 8, 12, 16, 32, 64, 100, 128, 1000}) {
     for (const size_t offset : {size_t{0}, size_t{1}, size_t{16}, size_t{60}}) {
       for (const bool slots : {false, true}) {
-        CheckGather<uint32_t>(width, offset, slots, false);
-        CheckGather<int64_t>(width, offset, slots, true);
+        for (const RowStores stores : {RowStores::kCached, RowStores::kStreaming}) {
+          CheckGather<uint32_t>(width, offset, slots, false, stores);
+          CheckGather<int64_t>(width, offset, slots, true, stores);
+        }
       }
+    }
+  }
+}
+
+TEST(GatherRowsTest, TheCpuBackendWithNonTemporalStoresMatchesTheReference) {
+  for (const int64_t width : {int64_t{12}, int64_t{64}, int64_t{128}}) {
+    testing::Case c;
+    c.spec.num_samples = 700;
+    c.seed = 99;
+    c.rows = {testing::RandomLabels(5000, 0.3, 0.5, 1), testing::RandomLabels(40000, 0.5, 0.4, 2),
+              testing::RandomLabels(300, 0.5, 0.5, 3)};
+    c.feature_row_bytes = width;
+    const testing::Result want = testing::Reference(c);
+    for (const char* backend : {"cpustream:1", "cpustream:2"}) {
+      const testing::Result got = testing::RunOne(backend, c);
+      EXPECT_EQ(got.indices, want.indices) << backend << " width " << width;
+      EXPECT_EQ(got.features, want.features) << backend << " width " << width;
     }
   }
 }

@@ -87,6 +87,8 @@ std::unique_ptr<Backend> MakeBackend(const std::string& name) {
   const std::string kind = name.substr(0, colon);
   if (kind == "cpusplit") {
     options.split_row_elements = 64;
+  } else if (kind == "cpustream") {
+    options.streaming_output_bytes = 0;  // every feature gather with non-temporal stores
   } else if (kind == "cpumiss") {
     options.candidate_sigmas = -3.0;
     options.candidate_slack = 0.0;

@@ -215,6 +215,11 @@ struct CpuBackendOptions {
   // exact-selection rerun.
   double candidate_sigmas = 4.0;
   double candidate_slack = 16.0;
+  // A batch whose output feature rows come to at least this many bytes writes them with
+  // non-temporal stores (gather.hpp RowStores::kStreaming): more than a core's cache holds,
+  // so a reader finds them in DRAM either way, and the stores skip reading every output line
+  // first. 0: always; negative: never.
+  int64_t streaming_output_bytes = int64_t{4} << 20;
 };
 
 // A CPU backend using `threads` worker threads (0 = hardware concurrency). Rows are spread
