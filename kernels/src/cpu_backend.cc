@@ -7,8 +7,6 @@
 //   4. order the selected set by (v, i) with a stable radix sort on v over index order.
 // Rows are spread over the pool; a row of at least split_row_elements is also split.
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -322,26 +320,16 @@ class CpuBackend final : public Backend {
   // Samples one row; with `pool`, its passes are split over the pool's threads.
   void SampleRow(const Batch& batch, const RowDesc& row, RowStores stores, Scratch* s,
                  ThreadPool* pool) {
-    static thread_local double acc[8] = {};
-    static thread_local long calls = 0;
-    auto now = [] {
-      return std::chrono::duration<double, std::micro>(
-                 std::chrono::steady_clock::now().time_since_epoch())
-          .count();
-    };
-    double t0 = now();
     const RowSplit split(row.length, pool);
     const uint8_t* label_bytes = batch.labels + row.label_offset;
     // 1. Class counts, per chunk (the chunk counts size the filter's output regions).
     const Counts total = CountClasses(row, label_bytes, split, s);
     const Quotas quotas =
         ComputeQuotas(total.pos, total.neg, row.num_samples, row.target, row.fill);
-    double t1 = now();
     // 2. Candidates below the class bounds, in index order.
     uint64_t pos_used = 0, neg_used = 0;
     const Counts found =
         FindCandidates(row, label_bytes, split, total, quotas, s, &pos_used, &neg_used);
-    double t2 = now();
     // 3. Exact selection: the two classes select independently (in parallel when the row is
     // split).
     split(2, [&](int64_t cls) {
@@ -351,7 +339,6 @@ class CpuBackend final : public Backend {
         SelectSmallest(s->neg_runs, found.neg, quotas.neg, neg_used, &s->tmp_neg, &s->sel_neg);
       }
     });
-    double t3 = now();
     // 4. Order keys of the selected set, then sort by (v, i).
     const int64_t m = quotas.pos + quotas.neg;
     if (pool != nullptr && m >= kMaxRangeSortItems) {
@@ -362,19 +349,10 @@ class CpuBackend final : public Backend {
       OrderKeys(row, quotas, split, s);
       SortItemsSerial(s->items.data(), m, &s->tmp);
     }
-    double t5 = now();
     // 5. Outputs: indices, labels and feature rows of the selection, then padding.
     batch.out_num_positive[&row - batch.rows] = static_cast<int32_t>(quotas.pos);
     batch.out_num_negative[&row - batch.rows] = static_cast<int32_t>(quotas.neg);
     WriteOutputs(batch, row, stores, s, m, split.chunks, split);
-    double t6 = now();
-    {
-      double t[6] = {t0, t1, t2, t3, t5, t6};
-      for (int i = 0; i < 5; ++i) acc[i] += t[i + 1] - t[i];
-      if (++calls % 100 == 0)
-        fprintf(stderr, "count %.1f filter %.1f select %.1f okeys+sort %.1f out %.1f\n",
-                acc[0] / calls, acc[1] / calls, acc[2] / calls, acc[3] / calls, acc[4] / calls);
-    }
   }
 
   // Counts each chunk's positives and negatives into s->chunk_counts; returns the totals.
