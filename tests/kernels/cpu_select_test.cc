@@ -59,7 +59,10 @@ TEST(CpuSelectTest, KeysOfElementsMatchesScalarPhilox) {
 TEST(CpuSelectTest, SortByHighWordIsStableOnTies) {
   std::mt19937_64 gen(5);
   std::vector<uint64_t> tmp;
-  for (int64_t n : {1, 2, 5, 31, 32, 33, 100, 1000, 4096, 4097, 16384, 16385, 100000}) {
+  // Up to 16384 the two-digit small sort; to 2^20 the bucket pass + small sorts; beyond, the
+  // three-pass radix sort.
+  for (int64_t n :
+       {1, 2, 5, 31, 32, 33, 100, 1000, 4096, 4097, 16384, 16385, 100000, 1048576, 1048577}) {
     for (uint32_t distinct : {2u, 1000u, 0xFFFFFFFFu}) {
       std::vector<uint64_t> items(static_cast<size_t>(n));
       for (int64_t j = 0; j < n; ++j) {
