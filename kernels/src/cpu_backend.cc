@@ -444,24 +444,36 @@ class CpuBackend final : public Backend {
     const int64_t key_chunks = (m + cpu::kTileElements - 1) / cpu::kTileElements;
     const int64_t per_task = std::max<int64_t>(1, key_chunks / split.chunks + 1);
     split((key_chunks + per_task - 1) / per_task, [&](int64_t t) {
-      alignas(64) uint32_t v[cpu::kTileElements];
+      const int64_t begin = t * per_task * cpu::kTileElements;
       const int64_t end = std::min(m, (t + 1) * per_task * cpu::kTileElements);
-      for (int64_t j = t * per_task * cpu::kTileElements; j < end;) {
-        const bool neg = j >= quotas.pos;
-        const uint32_t* sel = neg ? s->sel_neg.data() + (j - quotas.pos) : s->sel_pos.data() + j;
-        const int64_t stop = neg ? end : std::min(end, quotas.pos);
-        const int count = static_cast<int>(std::min<int64_t>(cpu::kTileElements, stop - j));
-        cpu::KeysOfElements(row.seed, row.row_in_request, kOrderStream, sel, count, v);
-        for (int q = 0; q < count; ++q) {
-          s->items[j + q] = PackKey(v[q], (uint64_t{sel[q]} << 1) | uint64_t{neg});
-        }
-        j += count;
-      }
+      ForEachOrderKey(row, quotas, *s, begin, end,
+                      [&](int64_t j, uint64_t item) { s->items[j] = item; });
     });
   }
 
-  // s->items[0, m): the items OrderKeys makes, sorted as SortItemsSerial does, in one pool
-  // round for a split row. Its R tasks are value ranges (R the pool size rounded up to a
+  // Calls fn(j, item) for the selection's positions j in [begin, end): positives first
+  // ([0, m_pos), s.sel_pos), then negatives (s.sel_neg). item = v << 32 | i << 1 | class for
+  // the element's index i and order key v. A key tile never straddles the classes' boundary:
+  // KeysOfElements reads one index array.
+  template <typename Fn>
+  static void ForEachOrderKey(const RowDesc& row, const Quotas& quotas, const Scratch& s,
+                              int64_t begin, int64_t end, Fn&& fn) {
+    alignas(64) uint32_t v[cpu::kTileElements];
+    for (int64_t j = begin; j < end;) {
+      const bool neg = j >= quotas.pos;
+      const int n = static_cast<int>(
+          std::min<int64_t>(cpu::kTileElements, (neg ? end : std::min(end, quotas.pos)) - j));
+      const uint32_t* sel = neg ? s.sel_neg.data() + (j - quotas.pos) : s.sel_pos.data() + j;
+      cpu::KeysOfElements(row.seed, row.row_in_request, kOrderStream, sel, n, v);
+      for (int q = 0; q < n; ++q) {
+        fn(j + q, PackKey(v[q], (uint64_t{sel[q]} << 1) | uint64_t{neg}));
+      }
+      j += n;
+    }
+  }
+
+  // s->items[0, m): OrderKeys's items sorted as SortItemsSerial does, in one pool round for
+  // a split row. Its R tasks are value ranges (R the pool size rounded up to a
   // power of two; range r holds the items whose top log2(R) bits of v equal r, so ties never
   // cross a range). Each task generates the order keys of the whole selection, keeps its
   // range's items (about m / R), sorts them alone and stores them after the ranges below
@@ -478,29 +490,20 @@ class CpuBackend final : public Backend {
     split(int64_t{1} << range_bits, [&](int64_t range) {
       std::vector<uint64_t>& mine = RangeScratch();
       if (static_cast<int64_t>(mine.size()) < m) mine.resize(m);
-      alignas(64) uint32_t v[cpu::kTileElements];
       int64_t kept = 0, below = 0;
-      for (int64_t j = 0; j < m;) {
-        const bool neg = j >= quotas.pos;
-        const uint32_t* sel = neg ? s->sel_neg.data() + (j - quotas.pos) : s->sel_pos.data() + j;
-        const int count =
-            static_cast<int>(std::min<int64_t>(cpu::kTileElements, (neg ? m : quotas.pos) - j));
-        cpu::KeysOfElements(row.seed, row.row_in_request, kOrderStream, sel, count, v);
-        for (int q = 0; q < count; ++q) {
-          const int64_t r = range_bits == 0 ? 0 : static_cast<int64_t>(v[q] >> (32 - range_bits));
-          mine[kept] = PackKey(v[q], (uint64_t{sel[q]} << 1) | uint64_t{neg});
-          kept += r == range;
-          below += r < range;
-        }
-        j += count;
-      }
+      ForEachOrderKey(row, quotas, *s, 0, m, [&](int64_t, uint64_t item) {
+        const int64_t r = range_bits == 0 ? 0 : static_cast<int64_t>(item >> (64 - range_bits));
+        mine[kept] = item;
+        kept += r == range;
+        below += r < range;
+      });
       SortItemsSerial(mine.data(), kept, &BucketScratch(), range_bits);
       std::memcpy(out + below, mine.data(), static_cast<size_t>(kept) * sizeof(uint64_t));
     });
   }
 
-  // s->items[0, m): the items OrderKeys makes, sorted as SortItemsSerial does, for a split
-  // row with many selected items, in two pool rounds that each read the other thread's data
+  // s->items[0, m): OrderKeys's items sorted as SortItemsSerial does, for a split row with
+  // many selected items, in two pool rounds that each read the other thread's data
   // once. Round 1: each task makes the items of its share of the selection and orders them
   // by the top 8 bits of v (a stable counting pass) into its own part of s->tmp, counting
   // each bucket. Round 2: each task takes a range of buckets, copies every task's run of
@@ -526,20 +529,10 @@ class CpuBackend final : public Backend {
       std::vector<uint64_t>& mine = RangeScratch();
       if (static_cast<int64_t>(mine.size()) < end - begin) mine.resize(end - begin);
       int64_t* c = count.data() + t * kBuckets;
-      alignas(64) uint32_t v[cpu::kTileElements];
-      for (int64_t j = begin; j < end;) {
-        // A tile never straddles the classes' boundary: KeysOfElements reads one array.
-        const bool neg = j >= quotas.pos;
-        const int n = static_cast<int>(
-            std::min<int64_t>(cpu::kTileElements, (neg ? end : std::min(end, quotas.pos)) - j));
-        const uint32_t* sel = neg ? s->sel_neg.data() + (j - quotas.pos) : s->sel_pos.data() + j;
-        cpu::KeysOfElements(row.seed, row.row_in_request, kOrderStream, sel, n, v);
-        for (int q = 0; q < n; ++q) {
-          mine[j - begin + q] = PackKey(v[q], (uint64_t{sel[q]} << 1) | uint64_t{neg});
-          ++c[v[q] >> (32 - kBits)];
-        }
-        j += n;
-      }
+      ForEachOrderKey(row, quotas, *s, begin, end, [&](int64_t j, uint64_t item) {
+        mine[j - begin] = item;
+        ++c[item >> (64 - kBits)];
+      });
       int64_t* r = run.data() + t * kBuckets;
       int64_t at = begin;
       for (int b = 0; b < kBuckets; ++b) {
