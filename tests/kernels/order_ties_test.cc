@@ -40,7 +40,7 @@ TEST(OrderTiesTest, EqualOrderKeysComeOutInIndexOrderOnEveryBackend) {
     std::pair<int64_t, int64_t> tie;
     Case c;
     c.seed = SeedWithTie(n, 1, &tie);
-    c.rows = {std::vector<int64_t>(n, 1)};         // every element selected: K = N below
+    c.rows = {std::vector<int64_t>(n, 1)};          // every element selected: K = N below
     c.rows[0][static_cast<size_t>(tie.first)] = 0;  // the only negative
     c.spec.num_samples = n;
     c.spec.positive_fraction = 1.0;
