@@ -65,10 +65,17 @@ void CudaLauncher::Reserve(const LaunchSizes& sizes) {
   BindThreadToDevice(device_);
   GrowPair(sizes.in_bytes, &h_in_, &d_in_, &capacity_.in_bytes);
   GrowPair(sizes.out_bytes, &h_out_, &d_out_, &capacity_.out_bytes);
-  if (sizes.rows > 0) backend_->Reserve(sizes.rows, sizes.elements, sizes.slots);
-  capacity_.rows = std::max(capacity_.rows, sizes.rows);
-  capacity_.elements = std::max(capacity_.elements, sizes.elements);
-  capacity_.slots = std::max(capacity_.slots, sizes.slots);
+  // The backend reserves for the bounding shape of everything held so far: its arena's size is
+  // not monotone in each dimension alone (the per-large-row tables scale with
+  // min(rows, elements / 4097)), so reserving only this call's sizes could leave a shape that
+  // Holds() accepts but the arena does not, and the launch would then grow under capture.
+  const int64_t rows = std::max(capacity_.rows, sizes.rows);
+  const int64_t elements = std::max(capacity_.elements, sizes.elements);
+  const int64_t slots = std::max(capacity_.slots, sizes.slots);
+  if (rows > 0) backend_->Reserve(rows, elements, slots);
+  capacity_.rows = rows;
+  capacity_.elements = elements;
+  capacity_.slots = slots;
 }
 
 void CudaLauncher::Launch(const std::function<void()>& enqueue) {

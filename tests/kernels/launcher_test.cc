@@ -17,6 +17,7 @@
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/launcher.hpp"
 #include "gpusampler/kernels/sampler.hpp"
+#include "sim/sim_device.hpp"
 
 namespace gpusampler::kernels {
 namespace {
@@ -138,6 +139,87 @@ TEST(CudaLauncherTest, DestroyedAfterATimeoutWithCopiesQueued) {
     });
   }  // ~CudaLauncher while the copies are still queued
   releaser.join();
+}
+
+// The GPU round 4 sequence: one 2^27-element row reserved, then 4,096 large rows. Each
+// dimension of a launch of 4,096 rows x 2^15 elements is within what was reserved, so Holds()
+// accepts it, but its arena (per-large-row tables for 4,096 rows and per-tile tables for 2^27
+// elements) is larger than either reservation's. Reserving only each call's own sizes left the
+// arena short: the launch then had to grow under stream capture, which CUDA refuses (and
+// cuda-sim now refuses too). The capture is dropped, not run: the growth check is at enqueue.
+TEST(CudaLauncherTest, ReserveCoversTheBoundingShapeOfEverySizeReserved) {
+  CudaLauncher launcher(kSimDevice, milliseconds(60000));
+  constexpr int64_t kRows = 4096;
+  constexpr int64_t kLength = int64_t{1} << 15;
+  constexpr int64_t kSamples = 256;
+  LaunchSizes one_long;
+  one_long.rows = 1;
+  one_long.elements = int64_t{1} << 27;
+  one_long.slots = kSamples;
+  launcher.Reserve(one_long);
+  LaunchSizes many;
+  many.rows = kRows;
+  many.elements = kRows * 4097;
+  many.slots = kRows * kSamples;
+  launcher.Reserve(many);
+
+  BatchBuilder builder;
+  SamplingSpec spec;
+  spec.num_samples = kSamples;
+  for (int64_t r = 0; r < kRows; ++r) builder.AddRequest(spec, 7, DType::kInt8, {kLength}, 0);
+  LaunchSizes both;
+  both.rows = kRows;
+  both.elements = builder.total_elements();
+  both.slots = builder.total_slots();
+  ASSERT_TRUE(launcher.Holds(both));
+
+  Batch batch;
+  builder.FillSizes(&batch);
+  batch.host_rows = builder.rows().data();
+  // Never dereferenced: the captured launch is dropped before it runs.
+  batch.labels = launcher.d_in();
+  batch.out_indices = reinterpret_cast<int64_t*>(launcher.d_out());
+  batch.out_labels = launcher.d_out();
+  batch.out_num_positive = reinterpret_cast<int32_t*>(launcher.d_out());
+  batch.out_num_negative = reinterpret_cast<int32_t*>(launcher.d_out());
+  sim::SimStream* stream = sim::AsSimStream(launcher.stream());
+  stream->BeginCapture();
+  try {
+    launcher.backend().Sample(batch);
+  } catch (const Error& e) {
+    stream->EndCapture(/*launch=*/false);
+    FAIL() << "the launch needed arena growth under capture: " << e.what();
+  }
+  stream->EndCapture(/*launch=*/false);
+}
+
+// cuda-sim refuses arena growth under capture, as CUDA does: without a Reserve, the same
+// capture fails with the reason.
+TEST(CudaLauncherTest, ArenaGrowthUnderCaptureIsRefusedOnCudaSim) {
+  CudaLauncher launcher(kSimDevice, milliseconds(60000));
+  BatchBuilder builder;
+  SamplingSpec spec;
+  spec.num_samples = 16;
+  builder.AddRequest(spec, 7, DType::kInt8, {int64_t{1} << 20}, 0);
+  Batch batch;
+  builder.FillSizes(&batch);
+  batch.host_rows = builder.rows().data();
+  uint8_t dummy[16] = {};
+  batch.labels = dummy;
+  batch.out_indices = reinterpret_cast<int64_t*>(dummy);
+  batch.out_labels = dummy;
+  batch.out_num_positive = reinterpret_cast<int32_t*>(dummy);
+  batch.out_num_negative = reinterpret_cast<int32_t*>(dummy);
+  sim::SimStream* stream = sim::AsSimStream(launcher.stream());
+  stream->BeginCapture();
+  try {
+    launcher.backend().Sample(batch);
+    ADD_FAILURE() << "arena growth under capture was allowed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Error::Code::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("stream capture"), std::string::npos) << e.what();
+  }
+  stream->EndCapture(/*launch=*/false);
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 // counted access by access.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "gpusampler/kernels/sampler.hpp"
@@ -179,6 +181,71 @@ TEST(SimChecksTest, PlantedMisalignedLoadFails) {
 // A block sort is counted at cub's shared traffic.
 TEST(SimChecksTest, BlockSortIsCounted) {
   EXPECT_EQ(CubSortSharedBytes(4096, 8, 64), 16 * (4096 * 22 + kThreads * 116));
+}
+
+// The layout the GPU round 4 review found: an 8-byte-aligned copy of the small sort's shared
+// arrays at 8 mod 16 in a body's Shared, handed to the block sort as its storage (cub reads
+// its TempStorage with 16-byte loads). `planted` false: the real SortShared, which is aligned.
+struct SortStorageBody {
+  bool planted = false;
+  struct EightAligned {  // SortShared before alignas: alignment 8
+    uint64_t keys[pipeline::kBlockKeys];
+    int32_t count[pipeline::kSortBinsMax];
+  };
+  struct Shared {
+    int64_t n;  // offset 0: the storage below starts at offset 8 (planted) or 16 (real)
+    EightAligned old_layout;
+    pipeline::SortShared sort;
+  };
+  template <class B>
+  void operator()(B& b, int64_t /*block*/) const {
+    Shared& sh = b.template SharedAs<Shared>();
+    pipeline::KeyItems<B> keys;
+    b.Threads([&](int t) {
+      uint64_t* mine = b.Mine(keys, t);
+      for (int k = 0; k < pipeline::kItems; ++k) mine[k] = uint64_t(k) * kThreads + t;
+    });
+    pipeline::SortShared* storage =
+        planted ? reinterpret_cast<pipeline::SortShared*>(&sh.old_layout) : &sh.sort;
+    b.SortKeysStriped(keys, 64, storage);
+  }
+};
+
+TEST(SimChecksTest, PlantedSortStorageAtEightModSixteenFails) {
+  static_assert(offsetof(SortStorageBody::Shared, old_layout) % 16 == 8);
+  LaunchStats stats;
+  try {
+    SimExec(&stats).Launch(SortStorageBody{true}, 1);
+    FAIL() << "a block sort on 8-mod-16 storage passed";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("misaligned 16-byte shared access at shared offset 8"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SimChecksTest, SortStorageOfTheRealSortSharedPasses) {
+  LaunchStats stats;
+  EXPECT_NO_THROW(SimExec(&stats).Launch(SortStorageBody{false}, 1));
+}
+
+// A shared load of an 8-byte word at offset 4: the GPU faults; so does cuda-sim.
+struct MisalignedSharedWordBody {
+  struct Shared {
+    uint32_t words[4];
+  };
+  template <class B>
+  void operator()(B& b, int64_t /*block*/) const {
+    Shared& sh = b.template SharedAs<Shared>();
+    b.Threads([&](int t) {
+      if (t == 0) (void)b.SLoad(reinterpret_cast<const uint64_t*>(&sh.words[1]));
+    });
+  }
+};
+
+TEST(SimChecksTest, PlantedMisalignedSharedLoadFails) {
+  LaunchStats stats;
+  EXPECT_THROW(SimExec(&stats).Launch(MisalignedSharedWordBody{}, 1), std::logic_error);
 }
 
 }  // namespace

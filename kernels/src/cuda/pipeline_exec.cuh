@@ -52,6 +52,8 @@ struct DeviceBlock {
     static_assert(
         sizeof(typename Sort::TempStorage) <= sizeof(storage->keys) + sizeof(storage->count),
         "cub's temp storage must fit the small sort's arrays");
+    static_assert(alignof(typename Sort::TempStorage) <= alignof(SortShared),
+                  "cub's temp storage needs more alignment than SortShared gives");
     Sort(*reinterpret_cast<typename Sort::TempStorage*>(storage->keys))
         .SortBlockedToStriped(items.v, 0, end_bit);
     __syncthreads();

@@ -53,6 +53,7 @@
 // (Enqueue) or the size class (EnqueueSmallClass).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -408,7 +409,12 @@ inline constexpr int kSortBinsMax = 2048;
 inline constexpr int kInsertMax = 32;
 inline constexpr uint64_t kAbsent = ~uint64_t{0};
 
-struct SortShared {
+// cub::BlockRadixSort's TempStorage (which SortWholeBlock lays over `keys`) is read with 16-byte
+// shared loads: it must start on a 16-byte boundary (alignof, nvcc 13.0), or the GPU faults
+// with cudaErrorMisalignedAddress. Every body's Shared holding a SortShared asserts its offset.
+inline constexpr size_t kCubTempStorageAlign = 16;
+
+struct alignas(kCubTempStorageAlign) SortShared {
   uint64_t keys[kBlockKeys];
   int32_t count[kSortBinsMax];
   int32_t part[kThreads];
@@ -607,6 +613,8 @@ struct FusedBody {
     uint64_t answer[2];  // class c's m-th smallest key
     SortShared sort;
   };
+  static_assert(offsetof(Shared, sort) % kCubTempStorageAlign == 0,
+                "cub's sort storage must start on a 16-byte boundary");
   // Selection key of element i of class c: u in the top half, the class at bits 30-31, i
   // below (< 2^12). Keys of one class order as (u, i).
   static GPUSAMPLER_HD uint64_t SelKey(uint32_t u, uint32_t c, int64_t i) {
@@ -1345,6 +1353,8 @@ struct BoundaryBody {
     unsigned long long sel_at;
     SortShared sort;
   };
+  static_assert(offsetof(Shared, sort) % kCubTempStorageAlign == 0,
+                "cub's sort storage must start on a 16-byte boundary");
   template <class B>
   GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
     Shared& sh = b.template SharedAs<Shared>();
@@ -1406,7 +1416,8 @@ struct BoundaryBody {
       }
     });
     const int64_t sel_at = static_cast<int64_t>(b.SLoad(&sh.sel_at));
-    SmallSort(b, sh.sort, keys, n, 64 - kSelectBits, [&](int64_t at, uint64_t key) {
+    // (the survivors agree on every bit above lo_bit: the narrowing rounds fixed them)
+    SmallSort(b, sh.sort, keys, n, lo_bit, [&](int64_t at, uint64_t key) {
       if (at < need) select(key, at, sel_at);
     });
   }
@@ -1562,6 +1573,8 @@ struct BucketSortBody {
     int32_t below;
     SortShared sort;
   };
+  static_assert(offsetof(Shared, sort) % kCubTempStorageAlign == 0,
+                "cub's sort storage must start on a 16-byte boundary");
   template <class B>
   GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
     Shared& sh = b.template SharedAs<Shared>();

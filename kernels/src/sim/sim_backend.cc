@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "arena_policy.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 #include "pipeline/pipeline.hpp"
 #include "sim/sim_backend.hpp"
@@ -80,6 +81,8 @@ class SimBackend final : public Backend {
         pipeline::MakeLayout(pipeline::BoundShape(num_rows, total_elements, total_slots)).bytes);
   }
 
+  void ReleaseGraphs() override { policy_.ReleaseGraphs(); }
+
   bool last_launch_stats(LaunchStats* stats) const override {
     std::lock_guard<std::mutex> lock(mu_);
     *stats = stats_;
@@ -107,8 +110,24 @@ class SimBackend final : public Backend {
 
   // The arena moves only between launches (in stream mode queued ones finish first, as the
   // CUDA backend's stream-ordered free waits). Allocated uninitialized, like cudaMalloc's
-  // (untouched pages cost nothing); each launch fills what it uses with a pattern.
+  // (untouched pages cost nothing); each launch fills what it uses with a pattern. In stream
+  // mode growth follows CudaBackend's rule (arena_policy.hpp): refused under capture, and
+  // refused while a captured graph may still refer to the arena.
   void GrowArena(size_t bytes) {
+    if (stream_) {
+      detail::Capacity have, need;
+      have.temp_bytes = static_cast<int64_t>(arena_bytes_);
+      need.temp_bytes = static_cast<int64_t>(bytes);
+      std::string why;
+      switch (policy_.Check(have, need, stream_->capturing(), &why)) {
+        case detail::ArenaPolicy::Decision::kFits:
+          return;
+        case detail::ArenaPolicy::Decision::kRefused:
+          throw Error(Error::Code::kInvalidArgument, "cuda-sim: " + why);
+        case detail::ArenaPolicy::Decision::kGrow:
+          break;
+      }
+    }
     if (bytes <= arena_bytes_) return;
     if (stream_) stream_->Synchronize();
     arena_bytes_ = bytes + bytes / 2;
@@ -119,6 +138,7 @@ class SimBackend final : public Backend {
   std::unique_ptr<sim::SimStream> stream_;
   std::unique_ptr<uint64_t[]> arena_;
   size_t arena_bytes_ = 0;
+  detail::ArenaPolicy policy_;
   mutable std::mutex mu_;
   LaunchStats stats_;
 };

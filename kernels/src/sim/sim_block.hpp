@@ -33,6 +33,9 @@ namespace gpusampler::kernels::sim {
 inline int ThreadAt(int k) { return (k * 97 + 13) % pipeline::kThreads; }
 
 inline constexpr uint8_t kPoison = 0xA5;
+// The device's shared window starts well aligned; the simulator places a block's shared object
+// on such a boundary, so that every member's alignment is its offset's, as on the GPU.
+inline constexpr size_t kSharedBaseAlign = 128;
 
 // Bytes of launch scratch [begin, begin + bytes) not yet written in the current launch.
 class ScratchShadow {
@@ -118,10 +121,12 @@ class SimBlock {
   template <class T>
   T& SharedAs() {
     static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>);
-    shared_.assign(sizeof(T) + alignof(std::max_align_t), kPoison);
+    // (placed on a kSharedBaseAlign boundary, as the device's shared window is, so that a
+    // member's alignment is its offset's, exactly as on the GPU)
+    shared_.assign(sizeof(T) + kSharedBaseAlign, kPoison);
     void* at = shared_.data();
     size_t space = shared_.size();
-    T* object = static_cast<T*>(std::align(alignof(T), sizeof(T), at, space));
+    T* object = static_cast<T*>(std::align(kSharedBaseAlign, sizeof(T), at, space));
     shared_begin_ = reinterpret_cast<uint8_t*>(object);
     shared_bytes_ = sizeof(T);
     // (stale entries are from earlier phases: the epoch tells them apart; a new block skips
@@ -135,6 +140,7 @@ class SimBlock {
   // load is a uniform read that every device thread makes: counted kThreads times.
   template <class T>
   T SLoad(const T* p) {
+    CheckSharedAligned(p, alignof(T));
     if (thread_ < 0) {
       stats_->smem_bytes += int64_t{pipeline::kThreads} * static_cast<int64_t>(sizeof(T));
       MarkUniformRead(p, sizeof(T));
@@ -146,6 +152,7 @@ class SimBlock {
   }
   template <class T>
   void SStore(T* p, T value) {
+    CheckSharedAligned(p, alignof(T));
     if (thread_ < 0) throw std::logic_error("cuda-sim: a shared store outside a phase");
     stats_->smem_bytes += sizeof(T);
     Touch(p, sizeof(T), kWrite);
@@ -153,6 +160,7 @@ class SimBlock {
   }
   template <class T>
   T SharedAdd(T* p, T value) {
+    CheckSharedAligned(p, alignof(T));
     stats_->smem_bytes += 2 * sizeof(T);
     Touch(p, sizeof(T), kAtomic);
     const T old = *p;
@@ -168,9 +176,11 @@ class SimBlock {
     SortChecked(items, end_bit);
   }
   // (`storage`: the device's temp storage; the host sorts in place)
+  // cub's TempStorage is read with 16-byte shared loads (LDS.128): storage off a
+  // kCubTempStorageAlign boundary is cudaErrorMisalignedAddress on the GPU.
   template <int kN>
-  void SortKeysStriped(Items<uint64_t, kN>& items, int end_bit,
-                       pipeline::SortShared* /*storage*/ = nullptr) {
+  void SortKeysStriped(Items<uint64_t, kN>& items, int end_bit, pipeline::SortShared* storage) {
+    CheckSharedAligned(storage, pipeline::kCubTempStorageAlign);
     SortChecked(items, end_bit);
     std::vector<uint64_t> striped(items.v.size());
     for (size_t r = 0; r < items.v.size(); ++r) {
@@ -292,6 +302,17 @@ class SimBlock {
                                ", reader " + std::to_string(s.reader) + ", atomic " +
                                std::to_string(s.atomic) + "; -2: several)");
       }
+    }
+  }
+
+  // A shared access (or cub's storage) off its alignment, as an offset into the block's shared
+  // memory: the GPU faults (cudaErrorMisalignedAddress) and the context is lost.
+  void CheckSharedAligned(const void* p, size_t align) const {
+    const ptrdiff_t offset = static_cast<const uint8_t*>(p) - shared_begin_;
+    if (offset >= 0 && static_cast<size_t>(offset) % align != 0) {  // (bounds: Touch)
+      throw std::logic_error("cuda-sim: misaligned " + std::to_string(align) +
+                             "-byte shared access at shared offset " + std::to_string(offset) +
+                             " (the GPU faults)");
     }
   }
 

@@ -76,6 +76,11 @@ void SimStream::BeginCapture() {
   captured_.clear();
 }
 
+bool SimStream::capturing() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return capturing_;
+}
+
 void SimStream::EndCapture(bool launch) {
   std::vector<std::function<void()>> ops;
   {

@@ -36,6 +36,8 @@ class SimStream {
   // (EnqueueCallback throws Error(kInternal) while capturing).
   void BeginCapture();
   void EndCapture(bool launch);
+  // Whether the stream is capturing now (cudaStreamIsCapturing).
+  bool capturing();
   // Operations queued so far (a captured graph counts one): the stream_ops of a launch.
   int64_t operations() const { return operations_.load(std::memory_order_relaxed); }
   // Blocks until everything queued so far has run. Throws Error(kDeviceFault) when an
