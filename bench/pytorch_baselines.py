@@ -319,7 +319,12 @@ def main():
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--json", action="store_true", help="one JSON object per line per sampler")
     p.add_argument("--check", action="store_true", help="run a quick correctness self-test and exit")
+    p.add_argument("--cells", default=None,
+                   help="B:N:K:D[:ITERS] cells, comma-separated, run in this order in this one "
+                        "process (overrides --rows/--n/--k/--dim; ITERS defaults to --iters)")
     a = p.parse_args()
+    if a.cells:
+        return run_cells(p, a)
 
     if a.threads is None:
         a.threads = len(os.sched_getaffinity(0))
@@ -338,6 +343,33 @@ def main():
         run_check(device)
         return 0
     run_bench(a, device)
+    return 0
+
+
+def run_cells(p, a):
+    """Every cell in one process, in the order given: one interpreter start and one CUDA
+    context for all of them, and torch.compile's per-shape compiles as each cell comes."""
+    cells = []
+    for item in a.cells.split(","):
+        f = item.split(":")
+        if len(f) not in (4, 5) or not all(x.isdigit() for x in f):
+            p.error(f"--cells: {item!r} is not B:N:K:D[:ITERS]")
+        cells.append([int(x) for x in f])
+    threads = a.threads if a.threads is not None else len(os.sched_getaffinity(0))
+    torch.set_num_threads(threads)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: torch.cuda.is_available() is False")
+    device = torch.device(a.device)
+    for f in cells:
+        cell = argparse.Namespace(**vars(a))
+        cell.rows, cell.n, cell.k, cell.dim = f[:4]
+        cell.dim = max(cell.dim, 1)  # the baselines gather at least one 4-byte column
+        cell.iters = f[4] if len(f) == 5 else a.iters
+        cell.threads = threads
+        if cell.rows < 1 or cell.n < 1 or not 1 <= cell.k <= cell.n or cell.iters < 1:
+            p.error(f"--cells: {f} out of range (rows, n, iters >= 1; 1 <= k <= n)")
+        run_bench(cell, device)
+        sys.stdout.flush()
     return 0
 
 

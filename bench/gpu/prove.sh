@@ -12,8 +12,9 @@
 #   3. ncu per kernel on (a), (b) and (c): time, DRAM bytes, shared-memory wavefronts,
 #      registers and achieved occupancy of every kernel of one launch;
 #   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the CUDA tests;
-#   5. the PyTorch baselines (eager and torch.compile) on the same cells, largest first;
-#   6. the service: probe, drain, in-process and loopback bench (bench/service_bench_gpu.sh).
+#   5. the PyTorch baselines (eager and torch.compile) on (a), (b), (c), in one process;
+#   6. the service: probe, drain, in-process and loopback bench (bench/service_bench_gpu.sh);
+#   7. the PyTorch baselines on the remaining cells.
 # What comes back (at most 8 files; this writes 5 under $OUT): report.md (also printed on
 # stdout), bench.jsonl (every bench record, gpusampler and PyTorch), ncu.csv, steps.tsv and
 # logs.tar.gz (every log).
@@ -158,7 +159,7 @@ if [[ -f "$carry/source-root" ]]; then
 fi
 
 # 1. The CUDA kernel tests (on the rehearsal the same cases skip or run on cuda-sim).
-cuda_filter='*cuda*:*Cuda*:*CUDA*:*StagedLaunch*'
+cuda_filter='*cuda*:*Cuda*:*CUDA*:*StagedLaunch*-*PipelineInputsTest*/cudasim*'
 if [[ -x "$carry/bin/gpusampler_kernels_test" ]]; then
   step tests-cuda 60 "$test_bin" --gtest_filter="$cuda_filter" || true
 else
@@ -195,7 +196,7 @@ else
 fi
 
 # 4. compute-sanitizer on the CUDA tests (small launches: graphs, faults, keys, staged launch).
-san_filter='CudaGraphTest.*:KeysTest.CudaKernel:CudaErrorTest.*:*StagedLaunchTest*cuda0'
+san_filter='CudaGraphTest.*:KeysTest.CudaKernel:CudaErrorTest.*:*StagedLaunchTest*cuda0:*PipelineInputsTest*/cuda'
 if command -v compute-sanitizer >/dev/null 2>&1 && [[ -x "$carry/bin/gpusampler_kernels_test" && "$rehearse" != 1 ]]; then
   for tool in memcheck racecheck synccheck initcheck; do
     step "sanitizer-$tool" 35 compute-sanitizer --tool "$tool" --error-exitcode 99 \
@@ -205,27 +206,38 @@ else
   printf 'sanitizers\tnot run (%s)\t0\n' "$([[ "$rehearse" == 1 ]] && echo rehearsal || echo 'no compute-sanitizer or test binary')" >>"$steps"
 fi
 
-# 5. The PyTorch baselines on the same cells, largest first (torch.compile compiles per
-# shape: a cell cut by the limit loses only itself). Not carried: no LD_LIBRARY_PATH.
+# 5. The PyTorch baselines, (a) (b) (c) first, in one Python process (one interpreter start
+# and one CUDA context; torch.compile compiles per shape as each cell comes). Not carried: no
+# LD_LIBRARY_PATH. The baselines take D >= 1: a D = 0 cell runs them with D = 1.
 export TORCHINDUCTOR_COMPILE_THREADS="$(nproc)"
-for cell in $(printf '%s\n' $cells | awk -F: '{printf "%d:%s\n", $1 * $2, $0}' |
-              sort -t: -k1,1nr | cut -d: -f2-); do
-  IFS=: read -r b n k d <<<"$cell"
-  name="torch-${b}x${n}"
-  # The baselines take D >= 1: a D = 0 cell runs them with D = 1 (a 4-byte gather per slot).
-  step "$name" 60 "$py" "$root/bench/pytorch_baselines.py" --sampler all --device "$torch_device" \
-    --rows "$b" --n "$n" --k "$k" --dim "$(( d > 0 ? d : 1 ))" --iters "$(cell_iters "$b" "$n")" \
-    --warmup 3 --json || true
-  grep '^{' "$logs/$name.log" >>"$records" 2>/dev/null || true
-done
+torch_cells() {  # CELL... -> B:N:K:D:ITERS,...
+  local out="" cell b n k d
+  for cell in "$@"; do
+    IFS=: read -r b n k d <<<"$cell"
+    out+="${out:+,}$b:$n:$k:$d:$(cell_iters "$b" "$n")"
+  done
+  echo "$out"
+}
+first_cells="$(printf '%s\n' $cells | head -3 | tr '\n' ' ')"
+rest_cells="$(printf '%s\n' $cells | tail -n +4 | tr '\n' ' ')"
+step torch-abc 150 "$py" "$root/bench/pytorch_baselines.py" --sampler all --device "$torch_device" \
+  --cells "$(torch_cells $first_cells)" --warmup 3 --json || true
+grep '^{' "$logs/torch-abc.log" >>"$records" 2>/dev/null || true
 
-# 6. The service, last: probe, drain, in-process and loopback bench.
+# 6. The service, before the lesser cells: probe, drain, in-process and loopback bench.
 if [[ -x "$carry/bin/gpusampler-server" ]]; then
   mkdir -p "$logs/service"
   step service 80 env OUT="$logs/service" DEVICE="$server_device" \
     "$root/bench/service_bench_gpu.sh" run "$build" || true
 else
   printf 'service\tno carried server bundle (run prove.sh pack here first)\t0\n' >>"$steps"
+fi
+
+# 7. The PyTorch baselines on the remaining cells, with what time is left.
+if [[ -n "${rest_cells// /}" ]]; then
+  step torch-rest 60 "$py" "$root/bench/pytorch_baselines.py" --sampler all --device "$torch_device" \
+    --cells "$(torch_cells $rest_cells)" --warmup 3 --json || true
+  grep '^{' "$logs/torch-rest.log" >>"$records" 2>/dev/null || true
 fi
 
 # The report.

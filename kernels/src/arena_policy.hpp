@@ -21,6 +21,14 @@ struct Capacity {
   int64_t temp_bytes = 0;
 };
 
+// The arena's next size when `want` bytes do not fit in `have`: at least half as much again, so
+// that a run of growing launches reallocates O(log) times. CudaBackend and cuda-sim's stream
+// backend both grow by this rule, so that a reservation is exactly as short on one as on the
+// other.
+inline int64_t GrowArenaBytes(int64_t have, int64_t want) {
+  return want <= have ? have : (want > have + have / 2 ? want : have + have / 2);
+}
+
 inline bool Holds(const Capacity& have, const Capacity& need) {
   return need.rows <= have.rows && need.elements <= have.elements && need.slots <= have.slots &&
          need.temp_bytes <= have.temp_bytes;

@@ -22,10 +22,6 @@
 namespace gpusampler::kernels {
 namespace {
 
-int64_t Grow(int64_t have, int64_t want) {
-  return want <= have ? have : std::max(want, have + have / 2);
-}
-
 using detail::ArenaPolicy;
 using detail::Capacity;
 
@@ -149,7 +145,7 @@ void CudaBackend::Reserve(const Capacity& need) {
       break;
   }
   Capacity next;
-  next.temp_bytes = Grow(capacity_.temp_bytes, need.temp_bytes);
+  next.temp_bytes = detail::GrowArenaBytes(capacity_.temp_bytes, need.temp_bytes);
   const size_t bytes = static_cast<size_t>(next.temp_bytes);
 
   // Free first so that the pool can reuse the old block for the new one.
