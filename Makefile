@@ -8,7 +8,7 @@ METRICS_ADDRESS ?= 0.0.0.0:9464
 SERVE_ARGS ?=
 
 .PHONY: all deps configure build test test-cpp test-python test-deploy test-container bench serve \
-  clean format
+  clean format format-check
 
 all: build
 
@@ -23,7 +23,7 @@ configure: deps $(BUILD_DIR)/CMakeCache.txt
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: build
+test: build format-check
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 	@if [ -d tests/python ]; then \
 	  PYTHONPATH=$(CURDIR)/client/python GPUSAMPLER_BUILD_DIR=$(CURDIR)/$(BUILD_DIR) \
@@ -47,9 +47,15 @@ serve: build
 	$(BUILD_DIR)/bin/gpusampler-server --device auto --address $(ADDRESS) \
 	  --metrics-address $(METRICS_ADDRESS) $(SERVE_ARGS)
 
+# Every C++ and CUDA file git tracks (proto/ included), in the repository's .clang-format style.
+CXX_SOURCES = git ls-files -- '*.cc' '*.hpp' '*.h' '*.cu' '*.cuh'
+
 format:
-	find kernels server client tests bench examples -regex '.*\.\(cc\|hpp\|h\|cu\|cuh\)' \
-	  -exec clang-format -i {} +
+	$(CXX_SOURCES) | xargs clang-format -i
+
+format-check:
+	@$(CXX_SOURCES) | xargs clang-format --dry-run -Werror || \
+	  { echo "format-check: run 'make format'" >&2; exit 1; }
 
 clean:
 	rm -rf $(BUILD_DIR)
