@@ -360,6 +360,11 @@ class SampleIterable(IterableDataset):
             request.update(labels=labels, features=features, row_splits=row_splits)
         self._request = request
 
+    #: what the prefetch thread runs: "stream" (one SampleStream, ``prefetch`` requests in
+    #: flight) or "unary" (one ``Client.sample`` call after the other); the batches are the
+    #: same. Not an API: bench/python_prefetch_bench.py compares the two.
+    _producer = "stream"
+
     @staticmethod
     def seed_for(seed: int, rank: int, step: int) -> int:
         """The seed of step ``step`` on rank ``rank`` of a run with base seed ``seed``."""
@@ -385,10 +390,13 @@ class SampleIterable(IterableDataset):
     def __iter__(self) -> Iterator[Batch]:
         if self.prefetch == 0:
             return self._blocking_batches()
-        return _PrefetchIterator(self._stream_batches(self._steps()), self.prefetch)
+        produce = self._stream_batches if self._producer == "stream" else self._blocking_batches
+        return _PrefetchIterator(produce(self._steps()), self.prefetch)
 
-    def _blocking_batches(self) -> Iterator[Batch]:
-        steps = self._steps()
+    def _blocking_batches(self, steps: Optional[Iterator[int]] = None) -> Iterator[Batch]:
+        """One ``Client.sample`` call per step; in the consumer (prefetch=0) or in the
+        prefetch thread."""
+        steps = self._steps() if steps is None else steps
         client = Client(self._target, **self._options)
         try:
             for step in steps:
