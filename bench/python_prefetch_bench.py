@@ -7,9 +7,10 @@ host's load hits them alike):
 
 - ``alone``: the training step on one fixed batch, no sampling (the ceiling);
 - ``blocking``: ``SampleIterable(prefetch=0)``: each step calls ``Client.sample``;
-- ``prefetch2``: ``SampleIterable(prefetch=2)``: the background thread;
-- ``prefetch2_unary``: the same, the thread making one unary call after the other instead
-  of keeping 2 requests in flight on a stream (``SampleIterable._producer = "unary"``);
+- ``prefetch2``: ``SampleIterable(prefetch=2)``: the background thread, one unary call
+  after the other (the default);
+- ``prefetch2_stream``: the same, the thread keeping 2 requests in flight on one
+  SampleStream instead (``SampleIterable._producer = "stream"``);
 - ``prefetch2_workers1``: the same through ``DataLoader(num_workers=1)`` (fork);
 - ``aio2turns``: ``gpusampler.aio.Client.sample`` for step i+1 created before step i trains,
   with two event-loop turns (the pattern client/README-trainer.md documents).
@@ -55,7 +56,7 @@ import gpusampler  # noqa: E402
 import gpusampler.aio  # noqa: E402
 from gpusampler.data import SampleIterable  # noqa: E402
 
-MODES = ("alone", "blocking", "prefetch2", "prefetch2_unary", "prefetch2_workers1",
+MODES = ("alone", "blocking", "prefetch2", "prefetch2_stream", "prefetch2_workers1",
          "aio2turns")
 DATASET = "prefetch-bench"
 
@@ -132,10 +133,10 @@ def run_mode(mode: str, args: argparse.Namespace, target: str, trainer: Trainer,
     if mode == "alone":
         return measure(iter(lambda: fixed, None), trainer, args.steps, args.warmup,
                        lambda b: b)
-    if mode in ("blocking", "prefetch2", "prefetch2_unary"):
+    if mode in ("blocking", "prefetch2", "prefetch2_stream"):
         ds = SampleIterable(target, prefetch=0 if mode == "blocking" else 2, **spec)
-        if mode == "prefetch2_unary":
-            ds._producer = "unary"
+        if mode == "prefetch2_stream":
+            ds._producer = "stream"
         it = iter(ds)
         try:
             return measure(it, trainer, args.steps, args.warmup, xy)

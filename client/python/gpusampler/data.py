@@ -11,17 +11,21 @@ ahead of the training step by a background thread.
     for batch in DataLoader(batches, batch_size=None):   # or just `for batch in batches`
         loss = loss_fn(model(batch.features), batch.labels)
 
-Prefetch (``prefetch=N``, N >= 1): every iterator starts one background thread. It keeps N
-requests in flight over one ``SampleStream`` and puts each answer, already decoded to torch
-tensors (and copied into pinned memory with ``pin_memory=True``), into a queue of at most N
-batches. So while the model computes step i the server samples the next steps and the thread
-decodes them, and taking the next batch is usually just a queue read. ``prefetch=0`` is the
-blocking path: each step calls ``Client.sample`` in the consumer's thread, no thread, no
-stream. The batches are the same either way (the same seeds).
+Prefetch (``prefetch=N``, N >= 1): every iterator starts one background thread. It calls
+``Client.sample`` for the next steps, one call after the other, and puts each answer, already
+decoded to torch tensors (and copied into pinned memory with ``pin_memory=True``), into a
+queue of at most N batches; when the queue is full it waits. So while the model computes
+step i the thread fetches and decodes the next steps, and taking the next batch is usually
+just a queue read. One call at a time keeps up as long as a call's round trip is shorter
+than a training step; it measured lower waits under a competing CPU load than keeping N
+requests in flight on a ``SampleStream`` (fewer threads to wake per batch;
+bench/results/prefetch-contended.md). ``prefetch=0`` is the blocking path: each step calls
+``Client.sample`` in the consumer's thread, no thread. The batches are the same either way
+(the same seeds).
 
 - An error (a failed request, a server that went away, a bad target) is raised by the
   ``next()`` of the step it belongs to, after the batches of all earlier steps.
-- The thread ends (and its stream is cancelled, its connection closed) when the iterator is
+- The thread ends (and its connection is closed) when the iterator is
   exhausted, ``close()``-d, or garbage-collected (a ``for`` loop that ``break``-s drops it);
   it is a daemon thread, so it never holds up the interpreter's exit.
 - ``pin_memory=True`` needs a CUDA build of torch with a GPU (``torch.cuda.is_available()``).
@@ -33,8 +37,9 @@ stream. The batches are the same either way (the same seeds).
 ``num_workers``: use 0 (the default). The background thread already overlaps the sampling
 with the step; worker processes add a process per worker, a pickled copy of every batch
 through shared memory, and compete for the same cores. Measured on a 2-core VM (resident
-200,000 x 16 float32 rows, K = 256, a 3.6 ms MLP step, prefetch 2): ``num_workers=1``
-gave fewer steps/s than ``num_workers=0`` (client/README-trainer.md has the numbers).
+200,000 x 16 float32 rows, K = 256, a 4 ms MLP step, prefetch 2, a competing CPU load):
+``num_workers=1`` gave about half the steps/s of ``num_workers=0`` and waited longer for
+its batches (bench/results/prefetch-contended.md).
 Workers do work, and give the very same batches: worker ``w`` of ``n`` fetches steps ``w,
 w+n, w+2n, ...`` and the DataLoader hands them back in step order. Each worker opens its
 own connection (a ``gpusampler.Client`` cannot cross a process boundary; give a target, or
@@ -203,7 +208,7 @@ def _put(q: "queue.Queue[Tuple[str, Any]]", stop: threading.Event,
 
 def _produce(batches: Iterator["Batch"], q: "queue.Queue[Tuple[str, Any]]",
              stop: threading.Event) -> None:
-    """The prefetch thread: runs ``batches`` (which opens the connection and the stream)
+    """The prefetch thread: runs ``batches`` (which opens the connection)
     and queues each batch, then ("end", None) or ("error", exception). Holds no reference
     to the consumer's iterator, so that dropping it lets the finalizer stop this."""
     try:
@@ -214,7 +219,7 @@ def _produce(batches: Iterator["Batch"], q: "queue.Queue[Tuple[str, Any]]",
     except BaseException as e:  # noqa: B902 - handed to the consumer, raised there
         _put(q, stop, ("error", e))
     finally:
-        batches.close()  # cancels the stream, closes the client (see _stream_batches)
+        batches.close()  # closes the client (and cancels a stream, see _stream_batches)
 
 
 class _PrefetchIterator:
@@ -253,7 +258,7 @@ class _PrefetchIterator:
         raise value
 
     def close(self) -> None:
-        """Stops the prefetch thread (it cancels its stream and closes its connection)."""
+        """Stops the prefetch thread (it closes its connection)."""
         self._finished = True
         self._finalizer()
 
@@ -286,8 +291,8 @@ class SampleIterable(IterableDataset):
         return_features: with ``dataset``, gather the K feature rows too.
         rows: with ``dataset``, which rows to sample (default all).
         prefetch: batches kept ready ahead of the step being consumed (>= 0). N >= 1: a
-            background thread per iterator keeps N requests in flight on one stream and up
-            to N decoded batches in a queue. 0: no thread; each step calls
+            background thread per iterator fetches the next steps (one call at a time) and
+            keeps up to N decoded batches in a queue. 0: no thread; each step calls
             ``Client.sample`` when it is asked for. The batches are the same for any value.
         pin_memory: copy each batch's tensors into pinned (page-locked) memory in the
             prefetch thread, for fast ``.to("cuda", non_blocking=True)``. Needs CUDA; without
@@ -360,10 +365,10 @@ class SampleIterable(IterableDataset):
             request.update(labels=labels, features=features, row_splits=row_splits)
         self._request = request
 
-    #: what the prefetch thread runs: "stream" (one SampleStream, ``prefetch`` requests in
-    #: flight) or "unary" (one ``Client.sample`` call after the other); the batches are the
+    #: what the prefetch thread runs: "unary" (one ``Client.sample`` call after the other)
+    #: or "stream" (one SampleStream, ``prefetch`` requests in flight); the batches are the
     #: same. Not an API: bench/python_prefetch_bench.py compares the two.
-    _producer = "stream"
+    _producer = "unary"
 
     @staticmethod
     def seed_for(seed: int, rank: int, step: int) -> int:
