@@ -37,9 +37,10 @@ bench/results/prefetch-contended.md). ``prefetch=0`` is the blocking path: each 
 ``num_workers``: use 0 (the default). The background thread already overlaps the sampling
 with the step; worker processes add a process per worker, a pickled copy of every batch
 through shared memory, and compete for the same cores. Measured on a 2-core VM (resident
-200,000 x 16 float32 rows, K = 256, a 4 ms MLP step, prefetch 2, a competing CPU load):
-``num_workers=1`` gave about half the steps/s of ``num_workers=0`` and waited longer for
-its batches (bench/results/prefetch-contended.md).
+200,000 x 16 float32 rows, K = 256, a 3 ms MLP step, prefetch 2, a competing CPU load):
+``num_workers=1`` gave fewer steps/s than ``num_workers=0`` (medians 79-97 against
+107-167 over four runs) and waited longer for its batches than even blocking calls (median
+4.6-5.6 ms; bench/results/prefetch-contended.md).
 Workers do work, and give the very same batches: worker ``w`` of ``n`` fetches steps ``w,
 w+n, w+2n, ...`` and the DataLoader hands them back in step order. Each worker opens its
 own connection (a ``gpusampler.Client`` cannot cross a process boundary; give a target, or
