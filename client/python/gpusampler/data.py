@@ -83,8 +83,8 @@ import queue
 import threading
 import warnings
 import weakref
-from typing import (Any, Callable, Dict, Iterator, Mapping, NamedTuple, Optional, Sequence,
-                    Tuple, Union)
+from typing import (Any, Callable, Dict, Generator, Iterator, Mapping, NamedTuple, Optional,
+                    Sequence, Tuple, Union)
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
@@ -161,9 +161,9 @@ def resolve_rank(rank: Optional[int] = None, world_size: Optional[int] = None,
 
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
-        found_rank, found_world = int(dist.get_rank()), int(dist.get_world_size())
-        agree("torch.distributed (initialised)", found_rank, found_world)
-        return found_rank, found_world, "torch.distributed"
+        dist_rank, dist_world = int(dist.get_rank()), int(dist.get_world_size())
+        agree("torch.distributed (initialised)", dist_rank, dist_world)
+        return dist_rank, dist_world, "torch.distributed"
 
     env_rank, env_world = _env_int(env, "RANK"), _env_int(env, "WORLD_SIZE")
     local_rank, local_world = _env_int(env, "LOCAL_RANK"), _env_int(env, "LOCAL_WORLD_SIZE")
@@ -207,7 +207,7 @@ def _put(q: "queue.Queue[Tuple[str, Any]]", stop: threading.Event,
     return False
 
 
-def _produce(batches: Iterator["Batch"], q: "queue.Queue[Tuple[str, Any]]",
+def _produce(batches: Generator["Batch", None, None], q: "queue.Queue[Tuple[str, Any]]",
              stop: threading.Event) -> None:
     """The prefetch thread: runs ``batches`` (which opens the connection)
     and queues each batch, then ("end", None) or ("error", exception). Holds no reference
@@ -227,7 +227,7 @@ class _PrefetchIterator:
     """The iterator of a ``SampleIterable`` with ``prefetch > 0``: reads the queue that its
     background thread fills. ``close()`` (or garbage collection) stops the thread."""
 
-    def __init__(self, batches: Iterator["Batch"], depth: int) -> None:
+    def __init__(self, batches: Generator["Batch", None, None], depth: int) -> None:
         self._queue: "queue.Queue[Tuple[str, Any]]" = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._finished = False
@@ -252,7 +252,7 @@ class _PrefetchIterator:
                     self.close()
                     raise RuntimeError("gpusampler prefetch thread ended without a result")
         if what == "batch":
-            return value  # type: ignore[no-any-return]
+            return value
         self.close()
         if what == "end":
             raise StopIteration
@@ -399,7 +399,8 @@ class SampleIterable(IterableDataset):
         produce = self._stream_batches if self._producer == "stream" else self._blocking_batches
         return _PrefetchIterator(produce(self._steps()), self.prefetch)
 
-    def _blocking_batches(self, steps: Optional[Iterator[int]] = None) -> Iterator[Batch]:
+    def _blocking_batches(self, steps: Optional[Iterator[int]] = None
+                          ) -> Generator[Batch, None, None]:
         """One ``Client.sample`` call per step; in the consumer (prefetch=0) or in the
         prefetch thread."""
         steps = self._steps() if steps is None else steps
@@ -411,7 +412,7 @@ class SampleIterable(IterableDataset):
         finally:
             client.close()
 
-    def _stream_batches(self, steps: Iterator[int]) -> Iterator[Batch]:
+    def _stream_batches(self, steps: Iterator[int]) -> Generator[Batch, None, None]:
         """Runs in the prefetch thread: the batches of one SampleStream, decoded."""
         pending: "collections.deque[int]" = collections.deque()  # steps sent, oldest first
 
@@ -427,7 +428,7 @@ class SampleIterable(IterableDataset):
                 for result in stream:
                     yield self._batch(result, pending.popleft())
             finally:
-                stream.close()
+                getattr(stream, "close")()  # a generator: cancels the call
         finally:
             client.close()
 
