@@ -17,9 +17,10 @@ decoded to torch tensors (and copied into pinned memory with ``pin_memory=True``
 queue of at most N batches; when the queue is full it waits. So while the model computes
 step i the thread fetches and decodes the next steps, and taking the next batch is usually
 just a queue read. One call at a time keeps up as long as a call's round trip is shorter
-than a training step; it measured lower waits under a competing CPU load than keeping N
-requests in flight on a ``SampleStream`` (fewer threads to wake per batch;
-bench/results/prefetch-contended.md). ``prefetch=0`` is the blocking path: each step calls
+than a training step. Under a competing CPU load it measured lower median waits than
+keeping N requests in flight on a ``SampleStream`` (4 runs of 4), though not more steps/s
+(bench/results/prefetch-contended.md); a likely reason, not traced, is that it has one
+thread to wake per batch where the stream has three. ``prefetch=0`` is the blocking path: each step calls
 ``Client.sample`` in the consumer's thread, no thread. The batches are the same either way
 (the same seeds).
 
@@ -142,8 +143,9 @@ def resolve_rank(rank: Optional[int] = None, world_size: Optional[int] = None,
     """This process's (rank, world size, where they came from), in the order
     ``SampleIterable`` documents: an initialised ``torch.distributed``, else the launcher's
     environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), else ``rank=``/``world_size=``,
-    else (0, 1). The world size is None when only a rank is known. Raises ValueError when the sources disagree, when the rank is not below
-    the world size, or when the world size is above 1 and no source gives a rank."""
+    else (0, 1). The world size is None when only a rank is known. Raises ValueError when
+    the sources disagree, when the rank is not below the world size, or when the world size
+    is above 1 and no source gives a rank."""
     env = os.environ if env is None else env
     if rank is not None:
         rank = check_int("rank", rank, 0)
