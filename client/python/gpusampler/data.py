@@ -18,7 +18,7 @@ queue of at most N batches; when the queue is full it waits. So while the model 
 step i the thread fetches and decodes the next steps, and taking the next batch is usually
 just a queue read. One call at a time keeps up as long as a call's round trip is shorter
 than a training step. Under a competing CPU load it measured lower median waits than
-keeping N requests in flight on a ``SampleStream`` (4 runs of 4), though not more steps/s
+keeping N requests in flight on a ``SampleStream`` (5 runs of 5), not clearly more steps/s
 (bench/results/prefetch-contended.md); a likely reason, not traced, is that it has one
 thread to wake per batch where the stream has three. ``prefetch=0`` is the blocking path: each step calls
 ``Client.sample`` in the consumer's thread, no thread. The batches are the same either way
@@ -39,8 +39,8 @@ thread to wake per batch where the stream has three. ``prefetch=0`` is the block
 with the step; worker processes add a process per worker, a pickled copy of every batch
 through shared memory, and compete for the same cores. Measured on a 2-core VM (resident
 200,000 x 16 float32 rows, K = 256, a 3 ms MLP step, prefetch 2, a competing CPU load):
-``num_workers=1`` gave fewer steps/s than ``num_workers=0`` (medians 79-97 against
-107-167 over four runs) and waited longer for its batches than even blocking calls (median
+``num_workers=1`` gave fewer steps/s than ``num_workers=0`` (medians 79-103 against
+107-176 over five runs) and waited longer for its batches than even blocking calls (median
 4.6-5.6 ms; bench/results/prefetch-contended.md).
 Workers do work, and give the very same batches: worker ``w`` of ``n`` fetches steps ``w,
 w+n, w+2n, ...`` and the DataLoader hands them back in step order. Each worker opens its
