@@ -17,12 +17,12 @@ decoded to torch tensors (and copied into pinned memory with ``pin_memory=True``
 queue of at most N batches; when the queue is full it waits. So while the model computes
 step i the thread fetches and decodes the next steps, and taking the next batch is usually
 just a queue read. One call at a time keeps up as long as a call's round trip is shorter
-than a training step. Under a competing CPU load it measured lower median waits than
-keeping N requests in flight on a ``SampleStream`` (5 runs of 5), not clearly more steps/s
+than a training step. Under a competing CPU load it measured lower median waits than keeping
+N requests in flight on a ``SampleStream`` (5 runs of 5), not clearly more steps/s
 (bench/results/prefetch-contended.md); a likely reason, not traced, is that it has one
-thread to wake per batch where the stream has three. ``prefetch=0`` is the blocking path: each step calls
-``Client.sample`` in the consumer's thread, no thread. The batches are the same either way
-(the same seeds).
+thread to wake per batch where the stream has three. ``prefetch=0`` is the blocking path:
+each step calls ``Client.sample`` in the consumer's thread, no thread. The batches are the
+same either way (the same seeds).
 
 - An error (a failed request, a server that went away, a bad target) is raised by the
   ``next()`` of the step it belongs to, after the batches of all earlier steps.
