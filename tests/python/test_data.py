@@ -88,7 +88,7 @@ def test_inline_pool_and_arguments(server):
     with pytest.raises(TypeError, match="unknown keyword"):
         SampleIterable(server.target, dataset="x", num_samples=4, fil="none")
     with pytest.raises(ValueError, match="prefetch"):
-        SampleIterable(server.target, dataset="x", num_samples=4, prefetch=0)
+        SampleIterable(server.target, dataset="x", num_samples=4, prefetch=-1)
 
 
 def test_bfloat16_features_come_back_as_bfloat16(server, client):

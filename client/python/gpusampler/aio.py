@@ -15,6 +15,30 @@ the blocking client answers (both build the same requests and decode the same re
 
 Create the client inside a running event loop (a ``grpc.aio`` channel belongs to the loop
 that made it), and ``await client.close()`` (or use ``async with``) on the same loop.
+
+Overlapping sampling with a synchronous training step. A step that does not ``await``
+(a torch forward/backward) blocks the event loop, and a call only goes out when the loop
+runs it. So create the task of step i+1 *before* training step i, and give the loop two
+turns: the first starts the task (which creates the gRPC call), the second lets the call
+send its request. With one turn (or none) nothing is sent until the step is over, and
+there is no overlap at all::
+
+    next_batch = asyncio.ensure_future(client.sample(dataset="train", num_samples=256,
+                                                     seed=seed_of(0)))
+    for step in range(steps):
+        out = await next_batch
+        if step + 1 < steps:
+            next_batch = asyncio.ensure_future(client.sample(dataset="train",
+                                                             num_samples=256,
+                                                             seed=seed_of(step + 1)))
+            await asyncio.sleep(0)   # turn 1: the task starts, creating the call
+            await asyncio.sleep(0)   # turn 2: the call sends its request
+        train_step(out)              # synchronous; the server samples step + 1 meanwhile
+
+``sample_stream`` with ``window >= 2`` needs no extra turn: the requests of the window are
+written while the loop waits for the previous answer, so the next one is already at the
+server when the loop body trains. ``tests/python/test_data_aio_overlap.py`` checks both
+against the server's counters (grpcio 1.51).
 """
 
 from __future__ import annotations

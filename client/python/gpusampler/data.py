@@ -1,5 +1,5 @@
 """gpusampler.data.SampleIterable: sampled batches as a torch ``IterableDataset``, fetched
-ahead of the training step.
+ahead of the training step by a background thread.
 
 ::
 
@@ -11,9 +11,57 @@ ahead of the training step.
     for batch in DataLoader(batches, batch_size=None):   # or just `for batch in batches`
         loss = loss_fn(model(batch.features), batch.labels)
 
-Prefetch: the requests go out over one ``SampleStream`` with ``prefetch`` of them in flight
-ahead of the step being trained, so while the model computes step i the server is already
-sampling steps i+1 .. i+prefetch, and the next batch is usually waiting when the step asks.
+Prefetch (``prefetch=N``, N >= 1): every iterator starts one background thread. It calls
+``Client.sample`` for the next steps, one call after the other, and puts each answer, already
+decoded to torch tensors (and copied into pinned memory with ``pin_memory=True``), into a
+queue of at most N batches; when the queue is full it waits. So while the model computes
+step i the thread fetches and decodes the next steps, and taking the next batch is usually
+just a queue read. One call at a time keeps up as long as a call's round trip is shorter
+than a training step. Under a competing CPU load it measured lower median waits than keeping
+N requests in flight on a ``SampleStream`` (5 runs of 5), not clearly more steps/s
+(bench/results/prefetch-contended.md); a likely reason, not traced, is that it has one
+thread to wake per batch where the stream has three. ``prefetch=0`` is the blocking path:
+each step calls ``Client.sample`` in the consumer's thread, no thread. The batches are the
+same either way (the same seeds).
+
+- An error (a failed request, a server that went away, a bad target) is raised by the
+  ``next()`` of the step it belongs to, after the batches of all earlier steps.
+- The thread ends (and its connection is closed) when the iterator is
+  exhausted, ``close()``-d, or garbage-collected (a ``for`` loop that ``break``-s drops it);
+  it is a daemon thread, so it never holds up the interpreter's exit.
+- ``pin_memory=True`` needs a CUDA build of torch with a GPU (``torch.cuda.is_available()``).
+  Without one, ``SampleIterable`` warns (``UserWarning``, once, when it is built) and hands
+  out ordinary memory, as ``DataLoader(pin_memory=True)`` does. In DataLoader workers
+  (``num_workers > 0``) pin in the main process instead (``DataLoader(pin_memory=True)``):
+  pinned pages do not survive the trip from a worker process.
+
+``num_workers``: use 0 (the default). The background thread already overlaps the sampling
+with the step; worker processes add a process per worker, a pickled copy of every batch
+through shared memory, and compete for the same cores. Measured on a 2-core VM (resident
+200,000 x 16 float32 rows, K = 256, a 3 ms MLP step, prefetch 2, a competing CPU load):
+``num_workers=1`` gave fewer steps/s than ``num_workers=0`` (medians 79-103 against
+107-176 over five runs) and waited longer for its batches than even blocking calls (median
+4.6-5.6 ms; bench/results/prefetch-contended.md).
+Workers do work, and give the very same batches: worker ``w`` of ``n`` fetches steps ``w,
+w+n, w+2n, ...`` and the DataLoader hands them back in step order. Each worker opens its
+own connection (a ``gpusampler.Client`` cannot cross a process boundary; give a target, or
+a client, whose settings are copied).
+
+Ranks (settled once, when the object is built, in the process that builds it; every
+DataLoader worker, forked or spawned, gets them with the object):
+
+1. ``torch.distributed``, when it is initialised: its rank and world size;
+2. else the launcher's environment (torchrun, ``torch.distributed.launch``, most
+   schedulers' wrappers): ``RANK`` and ``WORLD_SIZE``; without ``RANK``, ``LOCAL_RANK`` on
+   a single-node job (``LOCAL_WORLD_SIZE`` equal to ``WORLD_SIZE``, or no ``WORLD_SIZE``);
+3. else ``rank=`` and ``world_size=``;
+4. else rank 0 of 1.
+
+``rank=`` and ``world_size=`` never override 1 or 2: an argument that disagrees with an
+initialised ``torch.distributed`` or with the environment raises ``ValueError`` (two
+sources that disagree are a launch bug, and guessing would hand two ranks the same batches).
+A world size above 1 with no rank from any source raises ``ValueError`` naming ``RANK``,
+``WORLD_SIZE`` and ``rank=``, instead of letting every process be rank 0.
 
 Seeds (what makes runs repeatable): step ``i`` (0-based) on rank ``r`` samples with seed
 ``SampleIterable.seed_for(seed, r, i)``, a fixed 64-bit mix of the three numbers. So:
@@ -22,13 +70,8 @@ Seeds (what makes runs repeatable): step ``i`` (0-based) on rank ``r`` samples w
 - every rank of a distributed (DDP) job gets its own stream of seeds, hence different
   batches: rank 0 uses ``seed_for(seed, 0, i)``, rank 1 ``seed_for(seed, 1, i)``, ...; a
   rank's batches do not depend on the world size, so a job keeps its batches per rank when
-  it scales out. The rank comes from ``torch.distributed`` when it is initialised, or from
-  ``rank=``;
-- each rank yields ``steps`` batches (``steps=None``: without end);
-- DataLoader workers split a rank's steps: worker ``w`` of ``n`` fetches steps ``w, w+n,
-  w+2n, ...``, and the DataLoader hands them back in step order, so the batches are the same
-  whatever ``num_workers`` is. Each worker opens its own connection (a ``gpusampler.Client``
-  cannot cross a process boundary; give a target, or a client, whose settings are copied).
+  it scales out;
+- each rank yields ``steps`` batches (``steps=None``: without end).
 
 Use ``DataLoader(..., batch_size=None)``: every item is already a batch.
 """
@@ -37,13 +80,18 @@ from __future__ import annotations
 
 import collections
 import os
-from typing import Any, Deque, Dict, Iterator, NamedTuple, Optional, Sequence, Union
+import queue
+import threading
+import warnings
+import weakref
+from typing import (Any, Callable, Dict, Generator, Iterator, Mapping, NamedTuple, Optional,
+                    Sequence, Tuple, Union)
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from gpusampler import _tensors
-from gpusampler._args import check_int
+from gpusampler._args import check_bool, check_int
 from gpusampler.client import Client, SampleResult
 
 _MASK = (1 << 64) - 1
@@ -69,6 +117,168 @@ class Batch(NamedTuple):
     dataset_sha256: str  #: the dataset version that answered ("" for inline requests)
 
 
+# ---------------------------------------------------------------------------- ranks
+_RANK_HELP = ("set RANK (torchrun sets RANK, WORLD_SIZE and LOCAL_RANK), call "
+              "torch.distributed.init_process_group() before building the SampleIterable, "
+              "or pass rank=")
+
+
+def _env_int(env: Mapping[str, str], name: str) -> Optional[int]:
+    text = env.get(name)
+    if text is None or text.strip() == "":
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ValueError(f"SampleIterable: environment variable {name}={text!r} is not an "
+                         f"integer") from None
+    if value < 0:
+        raise ValueError(f"SampleIterable: environment variable {name}={value} is negative")
+    return value
+
+
+def resolve_rank(rank: Optional[int] = None, world_size: Optional[int] = None,
+                 env: Optional[Mapping[str, str]] = None
+                 ) -> Tuple[int, Optional[int], str]:
+    """This process's (rank, world size, where they came from), in the order
+    ``SampleIterable`` documents: an initialised ``torch.distributed``, else the launcher's
+    environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), else ``rank=``/``world_size=``,
+    else (0, 1). The world size is None when only a rank is known. Raises ValueError when
+    the sources disagree, when the rank is not below the world size, or when the world size
+    is above 1 and no source gives a rank."""
+    env = os.environ if env is None else env
+    if rank is not None:
+        rank = check_int("rank", rank, 0)
+    if world_size is not None:
+        world_size = check_int("world_size", world_size, 1)
+
+    def agree(source: str, found_rank: Optional[int], found_world: Optional[int]) -> None:
+        for name, given, found in (("rank", rank, found_rank),
+                                   ("world_size", world_size, found_world)):
+            if given is not None and found is not None and given != found:
+                raise ValueError(
+                    f"SampleIterable: {name}={given} contradicts {source}, which says "
+                    f"{name} {found}; leave {name}= out (then {source} decides) or fix "
+                    f"the launch")
+
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        dist_rank, dist_world = int(dist.get_rank()), int(dist.get_world_size())
+        agree("torch.distributed (initialised)", dist_rank, dist_world)
+        return dist_rank, dist_world, "torch.distributed"
+
+    env_rank, env_world = _env_int(env, "RANK"), _env_int(env, "WORLD_SIZE")
+    local_rank, local_world = _env_int(env, "LOCAL_RANK"), _env_int(env, "LOCAL_WORLD_SIZE")
+    source = "the environment (RANK / WORLD_SIZE)"
+    if env_rank is None and local_rank is not None and local_world is not None and (
+            env_world is None or env_world == local_world):
+        env_rank, env_world = local_rank, local_world  # a single-node job: local is global
+        source = "the environment (LOCAL_RANK / LOCAL_WORLD_SIZE, a single-node job)"
+    if env_rank is not None or env_world is not None:
+        agree(source, env_rank, env_world)
+    found_rank = env_rank if env_rank is not None else rank
+    found_world = env_world if env_world is not None else world_size
+    if found_rank is None:
+        if found_world is not None and found_world > 1:
+            raise ValueError(
+                f"SampleIterable: the world size is {found_world} (from "
+                f"{'WORLD_SIZE' if env_world is not None else 'world_size='}) but this "
+                f"process's rank is unknown, so every rank would sample the same batches: "
+                f"{_RANK_HELP}")
+        return 0, 1, "default"
+    where = source if env_rank is not None else "rank="
+    if found_world is not None and found_rank >= found_world:
+        raise ValueError(f"SampleIterable: rank {found_rank} (from {where}) is not below the "
+                         f"world size {found_world}")
+    return found_rank, found_world, where
+
+
+# ---------------------------------------------------------------------------- prefetch
+_POLL = 0.1  # seconds: how often a blocked put/get checks that the other side is alive
+
+
+def _put(q: "queue.Queue[Tuple[str, Any]]", stop: threading.Event,
+         item: Tuple[str, Any]) -> bool:
+    """Puts ``item``, waiting for room; False if the consumer stopped meanwhile."""
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=_POLL)
+            return True
+        except queue.Full:
+            pass
+    return False
+
+
+def _produce(batches: Generator["Batch", None, None], q: "queue.Queue[Tuple[str, Any]]",
+             stop: threading.Event) -> None:
+    """The prefetch thread: runs ``batches`` (which opens the connection)
+    and queues each batch, then ("end", None) or ("error", exception). Holds no reference
+    to the consumer's iterator, so that dropping it lets the finalizer stop this."""
+    try:
+        for batch in batches:
+            if not _put(q, stop, ("batch", batch)):
+                return
+        _put(q, stop, ("end", None))
+    except BaseException as e:  # noqa: B902 - handed to the consumer, raised there
+        _put(q, stop, ("error", e))
+    finally:
+        batches.close()  # closes the client (and cancels a stream, see _stream_batches)
+
+
+class _PrefetchIterator:
+    """The iterator of a ``SampleIterable`` with ``prefetch > 0``: reads the queue that its
+    background thread fills. ``close()`` (or garbage collection) stops the thread."""
+
+    def __init__(self, batches: Generator["Batch", None, None], depth: int) -> None:
+        self._queue: "queue.Queue[Tuple[str, Any]]" = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._finished = False
+        self.thread = threading.Thread(target=_produce, args=(batches, self._queue, self._stop),
+                                       name="gpusampler-prefetch", daemon=True)
+        # The finalizer holds only the event: the iterator itself can be collected.
+        self._finalizer = weakref.finalize(self, self._stop.set)
+        self.thread.start()
+
+    def __iter__(self) -> "_PrefetchIterator":
+        return self
+
+    def __next__(self) -> "Batch":
+        if self._finished:
+            raise StopIteration
+        while True:
+            try:
+                what, value = self._queue.get(timeout=_POLL)
+                break
+            except queue.Empty:
+                if not self.thread.is_alive() and self._queue.empty():
+                    self.close()
+                    raise RuntimeError("gpusampler prefetch thread ended without a result")
+        if what == "batch":
+            return value
+        self.close()
+        if what == "end":
+            raise StopIteration
+        raise value
+
+    def close(self) -> None:
+        """Stops the prefetch thread (it closes its connection)."""
+        self._finished = True
+        self._finalizer()
+
+    def __enter__(self) -> "_PrefetchIterator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _cuda_pinning_available() -> bool:
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # pragma: no cover - a broken CUDA install
+        return False
+
+
 class SampleIterable(IterableDataset):
     """Sampled batches from a gpusampler server, ``prefetch`` steps ahead.
 
@@ -83,8 +293,20 @@ class SampleIterable(IterableDataset):
             object shares it; give one to repeat a run).
         return_features: with ``dataset``, gather the K feature rows too.
         rows: with ``dataset``, which rows to sample (default all).
-        prefetch: requests in flight ahead of the step being consumed (>= 1).
-        rank: this process's rank (default: ``torch.distributed``'s when initialised, else 0).
+        prefetch: batches kept ready ahead of the step being consumed (>= 0). N >= 1: a
+            background thread per iterator fetches the next steps (one call at a time) and
+            keeps up to N decoded batches in a queue. 0: no thread; each step calls
+            ``Client.sample`` when it is asked for. The batches are the same for any value.
+        pin_memory: copy each batch's tensors into pinned (page-locked) memory in the
+            prefetch thread, for fast ``.to("cuda", non_blocking=True)``. Needs CUDA; without
+            it a UserWarning when this is built, and ordinary memory.
+        rank, world_size: this process's rank and the job's world size, used only when
+            neither an initialised ``torch.distributed`` nor the launcher's environment
+            (``RANK``/``WORLD_SIZE``, or ``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` on one node)
+            gives them; a value that disagrees with those raises ValueError. Settled here,
+            in the building process, and carried into every DataLoader worker (the
+            ``rank`` and ``world_size`` attributes). A world size above 1 with no rank
+            raises ValueError.
         **spec: the other ``Client.sample`` arguments (``positive_fraction``, ``fill``,
             ``positive_label``, ``negative_label``).
     """
@@ -103,7 +325,9 @@ class SampleIterable(IterableDataset):
         return_features: bool = False,
         rows: Any = None,
         prefetch: int = 2,
+        pin_memory: bool = False,
         rank: Optional[int] = None,
+        world_size: Optional[int] = None,
         **spec: Any,
     ) -> None:
         super().__init__()
@@ -118,11 +342,19 @@ class SampleIterable(IterableDataset):
                             "dataset) and labels=... (an inline pool)")
         self.num_samples = check_int("num_samples", num_samples, 1)
         self.steps = None if steps is None else check_int("steps", steps, 0)
-        self.prefetch = check_int("prefetch", prefetch, 1)
+        self.prefetch = check_int("prefetch", prefetch, 0)
+        self.pin_memory = check_bool("pin_memory", pin_memory)
+        if self.pin_memory and not _cuda_pinning_available():
+            warnings.warn("SampleIterable(pin_memory=True): pinned memory needs CUDA, and "
+                          "torch.cuda.is_available() is False; the batches come in ordinary "
+                          "(pageable) memory", UserWarning, stacklevel=2)
+            self.pin_memory = False
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little")
         self.seed = check_int("seed", seed, 0, _MASK)
-        self.rank = None if rank is None else check_int("rank", rank, 0)
+        #: this process's rank and the world size (None when only a rank is known), and
+        #: where they came from: "torch.distributed", "the environment (...)", "rank=", "default"
+        self.rank, self.world_size, self.rank_source = resolve_rank(rank, world_size)
         unknown = sorted(set(spec) - {"positive_fraction", "positive_label", "negative_label",
                                       "fill"})
         if unknown:
@@ -136,57 +368,86 @@ class SampleIterable(IterableDataset):
             request.update(labels=labels, features=features, row_splits=row_splits)
         self._request = request
 
+    #: what the prefetch thread runs: "unary" (one ``Client.sample`` call after the other)
+    #: or "stream" (one SampleStream, ``prefetch`` requests in flight); the batches are the
+    #: same. Not an API: bench/python_prefetch_bench.py compares the two.
+    _producer = "unary"
+
     @staticmethod
     def seed_for(seed: int, rank: int, step: int) -> int:
         """The seed of step ``step`` on rank ``rank`` of a run with base seed ``seed``."""
         return _splitmix64(_splitmix64(_splitmix64(seed & _MASK) ^ (rank & _MASK))
                            ^ (step & _MASK))
 
-    def _rank(self) -> int:
-        if self.rank is not None:
-            return self.rank
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            return int(torch.distributed.get_rank())
-        return 0
-
     def __len__(self) -> int:
         if self.steps is None:
             raise TypeError("SampleIterable(steps=None) has no length")
         return self.steps
 
-    def __iter__(self) -> Iterator[Batch]:
-        rank = self._rank()
+    def _steps(self) -> Iterator[int]:
+        """This iterator's steps: worker ``w`` of ``n`` takes ``w, w+n, ...``."""
         info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        first, stride = (info.id, info.num_workers) if info is not None else (0, 1)
 
-        pending: Deque[int] = collections.deque()  # steps sent, oldest first
-
-        def requests() -> Iterator[Dict[str, Any]]:
-            step = worker
+        def steps(step: int) -> Iterator[int]:
             while self.steps is None or step < self.steps:
-                pending.append(step)
-                yield dict(self._request, seed=self.seed_for(self.seed, rank, step))
-                step += workers
+                yield step
+                step += stride
+        return steps(first)
 
+    def __iter__(self) -> Iterator[Batch]:
+        if self.prefetch == 0:
+            return self._blocking_batches()
+        produce = self._stream_batches if self._producer == "stream" else self._blocking_batches
+        return _PrefetchIterator(produce(self._steps()), self.prefetch)
+
+    def _blocking_batches(self, steps: Optional[Iterator[int]] = None
+                          ) -> Generator[Batch, None, None]:
+        """One ``Client.sample`` call per step; in the consumer (prefetch=0) or in the
+        prefetch thread."""
+        steps = self._steps() if steps is None else steps
         client = Client(self._target, **self._options)
         try:
-            for result in client.sample_stream(requests(), window=self.prefetch):
-                yield self._batch(result, pending.popleft())
+            for step in steps:
+                seed = self.seed_for(self.seed, self.rank, step)
+                yield self._batch(client.sample(**dict(self._request, seed=seed)), step)
         finally:
             client.close()
 
-    @staticmethod
-    def _batch(r: SampleResult, step: int) -> Batch:
+    def _stream_batches(self, steps: Iterator[int]) -> Generator[Batch, None, None]:
+        """Runs in the prefetch thread: the batches of one SampleStream, decoded."""
+        pending: "collections.deque[int]" = collections.deque()  # steps sent, oldest first
+
+        def requests() -> Iterator[Dict[str, Any]]:
+            for step in steps:
+                pending.append(step)
+                yield dict(self._request, seed=self.seed_for(self.seed, self.rank, step))
+
+        client = Client(self._target, **self._options)
+        try:
+            stream = client.sample_stream(requests(), window=self.prefetch)
+            try:
+                for result in stream:
+                    yield self._batch(result, pending.popleft())
+            finally:
+                getattr(stream, "close")()  # a generator: cancels the call
+        finally:
+            client.close()
+
+    def _batch(self, r: SampleResult, step: int) -> Batch:
+        tensor: Callable[[Any], torch.Tensor] = _tensors.as_torch
+        if self.pin_memory:
+            tensor = lambda x: _tensors.as_torch(x).pin_memory()  # noqa: E731
         return Batch(
-            indices=_tensors.as_torch(r.indices),
-            labels=_tensors.as_torch(r.labels),
-            features=None if r.features is None else _tensors.as_torch(r.features),
-            num_positive=_tensors.as_torch(r.num_positive),
-            num_negative=_tensors.as_torch(r.num_negative),
+            indices=tensor(r.indices),
+            labels=tensor(r.labels),
+            features=None if r.features is None else tensor(r.features),
+            num_positive=tensor(r.num_positive),
+            num_negative=tensor(r.num_negative),
             seed=r.seed,
             step=step,
             dataset_sha256=r.dataset_sha256,
         )
 
 
-__all__ = ["SampleIterable", "Batch"]
+__all__ = ["SampleIterable", "Batch", "resolve_rank"]
