@@ -1,14 +1,14 @@
 // kernels::CudaLauncher: the per-stream launch context (stream, arena, pinned staging,
 // device buffers, completion with a time limit), on the cuda-sim device everywhere and on
-// CUDA device 0 where one exists: a staged round trip with growth, an enqueue error, and a
-// launch that times out. The staged launch over it: staged_launch_test.cc.
+// CUDA device 0 where one exists: a launch that times out, growth, capture. The staged round
+// trip on each device: launcher_on_device_test.cc; the staged launch over it:
+// staged_launch_test.cc.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -34,47 +34,6 @@ TEST(CudaLauncherTest, UnavailableWithoutADevice) {
     EXPECT_EQ(e.code(), Error::Code::kUnavailable) << e.what();
   }
 }
-
-class LauncherOnDevice : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override {
-    if (GetParam() != kSimDevice && CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-  }
-};
-
-TEST_P(LauncherOnDevice, StagedRoundTripAndGrowth) {
-  CudaLauncher launcher(GetParam(), milliseconds(60000));
-  EXPECT_EQ(launcher.name(), GetParam() == kSimDevice ? "cuda-sim" : "cuda:0");
-  LaunchSizes sizes;
-  sizes.in_bytes = 1000;
-  sizes.out_bytes = 1000;
-  launcher.Reserve(sizes);
-  EXPECT_TRUE(launcher.Holds(sizes));
-  for (size_t bytes : {size_t{1000}, size_t{100000}}) {
-    sizes.in_bytes = sizes.out_bytes = bytes;
-    launcher.Reserve(sizes);  // the second grows
-    std::vector<uint8_t> want(bytes);
-    std::iota(want.begin(), want.end(), static_cast<uint8_t>(bytes));
-    std::memcpy(launcher.h_in(), want.data(), bytes);
-    std::memset(launcher.h_out(), 0, bytes);
-    launcher.Launch([&] {
-      CopyAsync(launcher.d_in(), launcher.h_in(), bytes, launcher.stream());
-      CopyAsync(launcher.d_out(), launcher.d_in(), bytes, launcher.stream());
-      CopyAsync(launcher.h_out(), launcher.d_out(), bytes, launcher.stream());
-    });
-    EXPECT_EQ(std::memcmp(launcher.h_out(), want.data(), bytes), 0) << bytes;
-  }
-  EXPECT_THROW(launcher.Launch([] { throw std::runtime_error("enqueue failed"); }),
-               std::runtime_error);
-  EXPECT_FALSE(launcher.faulted());
-  launcher.Launch([] {});  // still usable
-}
-
-INSTANTIATE_TEST_SUITE_P(Devices, LauncherOnDevice, ::testing::Values(kSimDevice, 0),
-                         [](const auto& info) {
-                           return info.param == kSimDevice ? std::string("cudasim")
-                                                           : std::string("cuda0");
-                         });
 
 // A launch that does not finish in time (a hung kernel: here, a sim stream operation that
 // waits on the test) is a device fault; the late completion is harmless and the launcher
