@@ -23,7 +23,9 @@
 #include <immintrin.h>
 #endif
 
-#include "cpu_select.hpp"
+#include "cpu/filter_tiles.hpp"
+#include "cpu/isa.hpp"
+#include "cpu/key_tiles.hpp"
 #include "gpusampler/kernels/philox.hpp"
 
 namespace gk = gpusampler::kernels;

@@ -37,14 +37,16 @@
 #include <utility>
 #include <vector>
 
-#include "cpu_select.hpp"
+#include "cpu/isa.hpp"
+#include "cpu/key_tiles.hpp"
+#include "cpu/thread_pool.hpp"
+#include "gpusampler/kernels/backend.hpp"
+#include "gpusampler/kernels/batch_builder.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/gather.hpp"
 #include "gpusampler/kernels/host_buffer.hpp"
 #include "gpusampler/kernels/philox.hpp"
-#include "gpusampler/kernels/sampler.hpp"
 #include "gpusampler/kernels/staged_launch.hpp"
-#include "thread_pool.hpp"
 
 namespace gk = gpusampler::kernels;
 
@@ -258,10 +260,10 @@ Floor MeasureFloor(const Options& o, const Bytes& labels, size_t item, const Byt
 int main(int argc, char** argv) {
   const Options o = Parse(argc, argv);
   gk::DType dtype;
-  if (!gk::ParseDType(o.label_dtype, &dtype) || !gk::IsLabelDType(dtype)) {
+  if (!gk::ParseDType(o.label_dtype, &dtype) || !gk::IsLabel(dtype)) {
     Usage("--label-dtype must be an integer dtype or bool");
   }
-  const size_t item = gk::ItemSize(dtype);
+  const size_t item = gk::DTypeSize(dtype);
   const int64_t feature_row_bytes = o.dim * 4;  // float32 features
 
   gk::SamplingSpec spec;

@@ -31,8 +31,9 @@
 #include <vector>
 
 #include "echo_server.hpp"
+#include "gpusampler/kernels/backend.hpp"
+#include "gpusampler/kernels/batch_builder.hpp"
 #include "gpusampler/kernels/gather.hpp"
-#include "gpusampler/kernels/sampler.hpp"
 #include "gpusampler/v1/sampler.grpc.pb.h"
 #include "lifecycle/server.hpp"
 

@@ -18,7 +18,7 @@ std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
 }
 
 std::string UpperDTypeName(DType dtype) {
-  std::string out(kernels::DTypeName(dtype));
+  std::string out(kernels::Traits(dtype).name);
   for (auto& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return out;
 }
@@ -28,7 +28,7 @@ namespace {
 Status CheckDType(const v1::Tensor& t, const std::string& name) {
   const int dtype_value = static_cast<int>(t.dtype());
   if (dtype_value == 0) return InvalidArgument(name + ".dtype is DTYPE_UNSPECIFIED");
-  if (kernels::ItemSize(static_cast<DType>(dtype_value)) == 0) {
+  if (kernels::DTypeSize(static_cast<DType>(dtype_value)) == 0) {
     return InvalidArgument(name + ".dtype " + std::to_string(dtype_value) +
                            " is not a known DType");
   }
@@ -67,7 +67,7 @@ Status CheckTensorData(const v1::Tensor& t, const std::string& name, const Limit
   int64_t n = 0;
   if (Status s = CheckDims(t, name, limits, &n); !s.ok()) return s;
   const DType dtype = static_cast<DType>(static_cast<int>(t.dtype()));
-  const size_t item = kernels::ItemSize(dtype);
+  const size_t item = kernels::DTypeSize(dtype);
   int64_t want = 0;
   if (__builtin_mul_overflow(n, static_cast<int64_t>(item), &want)) {
     return InvalidArgument(name + ".shape " + ShapeString(t.shape()) + " times " +

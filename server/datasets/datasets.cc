@@ -243,7 +243,7 @@ Status DatasetBuilder::CheckLabels(const v1::Tensor& labels, bool first, int64_t
   if (labels.shape_size() != 1) {
     return InvalidArgument("labels.shape " + Shape(labels.shape()) + " must be 1-D [n]");
   }
-  if (!kernels::IsLabelDType(dtype)) {
+  if (!kernels::IsLabel(dtype)) {
     return InvalidArgument("labels.dtype " + DTypeString(dtype) +
                            " is not an integer or BOOL dtype");
   }
@@ -279,7 +279,7 @@ Status DatasetBuilder::CheckFeatures(const v1::Tensor& feat, int64_t n, bool fir
   }
   ds_->feature_dtype = fdtype;
   ds_->feature_shape = row_shape;
-  int64_t row = static_cast<int64_t>(kernels::ItemSize(fdtype));
+  int64_t row = static_cast<int64_t>(kernels::DTypeSize(fdtype));
   for (int64_t d : row_shape) {
     if (__builtin_mul_overflow(row, d, &row)) {
       return InvalidArgument("features.shape " + Shape(feat.shape()) +
@@ -320,7 +320,7 @@ Status DatasetBuilder::Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> 
 Status DatasetBuilder::Seal() {
   if (!started_) return InvalidArgument("the upload has no chunks (an empty stream)");
   const int64_t total =
-      static_cast<int64_t>(ds_->labels.size() / kernels::ItemSize(ds_->label_dtype));
+      static_cast<int64_t>(ds_->labels.size() / kernels::DTypeSize(ds_->label_dtype));
   if (ds_->has_row_splits) {
     if (ds_->row_splits.back() != total) {
       return InvalidArgument("row_splits ends at " + std::to_string(ds_->row_splits.back()) +

@@ -53,7 +53,7 @@ Status FinishRequest(const v1::SampleRequest& req, const Limits& limits, Job* jo
   int64_t out = 0;
   const std::string size_terms =
       "(B " + std::to_string(job->num_rows()) + " * K " + std::to_string(k) + " * (8 + " +
-      std::to_string(kernels::ItemSize(ldtype)) + " + " + std::to_string(job->feature_row_bytes) +
+      std::to_string(kernels::DTypeSize(ldtype)) + " + " + std::to_string(job->feature_row_bytes) +
       ") + request_id " + std::to_string(req.request_id().size()) + " + framing)";
   if (!ResponseBytes(*job, req.request_id().size(), &out)) {
     return InvalidArgument("response size " + size_terms + " overflows int64");
@@ -324,7 +324,7 @@ Status InlineLabels(const v1::SampleRequest& req, const Limits& limits, Job* job
   int64_t total = 0;
   if (Status s = CheckTensorData(labels, "labels", limits, &total); !s.ok()) return s;
   const DType ldtype = static_cast<DType>(labels.dtype());
-  if (!kernels::IsLabelDType(ldtype)) {
+  if (!kernels::IsLabel(ldtype)) {
     return InvalidArgument("labels.dtype " + UpperDTypeName(ldtype) +
                            " is not an integer or BOOL dtype");
   }
@@ -360,13 +360,13 @@ Status InlineFeatures(const v1::SampleRequest& req, const Limits& limits, Job* j
   int64_t n = 0;
   if (Status s = CheckTensorData(feat, "features", limits, &n); !s.ok()) return s;
   job->feature_dtype = static_cast<DType>(feat.dtype());
-  int64_t row = static_cast<int64_t>(kernels::ItemSize(job->feature_dtype));
+  int64_t row = static_cast<int64_t>(kernels::DTypeSize(job->feature_dtype));
   for (int i = lead; i < feat.shape_size(); ++i) {
     job->feature_trailing_shape.push_back(feat.shape(i));
     if (__builtin_mul_overflow(row, feat.shape(i), &row)) {
       return InvalidArgument(
           "features.shape " + ShapeString(feat.shape()) + ": one feature row (trailing dims * " +
-          std::to_string(kernels::ItemSize(job->feature_dtype)) + " bytes) overflows int64");
+          std::to_string(kernels::DTypeSize(job->feature_dtype)) + " bytes) overflows int64");
     }
   }
   job->feature_row_bytes = row;
@@ -385,7 +385,7 @@ int TransportMessageLimit(int64_t max_message_bytes) {
 bool ResponseBytes(const Job& job, size_t request_id_bytes, int64_t* bytes) {
   const int64_t b = job.num_rows();
   const int64_t k = job.spec.num_samples;
-  const int64_t item = static_cast<int64_t>(kernels::ItemSize(job.label_dtype));
+  const int64_t item = static_cast<int64_t>(kernels::DTypeSize(job.label_dtype));
   // Every product and sum checked: the dims come from the client.
   int64_t per_slot = 0, slots = 0, payload = 0, total = 0;
   if (__builtin_add_overflow(8 + item, job.feature_row_bytes, &per_slot) ||

@@ -25,7 +25,7 @@ void WriteResponse(const Job& job, const kernels::LaunchOutput& out, const std::
   const int64_t b = job.num_rows();
   const int64_t k = job.spec.num_samples;
   const size_t slots = static_cast<size_t>(b * k);
-  const size_t item = kernels::ItemSize(job.label_dtype);
+  const size_t item = kernels::DTypeSize(job.label_dtype);
   std::vector<int64_t> shape;
   if (!job.drop_batch_dim) shape.push_back(b);
   shape.push_back(k);

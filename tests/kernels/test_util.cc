@@ -33,7 +33,7 @@ bool BackendAvailable(const std::string& backend) {
 namespace {
 
 void EncodeLabel(DType dtype, int64_t v, uint8_t* dst) {
-  const size_t item = ItemSize(dtype);
+  const size_t item = DTypeSize(dtype);
   std::memcpy(dst, &v, item);  // little-endian: the low bytes
 }
 
@@ -138,7 +138,7 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
     for (const auto& c : cases) {
       for (size_t j = 0; j < c.rows.size(); ++j, ++r) {
         const RowDesc& d = rows[r];
-        const size_t item = ItemSize(c.dtype);
+        const size_t item = DTypeSize(c.dtype);
         for (size_t i = 0; i < c.rows[j].size(); ++i) {
           EncodeLabel(c.dtype, c.rows[j][i], labels.data() + d.label_offset + i * item);
           for (int64_t b = 0; b < d.feature_row_bytes; ++b) {
@@ -200,7 +200,7 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
       const int64_t n = offsets[j].back();
       q.labels = labels.data() + head.label_offset;
       if (j % 2 == 1 && n > 0) {
-        q.device_labels = resident(q.labels, static_cast<size_t>(n) * ItemSize(c.dtype));
+        q.device_labels = resident(q.labels, static_cast<size_t>(n) * DTypeSize(c.dtype));
       }
       if (c.feature_row_bytes > 0) {
         q.features = features.data() + head.feature_offset;
@@ -213,7 +213,7 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
     size_t r = 0;
     for (size_t j = 0; j < cases.size(); ++j) {
       const LaunchOutput& o = outs[j];
-      const size_t item = ItemSize(cases[j].dtype);
+      const size_t item = DTypeSize(cases[j].dtype);
       for (int64_t rr = 0; rr < o.num_rows; ++rr, ++r) {
         const RowDesc& d = rows[r];
         const int64_t k = o.k;
@@ -236,7 +236,7 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
   size_t r = 0;
   for (const auto& c : cases) {
     Result res;
-    const size_t item = ItemSize(c.dtype);
+    const size_t item = DTypeSize(c.dtype);
     for (size_t j = 0; j < c.rows.size(); ++j, ++r) {
       const RowDesc& d = rows[r];
       const int64_t k = d.num_samples;

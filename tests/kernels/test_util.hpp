@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "gpusampler/kernels/sampler.hpp"
+#include "gpusampler/kernels/backend.hpp"
+#include "gpusampler/kernels/batch_builder.hpp"
 
 namespace gpusampler::kernels::testing {
 
@@ -48,5 +49,35 @@ Result Reference(const Case& c);
 // Labels with P(positive) = p_pos, P(negative) = p_neg, the rest -1.
 std::vector<int64_t> RandomLabels(int64_t n, double p_pos, double p_neg, uint64_t seed,
                                   int64_t pos_label = 1, int64_t neg_label = 0);
+
+// One request of `rows` rows of n int64 labels in host buffers, as a Batch.
+struct HostBatch {
+  BatchBuilder builder;
+  Batch batch;
+  std::vector<int64_t> labels, out;
+  std::vector<uint8_t> out_labels;
+  std::vector<int32_t> pos, neg;
+  HostBatch(int64_t rows, int64_t n, int64_t k, uint64_t seed) {
+    SamplingSpec spec;
+    spec.num_samples = k;
+    spec.positive_fraction = 0.5;
+    builder.AddRequest(spec, seed, DType::kInt64,
+                       std::vector<int64_t>(static_cast<size_t>(rows), n), 0);
+    builder.FillSizes(&batch);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto row = RandomLabels(n, 0.5, 0.5, seed + 1000 + static_cast<uint64_t>(r));
+      labels.insert(labels.end(), row.begin(), row.end());
+    }
+    out.assign(static_cast<size_t>(builder.total_slots()), -7);
+    out_labels.assign(static_cast<size_t>(builder.out_label_bytes()) + 8, 0);
+    pos.assign(static_cast<size_t>(rows), -1);
+    neg.assign(static_cast<size_t>(rows), -1);
+    batch.labels = reinterpret_cast<const uint8_t*>(labels.data());
+    batch.out_indices = out.data();
+    batch.out_labels = out_labels.data();
+    batch.out_num_positive = pos.data();
+    batch.out_num_negative = neg.data();
+  }
+};
 
 }  // namespace gpusampler::kernels::testing

@@ -12,11 +12,11 @@
 #include <memory>
 #include <string>
 
-#include "arena_policy.hpp"
+#include "cuda/arena_policy.hpp"
 #include "cuda/device_guard.cuh"
 #include "cuda/error.cuh"
 #include "cuda/pipeline_exec.cuh"
-#include "gpusampler/kernels/sampler.hpp"
+#include "gpusampler/kernels/backend.hpp"
 #include "pipeline/pipeline.hpp"
 
 namespace gpusampler::kernels {

@@ -13,9 +13,9 @@
 
 #include "cuda/device_guard.cuh"
 #include "cuda/error.cuh"
-#include "device_impl.hpp"
+#include "device/device_impl.hpp"
+#include "gpusampler/kernels/backend.hpp"
 #include "gpusampler/kernels/device.hpp"
-#include "gpusampler/kernels/sampler.hpp"
 
 namespace gpusampler::kernels {
 namespace detail {

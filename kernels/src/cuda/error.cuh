@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "gpusampler/kernels/sampler.hpp"
+#include "gpusampler/kernels/types.hpp"
 
 namespace gpusampler::kernels::detail {
 

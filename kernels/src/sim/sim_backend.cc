@@ -10,8 +10,8 @@
 #include <mutex>
 #include <string>
 
-#include "arena_policy.hpp"
-#include "gpusampler/kernels/sampler.hpp"
+#include "cuda/arena_policy.hpp"
+#include "gpusampler/kernels/backend.hpp"
 #include "pipeline/pipeline.hpp"
 #include "sim/sim_backend.hpp"
 #include "sim/sim_block.hpp"

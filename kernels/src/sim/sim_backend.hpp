@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "gpusampler/kernels/sampler.hpp"
+#include "gpusampler/kernels/backend.hpp"
 
 namespace gpusampler::kernels {
 

@@ -24,7 +24,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "gpusampler/kernels/sampler.hpp"
+#include "gpusampler/kernels/types.hpp"
 #include "pipeline/pipeline.hpp"
 
 namespace gpusampler::kernels::sim {

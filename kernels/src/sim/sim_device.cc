@@ -10,7 +10,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "device_impl.hpp"
+#include "device/device_impl.hpp"
 
 namespace gpusampler::kernels {
 namespace sim {

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "gpusampler/kernels/sampler.hpp"
+#include "gpusampler/kernels/backend.hpp"
 
 namespace gpusampler::kernels::sim {
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -75,6 +76,31 @@ GPUSAMPLER_HD constexpr DTypeTraits Traits(DType dtype) {
 
 GPUSAMPLER_HD constexpr int DTypeSize(DType dtype) { return Traits(dtype).size; }
 GPUSAMPLER_HD constexpr bool IsLabel(DType dtype) { return Traits(dtype).widen != Widen::kNone; }
+
+// The dtype named `name` (Traits(dtype).name, "int64", "bfloat16", ...); false when unknown.
+inline bool ParseDType(std::string_view name, DType* out) {
+  for (int v = 1; v < kNumDTypes; ++v) {
+    if (name == Traits(static_cast<DType>(v)).name) {
+      *out = static_cast<DType>(v);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether `value` is representable in the label dtype (BOOL: 0 or 1); false for a dtype labels
+// may not have.
+GPUSAMPLER_HD constexpr bool LabelRepresentable(DType dtype, int64_t value) {
+  if (dtype == DType::kBool) return value == 0 || value == 1;
+  const DTypeTraits t = Traits(dtype);
+  if (t.widen == Widen::kNone) return false;
+  if (t.size >= 8) return t.widen == Widen::kSign || value >= 0;
+  const int bits = 8 * t.size;
+  if (t.widen == Widen::kSign) {
+    return value >= -(int64_t{1} << (bits - 1)) && value < (int64_t{1} << (bits - 1));
+  }
+  return value >= 0 && value < (int64_t{1} << bits);
+}
 
 // How every label dtype is widened, in one place for every loader (the CPU backend's portable,
 // AVX2 and AVX-512 paths and the GPU pipeline): LabelWord is the C++ type whose conversion to

@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "gpusampler/kernels/sampler.hpp"
+#include "gpusampler/kernels/backend.hpp"
 
 namespace gpusampler::kernels {
 

@@ -31,7 +31,6 @@
 // time (a server worker owns one).
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -40,13 +39,15 @@
 #include <string>
 #include <vector>
 
+#include "gpusampler/kernels/backend.hpp"
 #include "gpusampler/kernels/device.hpp"
-#include "gpusampler/kernels/sampler.hpp"
 
 namespace gpusampler::kernels {
 
 class CudaLauncher;
 struct LaunchSizes;
+class GraphCache;   // kernels/src/launch/graph_cache.hpp
+struct LaunchPlan;  // kernels/src/launch/plan.hpp
 
 // One request of a launch: B rows sampled with one spec and seed (SPEC section 1).
 struct LaunchRequest {
@@ -137,16 +138,14 @@ class StagedLaunch {
   // Turns the capture of device work into CUDA graphs off (on: the default) — for tests and
   // for a device where capture fails. A failed capture also turns it off, with one note on
   // stderr, and the launch runs uncaptured.
-  void set_use_graphs(bool on) { use_graphs_ = on; }
+  void set_use_graphs(bool on);
 
  private:
-  struct Plan;
+  using Plan = LaunchPlan;
   struct Bases {
     uintptr_t labels = 0;
     uintptr_t features = 0;
   };
-  static void PlanRequest(size_t j, const LaunchRequest& q, bool device, Plan* plan);
-  static void SizeRegions(Plan* plan);
   static Batch BatchOf(const Plan& plan, const Bases& bases, const RowDesc* rows,
                        const RowDesc* host_rows, uint8_t* out);
   Bases PlaceRows(const std::vector<LaunchRequest>& requests, const Plan& plan, uintptr_t staged);
@@ -164,12 +163,9 @@ class StagedLaunch {
   std::unique_ptr<CudaLauncher> launcher_;
   std::string name_;
   int device_ = -2;
-  bool use_graphs_ = true;
-  // The device's captured launches, one per stage set of the pipeline (fused rows only,
-  // large rows only, both), created on first use: each is updated in place by launches of
-  // its class, so alternating classes never re-instantiate. Declared after launcher_: they
+  // The device's captured launches (launch/graph_cache.hpp). Declared after launcher_: they
   // go first.
-  std::array<std::unique_ptr<StreamGraph>, 4> graphs_;
+  std::unique_ptr<GraphCache> graphs_;
   // Host backends: the outputs. Devices: host-gathered features.
   std::vector<uint8_t> host_out_;
   std::vector<uint8_t> host_features_;

@@ -1,0 +1,342 @@
+// StagedLaunch (staged_launch.hpp) over device.hpp and launcher.hpp: no CUDA headers here,
+// so one source serves builds with and without the CUDA backend.
+#include "gpusampler/kernels/staged_launch.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "gpusampler/kernels/device.hpp"
+#include "gpusampler/kernels/gather.hpp"
+#include "gpusampler/kernels/launcher.hpp"
+#include "launch/graph_cache.hpp"
+#include "launch/plan.hpp"
+
+namespace gpusampler::kernels {
+
+StagedLaunch::StagedLaunch(std::unique_ptr<Backend> backend)
+    : host_backend_(std::move(backend)),
+      name_(host_backend_->name()),
+      graphs_(std::make_unique<GraphCache>(name_)) {
+  if (host_backend_->memory_space() != MemorySpace::kHost) {
+    throw Error(Error::Code::kInvalidArgument,
+                "StagedLaunch(backend): " + name_ + " is not a host backend; give the device");
+  }
+}
+
+StagedLaunch::StagedLaunch(int device, std::chrono::milliseconds timeout)
+    : launcher_(std::make_unique<CudaLauncher>(device, timeout)),
+      name_(launcher_->name()),
+      device_(device),
+      graphs_(std::make_unique<GraphCache>(name_)) {}
+
+// The graphs go before the launcher (declared after it): they refer to its buffers and stream.
+StagedLaunch::~StagedLaunch() = default;
+
+Backend& StagedLaunch::backend() { return launcher_ ? launcher_->backend() : *host_backend_; }
+
+bool StagedLaunch::faulted() const { return launcher_ && launcher_->faulted(); }
+
+void StagedLaunch::set_use_graphs(bool on) { graphs_->set_enabled(on); }
+
+void StagedLaunch::Reserve(const StagedSizes& sizes) {
+  if (!launcher_) return;
+  Grow(SizesOf(RegionsFor(sizes), sizes.rows, sizes.elements, sizes.slots));
+}
+
+void StagedLaunch::Grow(const LaunchSizes& want) {
+  if (launcher_->Holds(want)) return;
+  // The buffers and the scratch may move: the captured graphs refer to them.
+  graphs_->Release(launcher_->backend());
+  launcher_->Reserve(want);
+}
+
+const std::vector<LaunchOutput>& StagedLaunch::Run(const std::vector<LaunchRequest>& requests) {
+  if (faulted()) {
+    throw Error(Error::Code::kDeviceFault,
+                name_ + ": an earlier launch timed out; the device is not used");
+  }
+  const bool device = on_device();
+  Plan plan;
+  plan.requests.resize(requests.size());
+  for (size_t j = 0; j < requests.size(); ++j) PlanRequest(j, requests[j], device, &plan);
+  SizeRegions(&plan);
+
+  stats_ = StagedStats{};
+  stats_.rows = plan.num_rows;
+  if (device) {
+    RunDevice(requests, plan);
+  } else {
+    RunHost(requests, plan);
+  }
+  return outputs_;
+}
+
+namespace {
+
+// The lowest of the addresses, as the base of offsets that reach all of them.
+uintptr_t LowestOf(const std::vector<uintptr_t>& addresses) {
+  return addresses.empty() ? 0 : *std::min_element(addresses.begin(), addresses.end());
+}
+
+// The rows of every request, with their offsets from the launch's base pointers: labels from
+// `label_base` (a staged request's from `staged`), features from `feature_base`.
+void FillRows(const std::vector<LaunchRequest>& requests,
+              const std::vector<uintptr_t>& in_place_labels, uintptr_t staged, uintptr_t label_base,
+              uintptr_t feature_base, const std::vector<const uint8_t*>& in_place_features,
+              const std::vector<int64_t>& stage_at, const std::vector<int64_t>& out_label_at,
+              const std::vector<int64_t>& out_feature_at, std::vector<RowDesc>* rows) {
+  rows->clear();
+  int64_t slot = 0;
+  for (size_t j = 0; j < requests.size(); ++j) {
+    const LaunchRequest& q = requests[j];
+    const int64_t item = static_cast<int64_t>(DTypeSize(q.label_dtype));
+    const int64_t k = q.spec.num_samples;
+    const int64_t target = TargetPositives(k, q.spec.positive_fraction);
+    const int64_t first = q.num_rows > 0 ? q.row_offsets[0] : 0;
+    for (int64_t r = 0; r < q.num_rows; ++r) {
+      RowDesc row;
+      row.length = q.row_offsets[r + 1] - q.row_offsets[r];
+      row.num_samples = k;
+      row.target = target;
+      row.positive_label = q.spec.positive_label;
+      row.negative_label = q.spec.negative_label;
+      row.seed = q.seed;
+      row.row_in_request = static_cast<uint32_t>(r);
+      row.fill = q.spec.fill;
+      row.label_dtype = q.label_dtype;
+      const int64_t start = q.row_start != nullptr ? q.row_start[r] : q.row_offsets[r];
+      if (row.length > 0) {
+        if (in_place_labels[j] != 0) {
+          row.label_offset = static_cast<int64_t>(in_place_labels[j] - label_base) + start * item;
+        } else {
+          row.label_offset = static_cast<int64_t>(staged - label_base) + stage_at[j] +
+                             (q.row_offsets[r] - first) * item;
+        }
+      }
+      if (in_place_features[j] != nullptr) {
+        row.feature_row_bytes = q.feature_row_bytes;
+        row.feature_offset =
+            static_cast<int64_t>(reinterpret_cast<uintptr_t>(in_place_features[j]) - feature_base) +
+            start * q.feature_row_bytes;
+        row.out_feature_offset = out_feature_at[j] + r * k * q.feature_row_bytes;
+      }
+      row.out_slot = slot;
+      row.out_label_offset = out_label_at[j] + r * k * item;
+      slot += k;
+      rows->push_back(row);
+    }
+  }
+}
+
+}  // namespace
+
+// The launch of `plan` over `rows` (host_rows: their host copy), with every output in the
+// region at `out` (host memory, or the device's).
+Batch StagedLaunch::BatchOf(const Plan& plan, const Bases& bases, const RowDesc* rows,
+                            const RowDesc* host_rows, uint8_t* out) {
+  const Regions& reg = plan.regions;
+  Batch batch;
+  batch.rows = rows;
+  batch.host_rows = host_rows;
+  batch.num_rows = plan.num_rows;
+  batch.labels = reinterpret_cast<const uint8_t*>(bases.labels);
+  batch.features = reinterpret_cast<const uint8_t*>(bases.features);
+  batch.out_indices = reinterpret_cast<int64_t*>(out);
+  batch.out_labels = out + reg.idx;
+  batch.out_num_positive = reinterpret_cast<int32_t*>(out + reg.idx + reg.olab);
+  batch.out_num_negative = reinterpret_cast<int32_t*>(out + reg.idx + reg.olab + reg.counts);
+  batch.out_features = out + reg.idx + reg.olab + 2 * reg.counts;
+  batch.total_elements = plan.total_elements;
+  batch.total_slots = plan.total_slots;
+  batch.max_length = plan.max_length;
+  batch.max_samples = plan.max_samples;
+  return batch;
+}
+
+// rows_ for `plan`, with the staged labels (if any) at `staged`, and the bases of the label and
+// feature offsets: the lowest address among the sources in use.
+StagedLaunch::Bases StagedLaunch::PlaceRows(const std::vector<LaunchRequest>& requests,
+                                            const Plan& plan, uintptr_t staged) {
+  std::vector<uintptr_t> label_src(requests.size(), 0), sources, feature_sources;
+  std::vector<const uint8_t*> feature_src(requests.size(), nullptr);
+  std::vector<int64_t> stage_at(requests.size()), olab_at(requests.size()),
+      ofeat_at(requests.size());
+  if (plan.staged_label_bytes > 0) sources.push_back(staged);
+  for (size_t j = 0; j < requests.size(); ++j) {
+    const Plan::Request& pr = plan.requests[j];
+    label_src[j] = reinterpret_cast<uintptr_t>(pr.in_place_labels);
+    if (label_src[j] != 0) sources.push_back(label_src[j]);
+    feature_src[j] = pr.in_place_features;
+    if (feature_src[j] != nullptr) {
+      feature_sources.push_back(reinterpret_cast<uintptr_t>(feature_src[j]));
+    }
+    stage_at[j] = pr.stage_at;
+    olab_at[j] = pr.out_label_at;
+    ofeat_at[j] = pr.out_feature_at;
+  }
+  Bases bases;
+  bases.labels = LowestOf(sources);
+  bases.features = LowestOf(feature_sources);
+  FillRows(requests, label_src, staged, bases.labels, bases.features, feature_src, stage_at,
+           olab_at, ofeat_at, &rows_);
+  return bases;
+}
+
+void StagedLaunch::RunHost(const std::vector<LaunchRequest>& requests, Plan& plan) {
+  const Regions& reg = plan.regions;
+  const Bases bases = PlaceRows(requests, plan, 0);
+  host_out_.resize(reg.out() + kSection);
+  uint8_t* out = host_out_.data();
+  const Batch batch = BatchOf(plan, bases, rows_.data(), rows_.data(), out);
+  if (plan.num_rows > 0) host_backend_->Sample(batch);
+  Carve(requests, plan, out);
+}
+
+// Copies into `h_labels` (the staged labels' region) the labels of the requests read from the
+// host, each at its stage_at, rows packed in row_offsets order.
+void StagedLaunch::StageLabels(const std::vector<LaunchRequest>& requests, const Plan& plan,
+                               uint8_t* h_labels) {
+  for (size_t j = 0; j < requests.size(); ++j) {
+    const LaunchRequest& q = requests[j];
+    const Plan::Request& pr = plan.requests[j];
+    if (pr.stage_at < 0) continue;
+    const size_t item = DTypeSize(q.label_dtype);
+    const int64_t first = q.row_offsets[0];
+    if (q.row_start == nullptr) {
+      std::memcpy(h_labels + pr.stage_at, q.labels + static_cast<size_t>(first) * item,
+                  static_cast<size_t>(q.row_offsets[q.num_rows] - first) * item);
+      continue;
+    }
+    for (int64_t r = 0; r < q.num_rows; ++r) {
+      const size_t bytes = static_cast<size_t>(q.row_offsets[r + 1] - q.row_offsets[r]) * item;
+      if (bytes > 0) {
+        std::memcpy(h_labels + pr.stage_at + static_cast<size_t>(q.row_offsets[r] - first) * item,
+                    q.labels + static_cast<size_t>(q.row_start[r]) * item, bytes);
+      }
+    }
+  }
+}
+
+// Runs `work` on the launcher's stream, captured as the graph of `rows`' stage set when graphs
+// are on (GraphCache); returns whether it ran as a graph.
+bool StagedLaunch::LaunchWork(const std::vector<RowDesc>& rows, const std::function<void()>& work) {
+  bool graphed = false;
+  launcher_->Launch([&] { graphed = graphs_->Run(launcher_->stream(), rows, work); });
+  return graphed;
+}
+
+namespace {
+
+// A bounded step of the kernels overflowed (never expected): the results are not used.
+void ThrowOnErrorFlags(const std::string& name, uint32_t flags) {
+  if (flags == 0) return;
+  throw Error(Error::Code::kInternal,
+              name + ": the launch raised device error flags " + std::to_string(flags) +
+                  " (1: Pass2 found more boundary candidates than counted, 2: Boundary had " +
+                  "more candidates than a block holds); its results are not used");
+}
+
+}  // namespace
+
+void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& plan) {
+  const Regions& reg = plan.regions;
+  // Within the reserved sizes this allocates nothing; beyond them it is one deliberate growth
+  // before anything of this launch is enqueued (the previous launch has finished).
+  Grow(SizesOf(reg, plan.num_rows, plan.total_elements, plan.total_slots));
+  uint8_t* h_in = launcher_->h_in();
+  uint8_t* d_in = launcher_->d_in();
+  uint8_t* h_out = launcher_->h_out();
+  uint8_t* d_out = launcher_->d_out();
+
+  const Bases bases = PlaceRows(requests, plan, reinterpret_cast<uintptr_t>(d_in + reg.rows));
+  // Checked here, before anything is enqueued or captured (the backend checks them again).
+  ValidateRows(rows_.data(), plan.num_rows);
+  // Staging: the row table, then the labels of the requests read from the host.
+  if (plan.num_rows > 0) std::memcpy(h_in, rows_.data(), rows_.size() * sizeof(RowDesc));
+  StageLabels(requests, plan, h_in + reg.rows);
+  // One upload (tables and staged labels are adjacent), the kernels, one download of every
+  // output up to the last section in use.
+  const size_t upload = reg.rows + static_cast<size_t>(plan.staged_label_bytes);
+  const size_t download =
+      reg.idx + reg.olab + 2 * reg.counts + static_cast<size_t>(plan.out_feature_bytes);
+  const Batch batch =
+      BatchOf(plan, bases, reinterpret_cast<const RowDesc*>(d_in), rows_.data(), d_out);
+
+  void* stream = launcher_->stream();
+  Backend& backend = launcher_->backend();
+  // The kernels' error word (Backend::error_flags) comes back with the outputs, after them,
+  // and is reset on the device for the next launch.
+  uint8_t* h_flags = h_out + reg.out();
+  std::memset(h_flags, 0, sizeof(uint32_t));
+  uint32_t* d_flags = nullptr;
+  const auto work = [&] {
+    CopyAsync(d_in, h_in, upload, stream);
+    backend.Sample(batch);
+    d_flags = backend.error_flags();
+    if (d_flags != nullptr) {
+      CopyAsync(h_flags, d_flags, sizeof(uint32_t), stream);
+      MemsetAsync(d_flags, 0, sizeof(uint32_t), stream);
+    }
+    CopyAsync(h_out, d_out, download, stream);
+  };
+  const int64_t ops_before = StreamOperations(stream);
+  const bool graphed = LaunchWork(rows_, work);
+  const int64_t ops_after = StreamOperations(stream);
+  uint32_t flags = 0;
+  if (d_flags != nullptr) std::memcpy(&flags, h_flags, sizeof(flags));
+  ThrowOnErrorFlags(name_, flags);
+
+  stats_.graph = graphed;
+  stats_.stream_ops = ops_before >= 0 && ops_after >= 0 ? ops_after - ops_before : -1;
+  stats_.upload_bytes = plan.num_rows > 0 ? static_cast<int64_t>(upload) : 0;
+  stats_.download_bytes = plan.num_rows > 0 ? static_cast<int64_t>(download) : 0;
+  Carve(requests, plan, h_out);
+  GatherHostFeatures(requests, plan);
+}
+
+void StagedLaunch::Carve(const std::vector<LaunchRequest>& requests, const Plan& plan,
+                         const uint8_t* out) {
+  const Regions& reg = plan.regions;
+  outputs_.assign(requests.size(), LaunchOutput{});
+  for (size_t j = 0; j < requests.size(); ++j) {
+    const LaunchRequest& q = requests[j];
+    const Plan::Request& pr = plan.requests[j];
+    LaunchOutput& o = outputs_[j];
+    o.num_rows = q.num_rows;
+    o.k = q.spec.num_samples;
+    o.indices = reinterpret_cast<const int64_t*>(out) + pr.first_slot;
+    o.labels = out + reg.idx + pr.out_label_at;
+    o.num_positive = reinterpret_cast<const int32_t*>(out + reg.idx + reg.olab) + pr.first_row;
+    o.num_negative =
+        reinterpret_cast<const int32_t*>(out + reg.idx + reg.olab + reg.counts) + pr.first_row;
+    if (pr.out_feature_at >= 0)
+      o.features = out + reg.idx + reg.olab + 2 * reg.counts + pr.out_feature_at;
+  }
+}
+
+// Features that stayed on the host while the launch ran on a device: the K selected rows per
+// row, gathered by the returned indices (a negative index, padding, gives a zero row).
+void StagedLaunch::GatherHostFeatures(const std::vector<LaunchRequest>& requests,
+                                      const Plan& plan) {
+  if (plan.host_feature_bytes == 0) return;
+  host_features_.resize(static_cast<size_t>(plan.host_feature_bytes));
+  for (size_t j = 0; j < requests.size(); ++j) {
+    const LaunchRequest& q = requests[j];
+    const Plan::Request& pr = plan.requests[j];
+    if (pr.host_feature_at < 0) continue;
+    const int64_t k = q.spec.num_samples;
+    const int64_t frb = q.feature_row_bytes;
+    uint8_t* dst = host_features_.data() + pr.host_feature_at;
+    for (int64_t r = 0; r < q.num_rows; ++r) {
+      const int64_t start = q.row_start != nullptr ? q.row_start[r] : q.row_offsets[r];
+      GatherRows(outputs_[j].indices + r * k, nullptr, k, frb, q.features + start * frb,
+                 dst + r * k * frb);
+    }
+    outputs_[j].features = dst;
+  }
+}
+
+}  // namespace gpusampler::kernels

@@ -1,0 +1,11 @@
+// keys_cuda.hpp in a build without CUDA.
+#include "cuda/keys_cuda.hpp"
+
+namespace gpusampler::kernels {
+
+bool CudaKeysAvailable() { return false; }
+
+void CudaElementKeys(const std::vector<KeyQuery>&, std::vector<uint32_t>*, std::vector<uint32_t>*) {
+}
+
+}  // namespace gpusampler::kernels
