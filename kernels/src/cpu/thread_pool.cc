@@ -127,6 +127,7 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int)>&
   const Clock::time_point end = Clock::now();
   if (end - ran > (ran - begin) + std::chrono::microseconds(200)) {
     serial_until_ = serial_.OnStall(end);  // a stall: see the constructor's comment
+    ++stalls_;
   }
   std::exception_ptr error;
   {

@@ -61,6 +61,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
+  // Jobs so far whose caller waited for a stalled worker (each started a serial window).
+  int64_t stalls() const { return stalls_; }
 
   // Calls fn(i, worker) for every i in [0, n), spread over the pool; `worker` in
   // [0, size()) identifies the thread (for per-thread scratch). The caller runs tasks too
@@ -80,6 +82,7 @@ class ThreadPool {
 
   const int spin_us_;
   SerialBackoff serial_;                                  // the caller's; no lock needed
+  int64_t stalls_ = 0;                                    // the caller's; no lock needed
   std::chrono::steady_clock::time_point serial_until_{};  // the caller's; no lock needed
   std::vector<std::thread> workers_;
   std::mutex mu_;
