@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "gpusampler/kernels/sampler.hpp"
-#include "health.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "scheduling/scheduler.hpp"
 #include "test_util.hpp"
 
