@@ -10,11 +10,13 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
 #include <atomic>
 #include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
+
 #include "gpusampler/kernels/sampler.hpp"
 #include "test_util.hpp"
 

@@ -6,11 +6,13 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
 #include <atomic>
 #include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
+
 #include "gpusampler/kernels/sampler.hpp"
 #include "overload_util.hpp"
 #include "test_util.hpp"
