@@ -477,21 +477,25 @@ void Repository::Poll() {
   if (changed && hooks_.on_change) hooks_.on_change();
 }
 
+Status Repository::RecordBadFile(const std::string& name, const std::string& why,
+                                 const std::string& version, Code code) {
+  spdlog::warn("--dataset-dir: skipping bad dataset file: {}", why);
+  Status s(code,
+           "dataset '" + name + "' in --dataset-dir " + dir_ + " is a bad file: " + why +
+               (code == Code::kResourceExhausted ? " (--max-dataset-bytes)" : ""),
+           code == Code::kResourceExhausted ? kDoNotRetry : kNoPushback);
+  bad_[name] = {version, s};
+  if (hooks_.on_load) hooks_.on_load(false);
+  return s;
+}
+
 Status Repository::Load(const std::string& name, const Entry& entry, bool evict, bool* fits,
                         std::shared_ptr<const Dataset>* out) {
   *fits = true;
   const auto bad = bad_.find(name);
   if (bad != bad_.end() && bad->second.first == entry.version) return bad->second.second;
-  // A bad file is logged and counted once per version, and answers NOT_FOUND (or `code`).
   auto fail = [&](const std::string& why, const std::string& version, Code code = Code::kNotFound) {
-    spdlog::warn("--dataset-dir: skipping bad dataset file: {}", why);
-    Status s(code,
-             "dataset '" + name + "' in --dataset-dir " + dir_ + " is a bad file: " + why +
-                 (code == Code::kResourceExhausted ? " (--max-dataset-bytes)" : ""),
-             code == Code::kResourceExhausted ? kDoNotRetry : kNoPushback);
-    bad_[name] = {version, s};
-    if (hooks_.on_load) hooks_.on_load(false);
-    return s;
+    return RecordBadFile(name, why, version, code);
   };
   if (!ValidDatasetName(name)) {
     return fail(
