@@ -38,7 +38,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
       : svc_(svc), ctx_(ctx), out_(response), accepted_(Clock::now()) {
     try {
       Start(*request);
-    } catch (...) {
+    } catch (...) {  // gRPC callback (the reactor's start): nothing may escape into gRPC
       Done(FromCallbackException());
     }
   }
@@ -69,7 +69,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
       svc_->metrics()->inflight().Decrement();
       try {
         Done(s);
-      } catch (...) {
+      } catch (...) {  // a worker's callback: nothing may escape into the worker
         Done(FromCallbackException());
       }
     };
