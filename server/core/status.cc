@@ -1,8 +1,12 @@
 #include "core/status.hpp"
 
+#include <exception>
+#include <new>
+
 #include "gpusampler/common/status_codes.hpp"
 
 namespace gpusampler::server {
+namespace {
 
 Status FromKernelError(const kernels::Error& error) {
   using K = kernels::Error::Code;
@@ -18,6 +22,30 @@ Status FromKernelError(const kernels::Error& error) {
     case K::kInternal:
     default:
       return Status(Code::kInternal, error.what());
+  }
+}
+
+Status WithContext(std::string_view context, const Status& status) {
+  if (context.empty()) return status;
+  return Status(status.code(), std::string(context) + ": " + status.message(),
+                status.retry_pushback_ms());
+}
+
+}  // namespace
+
+Status FromCurrentException(std::string_view context, bool* device_fault) {
+  if (device_fault) *device_fault = false;
+  try {
+    throw;
+  } catch (const kernels::Error& e) {
+    if (device_fault) *device_fault = e.code() == kernels::Error::Code::kDeviceFault;
+    return WithContext(context, FromKernelError(e));
+  } catch (const std::bad_alloc&) {
+    return WithContext(context, ResourceExhausted("server out of memory"));
+  } catch (const std::exception& e) {
+    return WithContext(context, Status(Code::kInternal, e.what()));
+  } catch (...) {
+    return WithContext(context, Status(Code::kInternal, "unknown exception"));
   }
 }
 

@@ -1,6 +1,6 @@
 // The server's status value. Everything below the gRPC layer speaks Status; it becomes a
-// grpc::Status in exactly one place (ToGrpcStatus, below), and kernels::Error becomes a
-// Status in exactly one place (FromKernelError).
+// grpc::Status in exactly one place (ToGrpcStatus, below), and an exception (kernels::Error
+// or any other) becomes a Status in exactly one place (FromCurrentException).
 #pragma once
 
 #include <grpcpp/server_context.h>
@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "gpusampler/kernels/sampler.hpp"
@@ -36,8 +37,9 @@ constexpr int64_t kNoPushback = 0;
 constexpr int64_t kDoNotRetry = -1;
 
 // An immutable (code, message) pair, plus the retry pushback the client gets in the
-// trailing metadata. Thread-compatible.
-class Status {
+// trailing metadata. Thread-compatible. [[nodiscard]]: a Status is handled, returned
+// (GPUSAMPLER_RETURN_IF_ERROR) or dropped on purpose with a (void) cast and a comment.
+class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(Code code, std::string message, int64_t retry_pushback_ms = kNoPushback)
@@ -69,9 +71,27 @@ inline Status LimitExceeded(std::string m) {
 }
 inline Status Unavailable(std::string m) { return Status(Code::kUnavailable, std::move(m)); }
 
-// The status a backend error becomes: out of memory -> RESOURCE_EXHAUSTED, device fault
-// and unavailable -> UNAVAILABLE, invalid argument -> INVALID_ARGUMENT, else INTERNAL.
-Status FromKernelError(const kernels::Error& error);
+// Returns the error `expr` (a Status) evaluates to from the enclosing function, which
+// returns Status; carries on when it is OK. Every early return on error goes through it.
+#define GPUSAMPLER_RETURN_IF_ERROR(expr)                                                      \
+  do {                                                                                        \
+    if (::gpusampler::server::Status gpusampler_status_ = (expr); !gpusampler_status_.ok()) { \
+      return gpusampler_status_;                                                              \
+    }                                                                                         \
+  } while (false)
+
+// The one mapping of an exception to a Status. Call it only inside a `catch (...)`, where an
+// exception crosses into the server (from the kernels, gRPC or a thread's top):
+//   kernels::Error   kInvalidArgument -> INVALID_ARGUMENT, kOutOfMemory -> RESOURCE_EXHAUSTED,
+//                    kDeviceFault and kUnavailable -> UNAVAILABLE, kInternal -> INTERNAL
+//   std::bad_alloc   RESOURCE_EXHAUSTED
+//   anything else    INTERNAL
+// A device fault is UNAVAILABLE rather than INTERNAL: the replica marks itself unhealthy
+// (the scheduler's fatal path) and the same request succeeds on another replica, which is
+// what UNAVAILABLE tells clients and their retry policies; INTERNAL says "do not retry".
+// `context` (may be empty) prefixes the message, "context: what". `*device_fault` (may be
+// null) is set to whether the exception is a kernels::Error kDeviceFault.
+Status FromCurrentException(std::string_view context = {}, bool* device_fault = nullptr);
 
 // "OK", "INVALID_ARGUMENT", ... (the gRPC code names, used as metric label values).
 const char* CodeName(Code code);

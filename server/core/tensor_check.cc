@@ -63,9 +63,9 @@ Status CheckDims(const v1::Tensor& t, const std::string& name, const Limits& lim
 
 Status CheckTensorData(const v1::Tensor& t, const std::string& name, const Limits& limits,
                        int64_t* elements) {
-  if (Status s = CheckDType(t, name); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckDType(t, name));
   int64_t n = 0;
-  if (Status s = CheckDims(t, name, limits, &n); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckDims(t, name, limits, &n));
   const DType dtype = static_cast<DType>(static_cast<int>(t.dtype()));
   const size_t item = kernels::DTypeSize(dtype);
   int64_t want = 0;
@@ -94,7 +94,7 @@ Status ParseRowSplits(const v1::Tensor& splits, const Limits& limits, bool check
                            " must be [B+1] with B >= 0");
   }
   int64_t n = 0;
-  if (Status s = CheckTensorData(splits, "row_splits", limits, &n); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckTensorData(splits, "row_splits", limits, &n));
   if (check_max_rows && n - 1 > limits.max_rows) {
     return LimitExceeded("row_splits has " + std::to_string(n - 1) + " rows, over max_rows = " +
                          std::to_string(limits.max_rows) + " (--max-rows)");

@@ -188,19 +188,17 @@ DatasetBuilder::~DatasetBuilder() {
 
 Status DatasetBuilder::Add(const v1::DatasetChunk& chunk) {
   const bool first = !started_;
-  if (Status s = first ? StartUpload(chunk) : CheckLaterChunk(chunk); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(first ? StartUpload(chunk) : CheckLaterChunk(chunk));
   int64_t n = 0;
-  if (Status s = CheckLabels(chunk.labels(), first, &n); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckLabels(chunk.labels(), first, &n));
   if (has_features_) {
-    if (Status s = CheckFeatures(chunk.features(), n, first); !s.ok()) return s;
+    GPUSAMPLER_RETURN_IF_ERROR(CheckFeatures(chunk.features(), n, first));
   }
   // Row splits (first chunk only).
   std::vector<int64_t> splits;
   if (first && chunk.has_row_splits()) {
-    if (Status s = ParseRowSplits(chunk.row_splits(), limits_, /*check_max_rows=*/false, &splits);
-        !s.ok()) {
-      return s;
-    }
+    GPUSAMPLER_RETURN_IF_ERROR(
+        ParseRowSplits(chunk.row_splits(), limits_, /*check_max_rows=*/false, &splits));
   }
   return Keep(chunk, std::move(splits));
 }
@@ -210,7 +208,7 @@ Status DatasetBuilder::StartUpload(const v1::DatasetChunk& chunk) {
     return InvalidArgument("name '" + chunk.name().substr(0, 140) +
                            "' must match [A-Za-z0-9._-]{1,128}");
   }
-  if (Status s = registry_->CheckName(chunk.name(), chunk.replace()); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(registry_->CheckName(chunk.name(), chunk.replace()));
   if (!chunk.has_labels()) {
     return InvalidArgument("labels is missing in the first chunk (it fixes the label dtype)");
   }
@@ -238,7 +236,7 @@ Status DatasetBuilder::CheckLaterChunk(const v1::DatasetChunk& chunk) const {
 
 // Labels: 1-D, an integer or BOOL dtype, the same in every chunk.
 Status DatasetBuilder::CheckLabels(const v1::Tensor& labels, bool first, int64_t* n) {
-  if (Status s = CheckTensorData(labels, "labels", limits_, n); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckTensorData(labels, "labels", limits_, n));
   const DType dtype = static_cast<DType>(static_cast<int>(labels.dtype()));
   if (labels.shape_size() != 1) {
     return InvalidArgument("labels.shape " + Shape(labels.shape()) + " must be 1-D [n]");
@@ -262,7 +260,7 @@ Status DatasetBuilder::CheckLabels(const v1::Tensor& labels, bool first, int64_t
 // Features: [n, ...], the same dtype and row shape in every chunk.
 Status DatasetBuilder::CheckFeatures(const v1::Tensor& feat, int64_t n, bool first) {
   int64_t fe = 0;
-  if (Status s = CheckTensorData(feat, "features", limits_, &fe); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckTensorData(feat, "features", limits_, &fe));
   if (feat.shape_size() < 1 || feat.shape(0) != n) {
     return InvalidArgument("features.shape " + Shape(feat.shape()) + " must be [n, ...] with n = " +
                            std::to_string(n) + ", the chunk's label count");
@@ -300,7 +298,7 @@ Status DatasetBuilder::Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> 
   const int64_t feature_bytes = feature_data ? static_cast<int64_t>(feature_data->size()) : 0;
   const int64_t want = static_cast<int64_t>(label_data.size()) + feature_bytes +
                        static_cast<int64_t>(splits.size() * sizeof(int64_t));
-  if (Status s = registry_->Reserve(want); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(registry_->Reserve(want));
   reserved_ += want;
   started_ = true;
   if (!splits.empty()) {
@@ -340,22 +338,24 @@ Status DatasetBuilder::Seal() {
 
 Status DatasetBuilder::Store(std::shared_ptr<const Dataset>* stored, bool placed, bool replace) {
   if (!placed) {
-    if (Status s = registry_->Place(ds_.get()); !s.ok()) return s;
+    GPUSAMPLER_RETURN_IF_ERROR(registry_->Place(ds_.get()));
   }
   // The reservation counted the same bytes; the registry keeps them from now on.
-  if (Status s = registry_->Commit(ds_, replace || replace_); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(registry_->Commit(ds_, replace || replace_));
   reserved_ = 0;
   *stored = ds_;
   return Status::Ok();
 }
 
 Status DatasetBuilder::Commit(std::shared_ptr<const Dataset>* stored) {
-  if (Status s = Seal(); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(Seal());
   if (Repository* repo = registry_->repository()) return repo->CommitUpload(this, stored);
   return Store(stored);
 }
 
 // ---- DatasetRegistry ----
+
+DeviceMemory DeviceMemory::Kernels() { return {kernels::DeviceAlloc, kernels::CopyToDevice}; }
 
 DatasetRegistry::DatasetRegistry(int64_t max_bytes, std::vector<int> cuda_devices)
     : max_bytes_(max_bytes), cuda_devices_(std::move(cuda_devices)) {}
@@ -386,26 +386,29 @@ Status DatasetRegistry::Place(Dataset* ds, bool keep_host) {
         ds->device_copies.push_back(copy);
         Dataset::DeviceCopy& c = ds->device_copies.back();
         if (!ds->labels.empty()) {
-          c.labels = static_cast<uint8_t*>(kernels::DeviceAlloc(device, ds->labels.size()));
-          kernels::CopyToDevice(device, c.labels, ds->labels.data(), ds->labels.size());
+          c.labels = static_cast<uint8_t*>(memory_.alloc(device, ds->labels.size()));
+          memory_.copy(device, c.labels, ds->labels.data(), ds->labels.size());
         }
         if (!ds->features.empty()) {
-          c.features = static_cast<uint8_t*>(kernels::DeviceAlloc(device, ds->features.size()));
-          kernels::CopyToDevice(device, c.features, ds->features.data(), ds->features.size());
+          c.features = static_cast<uint8_t*>(memory_.alloc(device, ds->features.size()));
+          memory_.copy(device, c.features, ds->features.data(), ds->features.size());
         }
         ds->devices.push_back(device == kernels::kSimDevice ? std::string("cuda-sim")
                                                             : "cuda:" + std::to_string(device));
       }
       break;
-    } catch (const kernels::Error& e) {
+    } catch (...) {  // kernels -> server: DeviceAlloc and CopyToDevice throw kernels::Error
+      const Status status =
+          FromCurrentException("dataset '" + ds->name + "' cannot be copied to the device");
       for (const Dataset::DeviceCopy& c : ds->device_copies) {
         kernels::DeviceFree(c.labels);
         kernels::DeviceFree(c.features);
       }
       ds->device_copies.clear();
-      if (EvictOne()) continue;
-      return Status(Code::kResourceExhausted, std::string("dataset '") + ds->name +
-                                                  "' does not fit on the device: " + e.what());
+      // Only a lack of memory is cured by evicting the cache; a device fault is not (and is
+      // never reported as RESOURCE_EXHAUSTED).
+      if (status.code() == Code::kResourceExhausted && EvictOne()) continue;
+      return status;
     }
   }
   // The CUDA workers read only the device copies.

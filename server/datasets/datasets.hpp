@@ -130,6 +130,15 @@ class DatasetBuilder {
 
 class Repository;
 
+// How DatasetRegistry::Place reaches device memory: kernels' DeviceAlloc and CopyToDevice
+// unless a test sets its own (a device that faults or runs out of memory). Each throws
+// kernels::Error like kernels' functions; `alloc` returns memory kernels::DeviceFree frees.
+struct DeviceMemory {
+  std::function<void*(int device, size_t bytes)> alloc;
+  std::function<void(int device, void* dst, const void* src, size_t bytes)> copy;
+  static DeviceMemory Kernels();
+};
+
 class DatasetRegistry {
  public:
   // `max_bytes`: --max-dataset-bytes. `cuda_devices`: where the CUDA workers sample; a
@@ -140,9 +149,12 @@ class DatasetRegistry {
 
   // Puts `ds` where the workers sample (device copies, host copy released unless
   // `keep_host`), before it is visible. RESOURCE_EXHAUSTED when a device is out of memory,
-  // after evicting what may be evicted. Synchronizes with the copies: call it off gRPC's
-  // threads.
+  // after evicting what may be evicted; UNAVAILABLE when a device faults (never
+  // RESOURCE_EXHAUSTED: no eviction cures it). Synchronizes with the copies: call it off
+  // gRPC's threads.
   Status Place(Dataset* ds, bool keep_host = false);
+  // Replaces kernels' device memory functions (tests). Call before the first Place.
+  void SetDeviceMemory(DeviceMemory memory) { memory_ = std::move(memory); }
   // Frees the host copy of a dataset that has device copies (after Place with keep_host).
   static void ReleaseHost(Dataset* ds);
 
@@ -197,6 +209,7 @@ class DatasetRegistry {
 
   const int64_t max_bytes_;
   const std::vector<int> cuda_devices_;
+  DeviceMemory memory_ = DeviceMemory::Kernels();
   mutable std::mutex mu_;
   std::map<std::string, Entry> by_name_;
   int64_t used_ = 0;      // stored datasets' bytes + reservations

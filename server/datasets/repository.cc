@@ -34,6 +34,16 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 std::string Errno() { return std::strerror(errno); }
 
+// What a file cannot be read for: a bad (or unreadable) file. The caller names the file and
+// decides what the client sees (Load: NOT_FOUND, counted once per version).
+Status BadFile(std::string why) { return Status(Code::kFailedPrecondition, std::move(why)); }
+// The same for a proto/common .npy check, which answers "" or why not.
+Status NpyCheck(std::string why) { return why.empty() ? Status::Ok() : BadFile(std::move(why)); }
+// `status` with `where` (a file, a section) before its message.
+Status At(const std::string& where, const Status& status) {
+  return status.ok() ? status : Status(status.code(), where + ": " + status.message());
+}
+
 // An open file descriptor, closed when it goes.
 class Fd {
  public:
@@ -62,10 +72,10 @@ std::string Key(const struct stat& st) {
 // Opens `path` for reading when it is a regular file (or a link to one). A directory, FIFO,
 // socket or device (or a link to one) is refused without reading from it: O_NONBLOCK keeps a
 // FIFO without a writer from blocking the open.
-std::string OpenRegular(const std::string& path, Fd* fd, struct stat* st) {
+Status OpenRegular(const std::string& path, Fd* fd, struct stat* st) {
   Fd f(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
-  if (f.get() < 0) return "cannot open: " + Errno();
-  if (fstat(f.get(), st) != 0) return "cannot stat: " + Errno();
+  if (f.get() < 0) return BadFile("cannot open: " + Errno());
+  if (fstat(f.get(), st) != 0) return BadFile("cannot stat: " + Errno());
   if (!S_ISREG(st->st_mode)) {
     const char* what = S_ISDIR(st->st_mode)    ? "a directory"
                        : S_ISFIFO(st->st_mode) ? "a FIFO"
@@ -73,35 +83,37 @@ std::string OpenRegular(const std::string& path, Fd* fd, struct stat* st) {
                        : S_ISBLK(st->st_mode)  ? "a block device"
                        : S_ISSOCK(st->st_mode) ? "a socket"
                                                : "not a regular file";
-    return std::string("is ") + what + " (or a link to one); only regular files are read";
+    return BadFile(std::string("is ") + what + " (or a link to one); only regular files are read");
   }
   *fd = std::move(f);
-  return "";
+  return Status::Ok();
 }
 
-std::string ReadAt(int fd, int64_t offset, int64_t n, char* out) {
+Status ReadAt(int fd, int64_t offset, int64_t n, char* out) {
   while (n > 0) {
     const ssize_t got = pread(fd, out, static_cast<size_t>(std::min<int64_t>(n, 1 << 30)), offset);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return "cannot read: " + Errno();
-    if (got == 0) return "file ended early (truncated while being read?)";
+    if (got < 0) return BadFile("cannot read: " + Errno());
+    if (got == 0) return BadFile("file ended early (truncated while being read?)");
     out += got;
     offset += got;
     n -= got;
   }
-  return "";
+  return Status::Ok();
 }
 
-std::string WriteAll(int fd, const void* data, size_t n) {
+// RESOURCE_EXHAUSTED when the disk is full, else INTERNAL; the message is errno's.
+Status WriteAll(int fd, const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     const ssize_t put = write(fd, p, std::min<size_t>(n, size_t{1} << 30));
     if (put < 0 && errno == EINTR) continue;
-    if (put < 0) return Errno();
+    if (put < 0)
+      return Status(errno == ENOSPC ? Code::kResourceExhausted : Code::kInternal, Errno());
     p += put;
     n -= static_cast<size_t>(put);
   }
-  return "";
+  return Status::Ok();
 }
 
 // One .npy array inside a file: where it is, and what its header says.
@@ -116,54 +128,49 @@ struct Section {
 
 // Reads the header of the .npy array at `s` (offset, length) and checks that the length
 // matches it exactly: nothing but the header is read, so a huge or sparse file costs nothing.
-std::string Probe(Section* s) {
+Status Probe(Section* s) {
   char fixed[common::kNpyPreambleBytes];
-  if (s->length < 10) return "not a .npy file (too short)";
+  if (s->length < 10) return BadFile("not a .npy file (too short)");
   const int64_t fixed_len = std::min<int64_t>(sizeof(fixed), s->length);
-  if (std::string e = ReadAt(s->fd, s->offset, fixed_len, fixed); !e.empty()) return e;
+  GPUSAMPLER_RETURN_IF_ERROR(ReadAt(s->fd, s->offset, fixed_len, fixed));
   common::NpyPreamble preamble;
-  if (std::string e = common::ParseNpyPreamble({fixed, static_cast<size_t>(fixed_len)}, &preamble);
-      !e.empty()) {
-    return e;
-  }
+  GPUSAMPLER_RETURN_IF_ERROR(
+      NpyCheck(common::ParseNpyPreamble({fixed, static_cast<size_t>(fixed_len)}, &preamble)));
   const int64_t header_len = static_cast<int64_t>(preamble.header_len);
   const int64_t header_start = static_cast<int64_t>(preamble.header_start);
   if (header_len > kMaxNpyHeader || header_start + header_len > s->length) {
-    return "bad .npy header length " + std::to_string(header_len);
+    return BadFile("bad .npy header length " + std::to_string(header_len));
   }
   std::string text(static_cast<size_t>(header_len), '\0');
-  if (std::string e = ReadAt(s->fd, s->offset + header_start, header_len, text.data());
-      !e.empty()) {
-    return e;
-  }
+  GPUSAMPLER_RETURN_IF_ERROR(ReadAt(s->fd, s->offset + header_start, header_len, text.data()));
   common::NpyHeader header;
-  if (std::string e = common::ParseNpyHeader(text, &header); !e.empty()) return e;
+  GPUSAMPLER_RETURN_IF_ERROR(NpyCheck(common::ParseNpyHeader(text, &header)));
   s->dtype = header.dtype;
   s->shape = std::move(header.shape);
   s->header_bytes = header_start + header_len;
   s->payload = header.payload_bytes;
   if (s->header_bytes + s->payload != s->length) {
-    return "is " + std::to_string(s->length) + " bytes, but its header (" + header.descr + ", " +
-           std::to_string(s->shape.size()) + "-D) needs " +
-           std::to_string(s->header_bytes + s->payload);
+    return BadFile("is " + std::to_string(s->length) + " bytes, but its header (" + header.descr +
+                   ", " + std::to_string(s->shape.size()) + "-D) needs " +
+                   std::to_string(s->header_bytes + s->payload));
   }
-  return "";
+  return Status::Ok();
 }
 
 // Reads the data of a probed section straight into `tensor` (one copy of the bytes).
-std::string ReadSection(const Section& s, v1::Tensor* tensor) {
+// A failure names the section (s.what).
+Status ReadSection(const Section& s, v1::Tensor* tensor) {
   std::string data(static_cast<size_t>(s.payload), '\0');
-  if (std::string e = ReadAt(s.fd, s.offset + s.header_bytes, s.payload, data.data()); !e.empty()) {
-    return e;
-  }
+  GPUSAMPLER_RETURN_IF_ERROR(
+      At(s.what, ReadAt(s.fd, s.offset + s.header_bytes, s.payload, data.data())));
   if (s.dtype == v1::DTYPE_BOOL) {
-    if (std::string e = common::CheckNpyBools(data); !e.empty()) return e;
+    GPUSAMPLER_RETURN_IF_ERROR(At(s.what, NpyCheck(common::CheckNpyBools(data))));
   }
   tensor->Clear();
   tensor->set_dtype(s.dtype);
   for (int64_t d : s.shape) tensor->add_shape(d);
   tensor->set_data(std::move(data));
-  return "";
+  return Status::Ok();
 }
 
 // A version 1.0 .npy header (magic to '\n') for `dtype` and `shape`; data starts 64-aligned.
@@ -196,77 +203,96 @@ struct Opened {
   }
 };
 
-// Opens and probes the files of `name`; "" or a message naming the file.
-std::string OpenDataset(const std::string& dir, const std::string& name, bool container,
-                        Opened* o) {
-  if (container) {
-    const std::string path = dir + "/" + name + kContainerSuffix;
-    Fd fd;
-    struct stat st;
-    if (std::string e = OpenRegular(path, &fd, &st); !e.empty()) return path + ": " + e;
-    char head[kContainerHeader];
-    if (st.st_size < static_cast<off_t>(kContainerHeader)) return path + ": too short";
-    if (std::string e = ReadAt(fd.get(), 0, kContainerHeader, head); !e.empty()) {
-      return path + ": " + e;
-    }
-    if (std::memcmp(head, kContainerMagic, 8) != 0) return path + ": bad magic";
-    o->sha256.assign(head + 8, 64);
-    const uint64_t lens[3] = {GetLe64(head + 72), GetLe64(head + 80), GetLe64(head + 88)};
-    uint32_t fdtype = 0;
-    for (int i = 3; i >= 0; --i) fdtype = (fdtype << 8) | static_cast<unsigned char>(head[96 + i]);
-    o->feature_dtype = static_cast<v1::DType>(fdtype);
-    uint64_t total = kContainerHeader;
-    for (uint64_t l : lens) {
-      if (__builtin_add_overflow(total, l, &total)) return path + ": bad section lengths";
-    }
-    if (total != static_cast<uint64_t>(st.st_size)) {
-      return path + ": is " + std::to_string(st.st_size) + " bytes, but its header needs " +
-             std::to_string(total);
-    }
-    int64_t offset = kContainerHeader;
-    Section* sections[3] = {&o->labels, &o->features, &o->row_splits};
-    const char* names[3] = {"labels", "features", "row_splits"};
-    for (int i = 0; i < 3; ++i) {
-      if (i == 1) o->has_features = lens[1] > 0;
-      if (i == 2) o->has_row_splits = lens[2] > 0;
-      if (lens[i] == 0) continue;
-      Section& s = *sections[i];
-      s.what = path + " (" + names[i] + ")";
-      s.fd = fd.get();
-      s.offset = offset;
-      s.length = static_cast<int64_t>(lens[i]);
-      offset += s.length;
-      if (std::string e = Probe(&s); !e.empty()) return s.what + ": " + e;
-    }
-    if (lens[0] == 0) return path + ": no labels section";
-    o->version = "c:" + Key(st);
-    o->fds.push_back(std::move(fd));
-    return "";
+// Opens and probes NAME.dataset at `path`; a failure names the file (or its section).
+Status OpenContainer(const std::string& path, Opened* o) {
+  Fd fd;
+  struct stat st;
+  GPUSAMPLER_RETURN_IF_ERROR(At(path, OpenRegular(path, &fd, &st)));
+  char head[kContainerHeader];
+  if (st.st_size < static_cast<off_t>(kContainerHeader)) return BadFile(path + ": too short");
+  GPUSAMPLER_RETURN_IF_ERROR(At(path, ReadAt(fd.get(), 0, kContainerHeader, head)));
+  if (std::memcmp(head, kContainerMagic, 8) != 0) return BadFile(path + ": bad magic");
+  o->sha256.assign(head + 8, 64);
+  const uint64_t lens[3] = {GetLe64(head + 72), GetLe64(head + 80), GetLe64(head + 88)};
+  uint32_t fdtype = 0;
+  for (int i = 3; i >= 0; --i) fdtype = (fdtype << 8) | static_cast<unsigned char>(head[96 + i]);
+  o->feature_dtype = static_cast<v1::DType>(fdtype);
+  uint64_t total = kContainerHeader;
+  for (uint64_t l : lens) {
+    if (__builtin_add_overflow(total, l, &total)) return BadFile(path + ": bad section lengths");
   }
+  if (total != static_cast<uint64_t>(st.st_size)) {
+    return BadFile(path + ": is " + std::to_string(st.st_size) + " bytes, but its header needs " +
+                   std::to_string(total));
+  }
+  int64_t offset = kContainerHeader;
+  Section* sections[3] = {&o->labels, &o->features, &o->row_splits};
+  const char* names[3] = {"labels", "features", "row_splits"};
+  for (int i = 0; i < 3; ++i) {
+    if (i == 1) o->has_features = lens[1] > 0;
+    if (i == 2) o->has_row_splits = lens[2] > 0;
+    if (lens[i] == 0) continue;
+    Section& s = *sections[i];
+    s.what = path + " (" + names[i] + ")";
+    s.fd = fd.get();
+    s.offset = offset;
+    s.length = static_cast<int64_t>(lens[i]);
+    offset += s.length;
+    GPUSAMPLER_RETURN_IF_ERROR(At(s.what, Probe(&s)));
+  }
+  if (lens[0] == 0) return BadFile(path + ": no labels section");
+  o->version = "c:" + Key(st);
+  o->fds.push_back(std::move(fd));
+  return Status::Ok();
+}
+
+// Opens and probes the plain files NAME.labels.npy [+ features, row_splits] under `base`
+// (dir/NAME); a failure names the file.
+Status OpenPlainFiles(const std::string& base, Opened* o) {
   o->version = "p:";
   const char* suffixes[3] = {kLabelsSuffix, ".features.npy", ".row_splits.npy"};
   Section* sections[3] = {&o->labels, &o->features, &o->row_splits};
   for (int i = 0; i < 3; ++i) {
-    const std::string path = dir + "/" + name + suffixes[i];
+    const std::string path = base + suffixes[i];
     struct stat st;
     if (i > 0 && stat(path.c_str(), &st) != 0 && errno == ENOENT) {
       o->version += "-|";
       continue;
     }
     Fd fd;
-    if (std::string e = OpenRegular(path, &fd, &st); !e.empty()) return path + ": " + e;
+    GPUSAMPLER_RETURN_IF_ERROR(At(path, OpenRegular(path, &fd, &st)));
     Section& s = *sections[i];
     s.what = path;
     s.fd = fd.get();
     s.offset = 0;
     s.length = st.st_size;
-    if (std::string e = Probe(&s); !e.empty()) return path + ": " + e;
+    GPUSAMPLER_RETURN_IF_ERROR(At(path, Probe(&s)));
     if (i == 1) o->has_features = true;
     if (i == 2) o->has_row_splits = true;
     o->version += Key(st) + "|";
     o->fds.push_back(std::move(fd));
   }
-  return "";
+  return Status::Ok();
+}
+
+// Opens and probes the files of `name`; a failure's message names the file.
+Status OpenDataset(const std::string& dir, const std::string& name, bool container, Opened* o) {
+  return container ? OpenContainer(dir + "/" + name + kContainerSuffix, o)
+                   : OpenPlainFiles(dir + "/" + name, o);
+}
+
+// Reads the data of every section of `o` into `chunk`; a failure names the section.
+Status ReadSections(const Opened& o, v1::DatasetChunk* chunk) {
+  GPUSAMPLER_RETURN_IF_ERROR(ReadSection(o.labels, chunk->mutable_labels()));
+  if (o.has_features) {
+    GPUSAMPLER_RETURN_IF_ERROR(ReadSection(o.features, chunk->mutable_features()));
+    if (o.feature_dtype == v1::DTYPE_BFLOAT16)
+      chunk->mutable_features()->set_dtype(o.feature_dtype);
+  }
+  if (o.has_row_splits) {
+    GPUSAMPLER_RETURN_IF_ERROR(ReadSection(o.row_splits, chunk->mutable_row_splits()));
+  }
+  return Status::Ok();
 }
 
 // The DatasetInfo of an opened dataset, from its headers alone.
@@ -403,8 +429,8 @@ void Repository::PollLoop() {
     lock.unlock();
     try {
       Poll();
-    } catch (const std::exception& e) {
-      spdlog::error("--dataset-dir {}: re-scan failed: {}", dir_, e.what());
+    } catch (...) {  // the poll thread's top: an escaping exception would end the process
+      spdlog::error("--dataset-dir {}: {}", dir_, FromCurrentException("re-scan failed").message());
     }
     lock.lock();
   }
@@ -434,7 +460,8 @@ void Repository::Poll() {
         changed = true;
         bool fits = true;
         std::shared_ptr<const Dataset> loaded;
-        Load(ds->name, it->second, /*evict=*/true, &fits, &loaded);
+        // A failure is logged and counted by Load; the next poll or a miss tries again.
+        (void)Load(ds->name, it->second, /*evict=*/true, &fits, &loaded);
       }
     }
   }
@@ -444,10 +471,22 @@ void Repository::Poll() {
     if (entry.file_bytes > registry_->free_bytes()) continue;
     bool fits = true;
     std::shared_ptr<const Dataset> loaded;
-    Load(name, entry, /*evict=*/false, &fits, &loaded);
+    (void)Load(name, entry, /*evict=*/false, &fits, &loaded);  // a failure: logged by Load
     if (loaded) changed = true;
   }
   if (changed && hooks_.on_change) hooks_.on_change();
+}
+
+Status Repository::RecordBadFile(const std::string& name, const std::string& why,
+                                 const std::string& version, Code code) {
+  spdlog::warn("--dataset-dir: skipping bad dataset file: {}", why);
+  Status s(code,
+           "dataset '" + name + "' in --dataset-dir " + dir_ + " is a bad file: " + why +
+               (code == Code::kResourceExhausted ? " (--max-dataset-bytes)" : ""),
+           code == Code::kResourceExhausted ? kDoNotRetry : kNoPushback);
+  bad_[name] = {version, s};
+  if (hooks_.on_load) hooks_.on_load(false);
+  return s;
 }
 
 Status Repository::Load(const std::string& name, const Entry& entry, bool evict, bool* fits,
@@ -455,16 +494,8 @@ Status Repository::Load(const std::string& name, const Entry& entry, bool evict,
   *fits = true;
   const auto bad = bad_.find(name);
   if (bad != bad_.end() && bad->second.first == entry.version) return bad->second.second;
-  // A bad file is logged and counted once per version, and answers NOT_FOUND (or `code`).
   auto fail = [&](const std::string& why, const std::string& version, Code code = Code::kNotFound) {
-    spdlog::warn("--dataset-dir: skipping bad dataset file: {}", why);
-    Status s(code,
-             "dataset '" + name + "' in --dataset-dir " + dir_ + " is a bad file: " + why +
-                 (code == Code::kResourceExhausted ? " (--max-dataset-bytes)" : ""),
-             code == Code::kResourceExhausted ? kDoNotRetry : kNoPushback);
-    bad_[name] = {version, s};
-    if (hooks_.on_load) hooks_.on_load(false);
-    return s;
+    return RecordBadFile(name, why, version, code);
   };
   if (!ValidDatasetName(name)) {
     return fail(
@@ -472,8 +503,8 @@ Status Repository::Load(const std::string& name, const Entry& entry, bool evict,
         entry.version);
   }
   Opened o;
-  if (std::string e = OpenDataset(dir_, name, entry.container, &o); !e.empty()) {
-    return fail(e, entry.version);
+  if (Status s = OpenDataset(dir_, name, entry.container, &o); !s.ok()) {
+    return fail(s.message(), entry.version);
   }
   // Sizes are known from the headers: check them against the budget before reading data.
   const int64_t want = o.payload();
@@ -492,20 +523,7 @@ Status Repository::Load(const std::string& name, const Entry& entry, bool evict,
   v1::DatasetChunk chunk;
   chunk.set_name(name);
   chunk.set_replace(true);
-  if (std::string e = ReadSection(o.labels, chunk.mutable_labels()); !e.empty()) {
-    return fail(o.labels.what + ": " + e, entry.version);
-  }
-  if (o.has_features) {
-    if (std::string e = ReadSection(o.features, chunk.mutable_features()); !e.empty()) {
-      return fail(o.features.what + ": " + e, entry.version);
-    }
-    if (o.feature_dtype == v1::DTYPE_BFLOAT16) chunk.mutable_features()->set_dtype(o.feature_dtype);
-  }
-  if (o.has_row_splits) {
-    if (std::string e = ReadSection(o.row_splits, chunk.mutable_row_splits()); !e.empty()) {
-      return fail(o.row_splits.what + ": " + e, entry.version);
-    }
-  }
+  if (Status s = ReadSections(o, &chunk); !s.ok()) return fail(s.message(), entry.version);
   o.fds.clear();
   DatasetBuilder builder(registry_, limits_);
   Status s = builder.Add(chunk);
@@ -528,7 +546,8 @@ Status Repository::Load(const std::string& name, const Entry& entry, bool evict,
         entry.version);
   }
   builder.dataset()->repo_version = o.version;
-  if (s = builder.Store(out); !s.ok()) return s;  // device out of memory: not the file's fault
+  // Device out of memory: not the file's fault.
+  GPUSAMPLER_RETURN_IF_ERROR(builder.Store(out));
   bad_.erase(name);
   if (hooks_.on_load) hooks_.on_load(true);
   spdlog::info("dataset '{}' loaded from --dataset-dir ({} bytes, sha256 {})", name, want,
@@ -553,7 +572,7 @@ Status Repository::LoadOnMiss(const std::string& name, std::shared_ptr<const Dat
 }
 
 Status Repository::CommitUpload(DatasetBuilder* builder, std::shared_ptr<const Dataset>* stored) {
-  if (Status s = CheckWritable(); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckWritable());
   Dataset* ds = builder->dataset();
   const std::string final_path = dir_ + "/" + ds->name + kContainerSuffix;
   thread_local std::mt19937_64 gen(std::random_device{}());
@@ -563,7 +582,7 @@ Status Repository::CommitUpload(DatasetBuilder* builder, std::shared_ptr<const D
 
   // 1. The whole file under a temporary name, fsynced: nothing loads it yet.
   std::string version;
-  if (Status s = WriteTemporary(*ds, tmp, &version); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(WriteTemporary(*ds, tmp, &version));
   // 2. Where the workers sample (device copies; the host copy is kept until the commit).
   if (Status s = registry_->Place(ds, /*keep_host=*/true); !s.ok()) {
     unlink(tmp.c_str());
@@ -572,7 +591,7 @@ Status Repository::CommitUpload(DatasetBuilder* builder, std::shared_ptr<const D
   // 3. The commit: one rename (replace) or link (a new name: the first replica wins).
   std::lock_guard<std::mutex> lock(mu_);
   const std::string base = dir_ + "/" + ds->name;
-  if (Status s = CommitName(*ds, builder->replace(), tmp, final_path); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CommitName(*ds, builder->replace(), tmp, final_path));
   if (builder->replace()) {
     // A hand-written version of the name is replaced too.
     for (const char* suffix : {kLabelsSuffix, ".features.npy", ".row_splits.npy"}) {
@@ -615,24 +634,25 @@ Status Repository::WriteTemporary(const Dataset& dataset, const std::string& tmp
   PutLe64(head + 88, ds->has_row_splits ? rh.size() + ds->row_splits.size() * 8 : 0);
   const uint32_t fd32 = ds->has_features() ? static_cast<uint32_t>(fdtype) : 0;
   for (int i = 0; i < 4; ++i) head[96 + i] = static_cast<char>(fd32 >> (8 * i));
-  std::string err = WriteAll(fd.get(), head, sizeof(head));
-  if (err.empty()) err = WriteAll(fd.get(), lh.data(), lh.size());
-  if (err.empty()) err = WriteAll(fd.get(), ds->labels.data(), ds->labels.size());
-  if (err.empty() && ds->has_features()) {
-    err = WriteAll(fd.get(), fh.data(), fh.size());
-    if (err.empty()) err = WriteAll(fd.get(), ds->features.data(), ds->features.size());
+  Status s = WriteAll(fd.get(), head, sizeof(head));
+  if (s.ok()) s = WriteAll(fd.get(), lh.data(), lh.size());
+  if (s.ok()) s = WriteAll(fd.get(), ds->labels.data(), ds->labels.size());
+  if (s.ok() && ds->has_features()) {
+    s = WriteAll(fd.get(), fh.data(), fh.size());
+    if (s.ok()) s = WriteAll(fd.get(), ds->features.data(), ds->features.size());
   }
-  if (err.empty() && ds->has_row_splits) {
-    err = WriteAll(fd.get(), rh.data(), rh.size());
-    if (err.empty()) err = WriteAll(fd.get(), ds->row_splits.data(), ds->row_splits.size() * 8);
+  if (s.ok() && ds->has_row_splits) {
+    s = WriteAll(fd.get(), rh.data(), rh.size());
+    if (s.ok()) s = WriteAll(fd.get(), ds->row_splits.data(), ds->row_splits.size() * 8);
   }
   struct stat st;
-  if (err.empty() && fsync(fd.get()) != 0) err = "fsync: " + Errno();
-  if (err.empty() && fstat(fd.get(), &st) != 0) err = "fstat: " + Errno();
-  if (!err.empty()) {
+  if (s.ok() && fsync(fd.get()) != 0) {
+    s = Status(errno == ENOSPC ? Code::kResourceExhausted : Code::kInternal, "fsync: " + Errno());
+  }
+  if (s.ok() && fstat(fd.get(), &st) != 0) s = Status(Code::kInternal, "fstat: " + Errno());
+  if (!s.ok()) {
     unlink(tmp.c_str());
-    return Status(errno == ENOSPC ? Code::kResourceExhausted : Code::kInternal,
-                  "cannot write dataset '" + ds->name + "' to --dataset-dir " + dir_ + ": " + err);
+    return At("cannot write dataset '" + ds->name + "' to --dataset-dir " + dir_, s);
   }
   // A rename keeps the inode, size and mtime: this is the committed file's version.
   *version = "c:" + Key(st);
@@ -682,7 +702,7 @@ Status Repository::CommitName(const Dataset& dataset, bool replace, const std::s
 }
 
 Status Repository::Delete(const std::string& name) {
-  if (Status s = CheckWritable(); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckWritable());
   std::lock_guard<std::mutex> lock(mu_);
   const std::string base = dir_ + "/" + name;
   bool existed = false;
@@ -712,7 +732,7 @@ std::vector<v1::DatasetInfo> Repository::ListNotResident() const {
   for (const auto& [name, entry] : Scan()) {
     if (!ValidDatasetName(name) || resident.count(name)) continue;
     Opened o;
-    if (!OpenDataset(dir_, name, entry.container, &o).empty()) continue;  // a bad file
+    if (!OpenDataset(dir_, name, entry.container, &o).ok()) continue;  // a bad file
     out.push_back(InfoFromHeaders(name, o));
   }
   return out;

@@ -106,6 +106,10 @@ class Repository {
   // later (*fits false, OK). Bad files are logged and counted once per version.
   Status Load(const std::string& name, const Entry& entry, bool evict, bool* fits,
               std::shared_ptr<const Dataset>* out);
+  // Logs and remembers (once per `version`) that `name`'s files are bad; the status a load
+  // of them answers: `code` (NOT_FOUND, or RESOURCE_EXHAUSTED for one over the budget).
+  Status RecordBadFile(const std::string& name, const std::string& why, const std::string& version,
+                       Code code);
   void PollLoop();
 
   const std::string dir_;

@@ -177,7 +177,7 @@ class CreateCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     End(status);
   }
   void End(const Status& status) {
-    svc_->metrics()->SetDatasets(svc_->datasets());
+    svc_->UpdateDatasetGauges();
     Finish(ToGrpcStatus(status, ctx_));
   }
 
@@ -247,10 +247,14 @@ grpc::ServerUnaryReactor* SamplerService::DeleteDataset(grpc::CallbackServerCont
       status = Status(Code::kNotFound, "dataset '" + request->name() + "' not found");
     }
   }
-  metrics_->SetDatasets(datasets_);
+  UpdateDatasetGauges();
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status, context));
   return reactor;
+}
+
+void SamplerService::UpdateDatasetGauges() {
+  if (datasets_) metrics_->SetDatasets(datasets_->count(), datasets_->bytes());
 }
 
 grpc::ServerUnaryReactor* SamplerService::ListDatasets(grpc::CallbackServerContext* context,

@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "health.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace gpusampler::server {
 

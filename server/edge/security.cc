@@ -112,8 +112,8 @@ class MetadataChecker final : public grpc::AuthMetadataProcessor {
         on_refused_(path, status);
       }
       return ToGrpcStatus(status);
-    } catch (...) {  // bad_alloc: refuse the call rather than end the process
-      return ToGrpcStatus(ResourceExhausted("server out of memory while checking the call"));
+    } catch (...) {  // gRPC -> server (bad_alloc): refuse the call rather than end the process
+      return ToGrpcStatus(FromCurrentException("checking the call"));
     }
   }
 
@@ -254,7 +254,7 @@ void CredentialManager::RemovePrivateFiles() {
 Status CredentialManager::Init(RefusalSink on_refused) {
   if (!config_.auth_token_file.empty()) {
     std::vector<std::string> tokens;
-    if (Status s = LoadTokens(config_.auth_token_file, &tokens); !s.ok()) return s;
+    GPUSAMPLER_RETURN_IF_ERROR(LoadTokens(config_.auth_token_file, &tokens));
     tokens_->Set(std::move(tokens));
   } else {
     tokens_->Set(config_.auth_tokens);
@@ -271,12 +271,11 @@ Status CredentialManager::Init(RefusalSink on_refused) {
     return InvalidArgument("--tls-cert-file and --tls-key-file go together (one is missing)");
   }
   std::string cert, key, ca;
-  if (Status s = ReadPemFile("--tls-cert-file", config_.tls_cert_file, &cert); !s.ok()) return s;
-  if (Status s = ReadPemFile("--tls-key-file", config_.tls_key_file, &key); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(ReadPemFile("--tls-cert-file", config_.tls_cert_file, &cert));
+  GPUSAMPLER_RETURN_IF_ERROR(ReadPemFile("--tls-key-file", config_.tls_key_file, &key));
   if (!config_.tls_client_ca_file.empty()) {
-    if (Status s = ReadPemFile("--tls-client-ca-file", config_.tls_client_ca_file, &ca); !s.ok()) {
-      return s;
-    }
+    GPUSAMPLER_RETURN_IF_ERROR(
+        ReadPemFile("--tls-client-ca-file", config_.tls_client_ca_file, &ca));
   }
   if (const std::string why = CheckTlsPair(cert, key, ca); !why.empty()) {
     return InvalidArgument("--tls-cert-file " + config_.tls_cert_file + " / --tls-key-file " +
@@ -316,8 +315,8 @@ void CredentialManager::RefreshLoop() {
     lock.unlock();
     try {
       Refresh();
-    } catch (const std::exception& e) {
-      spdlog::error("re-reading the credentials failed: {}", e.what());
+    } catch (...) {  // the refresh thread's top: an escaping exception would end the process
+      spdlog::error("{}", FromCurrentException("re-reading the credentials failed").message());
     }
     lock.lock();
   }

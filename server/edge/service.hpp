@@ -1,6 +1,8 @@
 // gpusampler.v1.Sampler on the gRPC callback API. Reactors never block: they validate,
 // convert the request to a Job once, submit it to the scheduler and return; a worker
-// thread writes the response and finishes the call. Thread-safe.
+// thread writes the response and finishes the call. Thread-safe. Sample and GetServerInfo
+// are service.cc, SampleStream sample_stream.cc, the dataset RPCs dataset_service.cc; the
+// request bytes' budget and parsing are request_bytes.hpp.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -13,33 +15,13 @@
 #include "core/config.hpp"
 #include "core/status.hpp"
 #include "datasets/datasets.hpp"
+#include "edge/request_bytes.hpp"
 #include "edge/security.hpp"
 #include "gpusampler/v1/sampler.grpc.pb.h"
 #include "observability/metrics.hpp"
 #include "scheduling/scheduler.hpp"
 
 namespace gpusampler::server {
-
-// Request and response bytes held at once (--max-inflight-bytes). Thread-safe.
-class ByteBudget {
- public:
-  explicit ByteBudget(int64_t limit) : limit_(limit) {}
-  // gpusampler_inflight_bytes: follows every charge and release from now on.
-  void SetGauge(prometheus::Gauge* gauge) { gauge_ = gauge; }
-  // Adds `bytes` unless that would pass the limit; false then.
-  bool TryCharge(int64_t bytes);
-  void Release(int64_t bytes);
-  int64_t used() const { return used_.load(std::memory_order_relaxed); }
-  int64_t limit() const { return limit_; }
-  // The most held since the last call (memory trimming after a burst).
-  int64_t TakePeak();
-
- private:
-  const int64_t limit_;
-  prometheus::Gauge* gauge_ = nullptr;
-  std::atomic<int64_t> used_{0};
-  std::atomic<int64_t> peak_{0};
-};
 
 // A call the drain must end itself (an open SampleStream). BeginDrain is called under the
 // service's lock and keeps the call alive until FinishDrain, called outside it.
@@ -102,6 +84,8 @@ class SamplerService final : public SamplerBase {
   Scheduler* scheduler() { return scheduler_; }
   Metrics* metrics() { return metrics_; }
   DatasetRegistry* datasets() { return datasets_; }
+  // gpusampler_datasets and gpusampler_dataset_bytes from the registry (if any) now.
+  void UpdateDatasetGauges();
   // UNAUTHENTICATED unless auth is off or the call carries the bearer token.
   Status Authorize(const grpc::CallbackServerContext& context) const;
   bool accepting() const { return accepting_.load(); }

@@ -108,7 +108,7 @@ Status ParseSpec(const v1::SamplingSpec& spec, const Limits& limits, kernels::Sa
                            std::to_string(pos));
   }
   kernels::FillPolicy fill = kernels::FillPolicy::kBoth;
-  if (Status s = ParseFillPolicy(spec, &fill); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(ParseFillPolicy(spec, &fill));
   out->num_samples = k;
   out->positive_fraction = f;
   out->positive_label = pos;
@@ -185,7 +185,7 @@ Status NamedDatasetRows(const v1::Tensor& rows, const Dataset& ds, const Limits&
     return InvalidArgument("rows.dtype must be DTYPE_INT64, got " + v1::DType_Name(rows.dtype()));
   }
   int64_t b = 0;
-  if (Status s = CheckTensorData(rows, "rows", limits, &b); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckTensorData(rows, "rows", limits, &b));
   if (rows.shape_size() != 1) {
     return InvalidArgument("rows.shape " + ShapeString(rows.shape()) + " must be 1-D [B']");
   }
@@ -230,7 +230,7 @@ Status DatasetRows(const v1::SampleRequest& req, const Dataset& ds, const Limits
   job->row_source.clear();
   const Status rows = req.has_rows() ? NamedDatasetRows(req.rows(), ds, limits, job)
                                      : AllDatasetRows(ds, limits, job);
-  if (!rows.ok()) return rows;
+  GPUSAMPLER_RETURN_IF_ERROR(rows);
   if (job->num_elements() > limits.max_elements) {
     return LimitExceeded("the named dataset rows have " + std::to_string(job->num_elements()) +
                          " elements, over max_elements = " + std::to_string(limits.max_elements) +
@@ -262,18 +262,16 @@ Status AttachDataset(std::shared_ptr<const Dataset> ds, bool return_features, Jo
 // from the dataset, which the job keeps alive. A request naming none is left as it is.
 Status ResolveDataset(const v1::SampleRequest& req, const Limits& limits,
                       const DatasetRegistry* datasets, Job* job) {
-  if (Status s = CheckDatasetFields(req); !s.ok() || req.dataset().empty()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckDatasetFields(req));
+  if (req.dataset().empty()) return Status::Ok();
   // With a repository, a dataset this replica lacks is loaded from it first (SPEC section 6).
   Status found(Code::kNotFound, "dataset '" + req.dataset().substr(0, 140) +
                                     "' not found (CreateDataset uploads it)");
   std::shared_ptr<const Dataset> ds = datasets ? datasets->Acquire(req.dataset(), &found) : nullptr;
   if (!ds) return found;
-  if (Status s = CheckLabelsRepresentable(job->spec, ds->label_dtype,
-                                          "dataset '" + ds->name + "' label dtype");
-      !s.ok()) {
-    return s;
-  }
-  if (Status s = DatasetRows(req, *ds, limits, job); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckLabelsRepresentable(job->spec, ds->label_dtype,
+                                                      "dataset '" + ds->name + "' label dtype"));
+  GPUSAMPLER_RETURN_IF_ERROR(DatasetRows(req, *ds, limits, job));
   return AttachDataset(std::move(ds), req.return_features(), job);
 }
 
@@ -291,9 +289,8 @@ Status InlineRows(const v1::SampleRequest& req, int64_t total, const Limits& lim
                              " must be [total] when row_splits is given");
     }
     std::vector<int64_t> v;
-    if (Status s = ParseRowSplits(req.row_splits(), limits, /*check_max_rows=*/true, &v); !s.ok()) {
-      return s;
-    }
+    GPUSAMPLER_RETURN_IF_ERROR(
+        ParseRowSplits(req.row_splits(), limits, /*check_max_rows=*/true, &v));
     if (v.back() != total) {
       return InvalidArgument("row_splits[" + std::to_string(v.size() - 1) +
                              "] = " + std::to_string(v.back()) + ", must equal the " +
@@ -322,22 +319,22 @@ Status InlineRows(const v1::SampleRequest& req, int64_t total, const Limits& lim
 Status InlineLabels(const v1::SampleRequest& req, const Limits& limits, Job* job) {
   const v1::Tensor& labels = req.labels();
   int64_t total = 0;
-  if (Status s = CheckTensorData(labels, "labels", limits, &total); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckTensorData(labels, "labels", limits, &total));
   const DType ldtype = static_cast<DType>(labels.dtype());
   if (!kernels::IsLabel(ldtype)) {
     return InvalidArgument("labels.dtype " + UpperDTypeName(ldtype) +
                            " is not an integer or BOOL dtype");
   }
-  if (Status s = CheckLabelsRepresentable(job->spec, ldtype, "labels dtype"); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckLabelsRepresentable(job->spec, ldtype, "labels dtype"));
   if (total > limits.max_elements) {
     return LimitExceeded("labels has " + std::to_string(total) + " elements, over max_elements = " +
                          std::to_string(limits.max_elements) + " (--max-elements)");
   }
-  if (Status s = InlineRows(req, total, limits, job); !s.ok()) return s;
-  if (Status s = CheckRowLengths(*job, "labels", limits); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(InlineRows(req, total, limits, job));
+  GPUSAMPLER_RETURN_IF_ERROR(CheckRowLengths(*job, "labels", limits));
   const auto* lbytes = reinterpret_cast<const uint8_t*>(labels.data().data());
   if (ldtype == DType::kBool) {
-    if (Status st = CheckBoolLabels(lbytes, total); !st.ok()) return st;
+    GPUSAMPLER_RETURN_IF_ERROR(CheckBoolLabels(lbytes, total));
   }
   job->label_dtype = ldtype;
   job->labels = lbytes;
@@ -358,7 +355,7 @@ Status InlineFeatures(const v1::SampleRequest& req, const Limits& limits, Job* j
                            " must start with the labels' shape " + ShapeString(labels.shape()));
   }
   int64_t n = 0;
-  if (Status s = CheckTensorData(feat, "features", limits, &n); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckTensorData(feat, "features", limits, &n));
   job->feature_dtype = static_cast<DType>(feat.dtype());
   int64_t row = static_cast<int64_t>(kernels::DTypeSize(job->feature_dtype));
   for (int i = lead; i < feat.shape_size(); ++i) {
@@ -402,12 +399,12 @@ bool ResponseBytes(const Job& job, size_t request_id_bytes, int64_t* bytes) {
 
 Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* job,
                        const DatasetRegistry* datasets) {
-  if (Status s = CheckRequestSize(req, limits); !s.ok()) return s;
-  if (Status s = ParseSpec(req.spec(), limits, &job->spec); !s.ok()) return s;
-  if (Status s = ResolveDataset(req, limits, datasets, job); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckRequestSize(req, limits));
+  GPUSAMPLER_RETURN_IF_ERROR(ParseSpec(req.spec(), limits, &job->spec));
+  GPUSAMPLER_RETURN_IF_ERROR(ResolveDataset(req, limits, datasets, job));
   if (!job->dataset) {
-    if (Status s = InlineLabels(req, limits, job); !s.ok()) return s;
-    if (Status s = InlineFeatures(req, limits, job); !s.ok()) return s;
+    GPUSAMPLER_RETURN_IF_ERROR(InlineLabels(req, limits, job));
+    GPUSAMPLER_RETURN_IF_ERROR(InlineFeatures(req, limits, job));
   }
   return FinishRequest(req, limits, job);
 }

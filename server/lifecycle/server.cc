@@ -315,16 +315,16 @@ Status Server::Start() {
   }
   ledger_ = std::make_shared<CallLedger>();
   probe_ = std::make_shared<ProbeState>();
-  if (Status s = StartCredentials(); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(StartCredentials());
   DeviceSelection selection;
-  if (Status s = SelectDevices(&selection); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(SelectDevices(&selection));
   Fleet fleet;
-  if (Status s = CreateWorkers(selection, &fleet); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(CreateWorkers(selection, &fleet));
   BuildServices(selection, &fleet);
-  if (Status s = StartMetricsEndpoint(); !s.ok()) return s;
-  if (Status s = StartGrpc(); !s.ok()) return s;
-  if (Status s = scheduler_->Start(); !s.ok()) return s;
-  if (Status s = OpenRepository(); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(StartMetricsEndpoint());
+  GPUSAMPLER_RETURN_IF_ERROR(StartGrpc());
+  GPUSAMPLER_RETURN_IF_ERROR(scheduler_->Start());
+  GPUSAMPLER_RETURN_IF_ERROR(OpenRepository());
   return ReportServing();
 }
 
@@ -332,13 +332,10 @@ Status Server::StartCredentials() {
   credentials_ = std::make_unique<CredentialManager>(config_);
   // Calls the TLS metadata check refuses are counted in requests_total (the ledger's
   // metrics are set in BuildServices, before the server listens).
-  if (Status s =
-          credentials_->Init([ledger = ledger_](const std::string& path, const Status& status) {
-            ledger->RecordRefused(path, status);
-          });
-      !s.ok()) {
-    return s;
-  }
+  GPUSAMPLER_RETURN_IF_ERROR(
+      credentials_->Init([ledger = ledger_](const std::string& path, const Status& status) {
+        ledger->RecordRefused(path, status);
+      }));
   const bool auth = !credentials_->tokens()->Get()->empty();
   if (auth) {
     spdlog::info(
@@ -382,10 +379,8 @@ Status Server::CreateWorkers(const DeviceSelection& selection, Fleet* fleet) {
     } else {
       *fleet = CudaFleet(config_, selection.cuda_devices);
     }
-  } catch (const kernels::Error& e) {
-    return FromKernelError(e);
-  } catch (const std::exception& e) {
-    return Status(Code::kInternal, std::string("cannot create the workers: ") + e.what());
+  } catch (...) {  // kernels -> server: opening devices and backends throws kernels::Error
+    return FromCurrentException("cannot create the workers");
   }
   return Status::Ok();
 }
@@ -423,9 +418,10 @@ Status Server::StartMetricsEndpoint() {
           std::vector<std::string>{"listening_ports", config_.metrics_address, "num_threads", "64",
                                    "request_timeout_ms", "1000", "enable_keep_alive", "no"},
           &kMetricsPortPaths);
-    } catch (const std::exception& e) {
-      return Status(Code::kUnavailable, "cannot listen on metrics address " +
-                                            config_.metrics_address + ": " + e.what());
+    } catch (...) {  // prometheus-cpp -> server: civetweb cannot listen (a bad or taken port)
+      // Whatever the exception, the endpoint is unavailable: its message says why.
+      return Unavailable("cannot listen on metrics address " + config_.metrics_address + ": " +
+                         FromCurrentException().message());
     }
     exposer_->RegisterCollectable(metrics_->registry());
     exposer_->RegisterCollectable(metrics_->process_collector());
@@ -491,10 +487,10 @@ Status Server::OpenRepository() {
   auto repository = std::make_unique<Repository>(
       config_.dataset_dir, config_.limits, registry,
       Repository::Hooks{[m](bool ok) { m->dataset_loads(ok).Increment(); },
-                        [m, registry] { m->SetDatasets(registry); }});
+                        [m, registry] { m->SetDatasets(registry->count(), registry->bytes()); }});
   Repository* repo = repository.get();
   registry->AttachRepository(std::move(repository));
-  if (Status s = repo->Open(); !s.ok()) return s;
+  GPUSAMPLER_RETURN_IF_ERROR(repo->Open());
   repo->StartPolling(config_.dataset_poll_seconds);
   return Status::Ok();
 }

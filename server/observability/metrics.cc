@@ -6,7 +6,6 @@
 #include <cassert>
 #include <utility>
 
-#include "datasets/datasets.hpp"
 #include "gpusampler/common/status_codes.hpp"
 #include "observability/nvml.hpp"
 #include "observability/process_metrics.hpp"
@@ -479,10 +478,9 @@ void Metrics::Update() {
   }
 }
 
-void Metrics::SetDatasets(const DatasetRegistry* datasets) {
-  if (datasets == nullptr) return;
-  datasets_->Set(static_cast<double>(datasets->count()));
-  for (prometheus::Gauge* g : dataset_bytes_) g->Set(static_cast<double>(datasets->bytes()));
+void Metrics::SetDatasets(int64_t count, int64_t bytes) {
+  datasets_->Set(static_cast<double>(count));
+  for (prometheus::Gauge* g : dataset_bytes_) g->Set(static_cast<double>(bytes));
 }
 
 }  // namespace gpusampler::server

@@ -23,7 +23,6 @@
 namespace gpusampler::server {
 
 class Nvml;
-class DatasetRegistry;
 
 enum class Method : int {
   kSample = 0,
@@ -109,8 +108,9 @@ class Metrics {
   // (gpusampler_positive_fraction). `num_positive` and `num_negative` hold `rows` values.
   void RecordRowQuality(const int32_t* num_positive, const int32_t* num_negative, int64_t rows,
                         int64_t k);
-  // gpusampler_datasets and gpusampler_dataset_bytes from the registry's current state.
-  void SetDatasets(const DatasetRegistry* datasets);
+  // gpusampler_datasets and gpusampler_dataset_bytes: `count` resident datasets holding
+  // `bytes` (stored and being uploaded; DatasetRegistry::count and bytes).
+  void SetDatasets(int64_t count, int64_t bytes);
   DeviceMetrics& device(int i) { return *devices_[static_cast<size_t>(i)]; }
   int num_devices() const { return static_cast<int>(devices_.size()); }
 

@@ -70,7 +70,7 @@ Status Scheduler::Start() {
   // Every worker warms up before any serves, so the first client pays no lazy
   // initialisation.
   for (auto& slot : workers_) {
-    if (Status s = WarmUp(slot->worker.get()); !s.ok()) return s;
+    GPUSAMPLER_RETURN_IF_ERROR(WarmUp(slot->worker.get()));
   }
   for (auto& slot : workers_) {
     WorkerSlot* s = slot.get();
@@ -266,20 +266,15 @@ void Scheduler::RunJobs(WorkerSlot* slot, const std::vector<Job*>& jobs, Clock::
   dm.busy.Begin();
   try {
     slot->worker->Run(jobs);
-  } catch (const kernels::Error& e) {
-    status = FromKernelError(e);
-    if (e.code() == kernels::Error::Code::kDeviceFault) {
+  } catch (...) {  // kernels -> server: the backend throws kernels::Error (or bad_alloc)
+    bool device_fault = false;
+    status = FromCurrentException("worker failed", &device_fault);
+    if (device_fault) {
       dm.busy.End();
       Fatal(status);
       for (Job* job : jobs) job->done(Unavailable(status.message()));
       return;
     }
-  } catch (const std::bad_alloc&) {
-    status = Status(Code::kResourceExhausted, "server out of memory running the request");
-  } catch (const std::exception& e) {
-    status = Status(Code::kInternal, std::string("worker failed: ") + e.what());
-  } catch (...) {
-    status = Status(Code::kInternal, "worker failed with an unknown exception");
   }
   dm.busy.End();
   const auto end = Clock::now();

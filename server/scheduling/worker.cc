@@ -131,10 +131,8 @@ Status WarmUp(Worker* worker) {
   job.response = &response;
   try {
     worker->Run({&job});
-  } catch (const kernels::Error& e) {
-    return Status(Code::kUnavailable, "warm-up on " + worker->device() + " failed: " + e.what());
-  } catch (const std::exception& e) {
-    return Status(Code::kInternal, "warm-up on " + worker->device() + " failed: " + e.what());
+  } catch (...) {  // kernels -> server
+    return FromCurrentException("warm-up on " + worker->device() + " failed");
   }
   if (response.num_positive().data().size() != 8) {
     return Status(Code::kInternal, "warm-up on " + worker->device() + " gave no output");

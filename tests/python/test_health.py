@@ -14,8 +14,9 @@ import gpusampler
 from conftest import BUILD_DIR, PYTHON, REPO
 from gpusampler import _health
 
-# The health.proto the build staged for the package's stubs (whatever its place in server/).
-STAGED_PROTO = (BUILD_DIR / "client" / "python_health_proto" / "gpusampler" / "grpc_health"
+# The health.proto the build staged for the package's stubs (proto/grpc/health/v1/health.proto,
+# copied by proto/CMakeLists.txt).
+STAGED_PROTO = (BUILD_DIR / "proto" / "python_health_proto" / "gpusampler" / "grpc_health"
                 / "v1" / "health.proto")
 
 

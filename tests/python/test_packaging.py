@@ -44,7 +44,7 @@ def declared_minimums() -> dict:
 
 @pytest.mark.parametrize("folder, proto", [("v1", "sampler"), ("grpc_health/v1", "health")])
 def test_committed_stubs_are_what_the_build_generates(folder, proto):
-    generated = BUILD_DIR / "client" / "python_stubs" / "gpusampler" / folder
+    generated = BUILD_DIR / "proto" / "python_stubs" / "gpusampler" / folder
     committed = STUBS.parent / folder
     if not generated.exists():
         pytest.skip(f"{generated} absent: the build found no grpc_python_plugin "

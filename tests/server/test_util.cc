@@ -12,7 +12,7 @@
 #include <random>
 #include <thread>
 
-#include "health.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace gpusampler::server::testing {
 

@@ -1,17 +1,16 @@
 #include "gpusampler/client/client.hpp"
 
 #include <arpa/inet.h>
-#include <grpcpp/generic/generic_stub.h>
 
 #include <cstdio>
 #include <exception>
-#include <future>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <utility>
 
 #include "gpusampler/common/status_codes.hpp"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace gpusampler::client {
 namespace {
@@ -36,60 +35,6 @@ int IpFamily(const std::string& target) {
   if (colon == std::string::npos) return 0;
   in_addr addr;
   return inet_pton(AF_INET, target.substr(0, colon).c_str(), &addr) == 1 ? 4 : 0;
-}
-
-// grpc.health.v1.HealthCheckRequest{service} in wire format. Hand-encoded so that this
-// library does not register health.proto, which a server linked into the same binary
-// may register too.
-std::string EncodeHealthRequest(const std::string& service) {
-  std::string out;
-  if (service.empty()) return out;
-  out.push_back(0x0a);  // field 1, length-delimited
-  uint64_t len = service.size();
-  while (len >= 0x80) {
-    out.push_back(static_cast<char>((len & 0x7f) | 0x80));
-    len >>= 7;
-  }
-  out.push_back(static_cast<char>(len));
-  return out + service;
-}
-
-// HealthCheckResponse.status (field 1, varint); unknown fields are skipped.
-bool DecodeHealthStatus(const std::string& bytes, int* status) {
-  *status = 0;
-  size_t pos = 0;
-  auto varint = [&](uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; pos < bytes.size() && shift < 64; shift += 7) {
-      uint8_t b = static_cast<uint8_t>(bytes[pos++]);
-      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if (!(b & 0x80)) return true;
-    }
-    return false;
-  };
-  while (pos < bytes.size()) {
-    uint64_t key, value;
-    if (!varint(&key)) return false;
-    switch (key & 7) {
-      case 0:
-        if (!varint(&value)) return false;
-        if ((key >> 3) == 1) *status = static_cast<int>(value);
-        break;
-      case 1:
-        pos += 8;
-        break;
-      case 2:
-        if (!varint(&value)) return false;
-        pos += value;
-        break;
-      case 5:
-        pos += 4;
-        break;
-      default:
-        return false;
-    }
-  }
-  return pos == bytes.size();
 }
 
 void Require(bool ok, const std::string& what) {
@@ -471,28 +416,14 @@ grpc::Status Client::CheckHealth(std::string* status, const std::string& service
                                  const CallOptions& call) {
   CheckCall(call);
   auto context = NewContext(call.timeout.value_or(options_.default_timeout));
-  grpc::GenericStub stub(Pick().channel);
-  std::string request_bytes = EncodeHealthRequest(service);
-  grpc::Slice slice(request_bytes);
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(context.get(), "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&done](grpc::Status s) { done.set_value(std::move(s)); });
-  grpc::Status result = done.get_future().get();
+  auto stub = grpc::health::v1::Health::NewStub(Pick().channel);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status result = stub->Check(context.get(), request, &response);
   if (!result.ok()) return result;
-  std::vector<grpc::Slice> slices;
-  if (!response.Dump(&slices).ok()) {
-    return grpc::Status(grpc::StatusCode::INTERNAL, "unreadable health response");
-  }
-  std::string bytes;
-  for (const grpc::Slice& s : slices)
-    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  int code = 0;
-  if (!DecodeHealthStatus(bytes, &code)) {
-    return grpc::Status(grpc::StatusCode::INTERNAL, "malformed health response");
-  }
   static const char* const kNames[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
+  const int code = response.status();
   *status = code >= 0 && code < 4 ? kNames[code] : "UNKNOWN";
   return result;
 }

@@ -12,6 +12,7 @@
 
 #include "datasets/datasets.hpp"
 #include "gpusampler/client/npy.hpp"
+#include "gpusampler/kernels/device.hpp"
 #include "test_util.hpp"
 
 namespace gpusampler::server::testing {
@@ -168,26 +169,6 @@ void ExpectSameAnswer(const v1::SampleResponse& a, const v1::SampleResponse& b,
   EXPECT_EQ(a.seed(), b.seed()) << where;
 }
 
-TEST(Sha256Test, Fips180Vectors) {
-  auto hex = [](const std::string& s) {
-    Sha256 h;
-    h.Update(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-    return h.HexDigest();
-  };
-  EXPECT_EQ(hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
-            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  // Fed in uneven pieces: the same digest.
-  const std::string million(1000000, 'a');
-  Sha256 h;
-  for (size_t at = 0; at < million.size(); at += 777) {
-    h.Update(reinterpret_cast<const uint8_t*>(million.data()) + at,
-             std::min<size_t>(777, million.size() - at));
-  }
-  EXPECT_EQ(h.HexDigest(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-}
-
 TEST(DatasetTest, ChunkedUploadEqualsInlineRowsInAnyOrder) {
   auto t = StartServer(TestConfig());
   const HostDataset host = RandomDataset(9, 3000, 3, 7);
@@ -281,6 +262,54 @@ TEST(DatasetTest, StoredLabelsAndFeaturesStartOnACacheLineAndKeepEveryByte) {
     EXPECT_EQ(std::memcmp(stored->features.data(), features.data().data(), features.data().size()),
               0)
         << per;
+  }
+}
+
+// A device that faults while a dataset is copied to it (issue 27) is UNAVAILABLE, never
+// RESOURCE_EXHAUSTED, whether the fault comes from the allocation or the copy; only a device
+// out of memory is RESOURCE_EXHAUSTED. Nothing of the failed upload stays behind.
+TEST(DatasetTest, ADeviceFaultWhilePlacingIsUnavailableNeverResourceExhausted) {
+  using K = kernels::Error::Code;
+  struct Case {
+    K thrown;
+    bool in_copy;  // else in the allocation
+    Code want;
+  };
+  for (const Case& c : {Case{K::kDeviceFault, true, Code::kUnavailable},
+                        Case{K::kDeviceFault, false, Code::kUnavailable},
+                        Case{K::kOutOfMemory, true, Code::kResourceExhausted},
+                        Case{K::kOutOfMemory, false, Code::kResourceExhausted}}) {
+    SCOPED_TRACE(std::string(c.in_copy ? "copy" : "alloc") + " throws " +
+                 std::to_string(static_cast<int>(c.thrown)));
+    DatasetRegistry registry(int64_t{1} << 30, {kernels::kSimDevice});
+    int copies = 0;
+    DeviceMemory memory;
+    memory.alloc = [&](int device, size_t bytes) -> void* {
+      if (!c.in_copy) throw kernels::Error(c.thrown, "test: injected in DeviceAlloc");
+      return kernels::DeviceAlloc(device, bytes);
+    };
+    memory.copy = [&](int device, void* dst, const void* src, size_t bytes) {
+      ++copies;
+      if (c.in_copy) throw kernels::Error(c.thrown, "test: injected in CopyToDevice");
+      kernels::CopyToDevice(device, dst, src, bytes);
+    };
+    registry.SetDeviceMemory(std::move(memory));
+    const HostDataset host = RandomDataset(3, 500, 2, 5);
+    std::shared_ptr<const Dataset> stored;
+    Status status;
+    {
+      DatasetBuilder builder(&registry, Limits());
+      for (const v1::DatasetChunk& chunk : host.Chunks("faulty", 200, /*ragged=*/true)) {
+        ASSERT_TRUE(builder.Add(chunk).ok());
+      }
+      status = builder.Commit(&stored);
+    }
+    EXPECT_EQ(status.code(), c.want) << status.message();
+    EXPECT_NE(status.message().find("test: injected"), std::string::npos) << status.message();
+    EXPECT_EQ(copies, c.in_copy ? 1 : 0);  // no retry: nothing was evicted to retry for
+    EXPECT_EQ(stored, nullptr);
+    EXPECT_EQ(registry.count(), 0);
+    EXPECT_EQ(registry.bytes(), 0);
   }
 }
 

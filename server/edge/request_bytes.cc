@@ -1,0 +1,117 @@
+#include "edge/request_bytes.hpp"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include <limits>
+#include <random>
+
+#include "core/tensor_check.hpp"
+
+namespace gpusampler::server {
+namespace {
+
+// Refuses a request whose tensor shapes have more than kMaxRank dims, from the wire bytes,
+// before parsing: a shape of 8M one-byte dims would take 64 MiB once parsed. Anything
+// malformed is left to the parser.
+Status CheckRankBeforeParse(const grpc::ByteBuffer& bytes) {
+  using google::protobuf::internal::WireFormatLite;
+  grpc::ByteBuffer copy(bytes);  // shares the slices
+  grpc::ProtoBufferReader reader(&copy);
+  google::protobuf::io::CodedInputStream in(&reader);
+  in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+  static constexpr const char* kNames[] = {"",           "", "", "labels", "features",
+                                           "row_splits", "", "", "rows"};
+  // A varint is at most 10 bytes: kMaxRank dims fit in this many packed bytes.
+  constexpr uint32_t kMaxPackedBytes = 10 * kMaxRank;
+  while (const uint32_t tag = in.ReadTag()) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    const bool tensor = field == 3 || field == 4 || field == 5 || field == 8;
+    if (!tensor ||
+        WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      if (!WireFormatLite::SkipField(&in, tag)) return Status::Ok();
+      continue;
+    }
+    uint32_t length = 0;
+    if (!in.ReadVarint32(&length)) return Status::Ok();
+    const auto limit = in.PushLimit(static_cast<int>(length));
+    int dims = 0;
+    while (const uint32_t inner = in.ReadTag()) {
+      if (WireFormatLite::GetTagFieldNumber(inner) == 2) {
+        if (WireFormatLite::GetTagWireType(inner) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+          uint32_t packed = 0;
+          if (!in.ReadVarint32(&packed)) return Status::Ok();
+          if (packed > kMaxPackedBytes) dims = kMaxRank + 1;
+          if (!in.Skip(static_cast<int>(packed))) return Status::Ok();
+        } else {
+          ++dims;
+          if (!WireFormatLite::SkipField(&in, inner)) return Status::Ok();
+        }
+        if (dims > kMaxRank) {
+          return InvalidArgument(std::string(kNames[field]) + ".shape has more than " +
+                                 std::to_string(kMaxRank) + " dims");
+        }
+      } else if (!WireFormatLite::SkipField(&in, inner)) {
+        return Status::Ok();
+      }
+    }
+    in.PopLimit(limit);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool ByteBudget::TryCharge(int64_t bytes) {
+  int64_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (bytes > limit_ - used) return false;
+  } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  if (gauge_) gauge_->Increment(static_cast<double>(bytes));
+  int64_t peak = peak_.load(std::memory_order_relaxed);
+  while (used + bytes > peak &&
+         !peak_.compare_exchange_weak(peak, used + bytes, std::memory_order_relaxed)) {
+  }
+  return true;
+}
+
+void ByteBudget::Release(int64_t bytes) {
+  if (bytes == 0) return;
+  used_.fetch_sub(bytes, std::memory_order_relaxed);
+  if (gauge_) gauge_->Decrement(static_cast<double>(bytes));
+}
+
+int64_t ByteBudget::TakePeak() {
+  return peak_.exchange(used_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+int64_t BudgetPushbackMs() {
+  thread_local std::minstd_rand gen(std::random_device{}());
+  return 100 + static_cast<int64_t>(gen() % 100);
+}
+
+Status Charge(ByteBudget& budget, int64_t bytes, const char* what) {
+  if (budget.TryCharge(bytes)) return Status::Ok();
+  const std::string message = std::string(what) + " needs " + std::to_string(bytes) + " bytes; " +
+                              std::to_string(budget.used()) + " of " +
+                              std::to_string(budget.limit()) +
+                              " are held by other requests (--max-inflight-bytes)";
+  // Larger than the whole budget: no retry can succeed.
+  return Status(Code::kResourceExhausted, message,
+                bytes > budget.limit() ? kDoNotRetry : BudgetPushbackMs());
+}
+
+Status ParseRequest(const grpc::ByteBuffer& bytes, v1::SampleRequest* request,
+                    const std::string& what) {
+  GPUSAMPLER_RETURN_IF_ERROR(CheckRankBeforeParse(bytes));
+  grpc::ByteBuffer copy(bytes);  // shares the slices; Deserialize consumes its argument
+  if (!grpc::SerializationTraits<v1::SampleRequest>::Deserialize(&copy, request).ok()) {
+    return InvalidArgument(what + " (" + std::to_string(bytes.Length()) +
+                           " bytes) does not parse as a gpusampler.v1.SampleRequest");
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpusampler::server

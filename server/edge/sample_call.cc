@@ -1,0 +1,69 @@
+#include "edge/sample_call.hpp"
+
+#include "datasets/datasets.hpp"
+#include "edge/request_bytes.hpp"
+#include "edge/validate.hpp"
+
+namespace gpusampler::server {
+namespace {
+
+Clock::time_point SteadyDeadline(const grpc::CallbackServerContext& ctx, Clock::time_point now) {
+  const auto deadline = ctx.deadline();
+  const auto left = deadline - std::chrono::system_clock::now();
+  // gRPC reports "no deadline" as time_point::max(); anything beyond a year is the same.
+  if (deadline == std::chrono::system_clock::time_point::max() ||
+      left > std::chrono::hours(24 * 365)) {
+    return Clock::time_point::max();
+  }
+  return now + std::chrono::duration_cast<Clock::duration>(left);
+}
+
+}  // namespace
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerContext& ctx,
+                                const v1::SampleRequest& request, v1::SampleResponse* response,
+                                Clock::time_point accepted, int64_t* charged, Status* status) {
+  if (*status = svc->Authorize(ctx); !status->ok()) return nullptr;
+  if (!svc->accepting()) {
+    *status = Unavailable("server is draining; retry another replica");
+    return nullptr;
+  }
+  auto job = std::make_shared<Job>();
+  *status = ValidateRequest(request, svc->config().limits, job.get(), svc->datasets());
+  if (!status->ok()) return nullptr;
+  int64_t response_bytes = 0;
+  ResponseBytes(*job, request.request_id().size(), &response_bytes);  // checked by Validate
+  // The response is held twice at its peak: built, then serialized for gRPC.
+  const int64_t cost = 2 * response_bytes;
+  if (*status = Charge(svc->budget(), cost, "the response"); !status->ok()) return nullptr;
+  *charged += cost;
+  job->accepted = accepted;
+  job->deadline = SteadyDeadline(ctx, accepted);
+  job->connection = ctx.peer();  // the client's address and port: one per connection
+  job->response = response;
+  response->set_request_id(request.request_id());
+  // The version this response is computed from (SPEC section 6): the job holds that one.
+  if (job->dataset) {
+    response->set_dataset_sha256(static_cast<const Dataset&>(*job->dataset).sha256);
+  }
+  return job;
+}
+
+void SetTotal(v1::SampleResponse* response, Clock::time_point accepted) {
+  response->mutable_timing()->set_total_us(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - accepted).count());
+}
+
+Status FromCallbackException() {
+  const Status status = FromCurrentException();
+  if (status.code() == Code::kResourceExhausted) {
+    return Status(status.code(), status.message(), BudgetPushbackMs());
+  }
+  return Status(status.code(), "internal error: " + status.message());
+}
+
+}  // namespace gpusampler::server

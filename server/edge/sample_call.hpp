@@ -1,0 +1,36 @@
+// The steps that Sample (service.cc) and SampleStream (sample_stream.cc) share once a
+// request's bytes are parsed: authenticate, validate into a Job, charge the response's bytes,
+// and the response's timing.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "core/job.hpp"
+#include "core/status.hpp"
+#include "edge/service.hpp"
+#include "gpusampler/v1/sampler.pb.h"
+
+namespace gpusampler::server {
+
+double SecondsSince(Clock::time_point t);
+
+// Validates `request` into a Job answering into `response`, and charges the response's
+// bytes (the estimate covers every byte it echoes) to the budget; null with `*status` set
+// when the request is refused (unauthenticated, draining, invalid, over the budget).
+// `*charged` grows by what was charged.
+std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerContext& ctx,
+                                const v1::SampleRequest& request, v1::SampleResponse* response,
+                                Clock::time_point accepted, int64_t* charged, Status* status);
+
+// Sets the response's timing.total_us: from `accepted` to now.
+void SetTotal(v1::SampleResponse* response, Clock::time_point accepted);
+
+// The status an exception escaping into a gRPC or worker callback becomes (call inside a
+// catch (...)): FromCurrentException, and out of host memory passes like a full byte
+// budget, with a retry pushback.
+Status FromCallbackException();
+
+}  // namespace gpusampler::server
