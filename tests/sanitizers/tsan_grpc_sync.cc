@@ -46,8 +46,8 @@
 #include <grpcpp/server.h>
 #include <grpcpp/support/server_callback.h>
 
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -96,7 +96,9 @@ class ShimExecutor {
   }
 
  private:
-  ShimExecutor() { std::thread([this] { Loop(); }).detach(); }
+  ShimExecutor() {
+    std::thread([this] { Loop(); }).detach();
+  }
   void Loop() {
     for (;;) {
       std::pair<void*, std::function<void()>> item;
@@ -187,23 +189,25 @@ grpc_call_error grpc_server_request_call(grpc_server* server, grpc_call** call,
                                          grpc_completion_queue* cq_bound_to_call,
                                          grpc_completion_queue* cq_for_notification,
                                          void* tag_new) {
-  using Fn = grpc_call_error (*)(grpc_server*, grpc_call**, grpc_call_details*,
-                                 grpc_metadata_array*, grpc_completion_queue*,
-                                 grpc_completion_queue*, void*);
+  using Fn =
+      grpc_call_error (*)(grpc_server*, grpc_call**, grpc_call_details*, grpc_metadata_array*,
+                          grpc_completion_queue*, grpc_completion_queue*, void*);
   static const Fn real = Next<Fn>("grpc_server_request_call");
   Release(tag_new);
   return real(server, call, details, request_metadata, cq_bound_to_call, cq_for_notification,
               tag_new);
 }
 
-grpc_call_error grpc_server_request_registered_call(
-    grpc_server* server, void* registered_method, grpc_call** call, gpr_timespec* deadline,
-    grpc_metadata_array* request_metadata, grpc_byte_buffer** optional_payload,
-    grpc_completion_queue* cq_bound_to_call, grpc_completion_queue* cq_for_notification,
-    void* tag_new) {
+grpc_call_error grpc_server_request_registered_call(grpc_server* server, void* registered_method,
+                                                    grpc_call** call, gpr_timespec* deadline,
+                                                    grpc_metadata_array* request_metadata,
+                                                    grpc_byte_buffer** optional_payload,
+                                                    grpc_completion_queue* cq_bound_to_call,
+                                                    grpc_completion_queue* cq_for_notification,
+                                                    void* tag_new) {
   using Fn = grpc_call_error (*)(grpc_server*, void*, grpc_call**, gpr_timespec*,
-                                 grpc_metadata_array*, grpc_byte_buffer**,
-                                 grpc_completion_queue*, grpc_completion_queue*, void*);
+                                 grpc_metadata_array*, grpc_byte_buffer**, grpc_completion_queue*,
+                                 grpc_completion_queue*, void*);
   static const Fn real = Next<Fn>("grpc_server_request_registered_call");
   Release(tag_new);
   return real(server, registered_method, call, deadline, request_metadata, optional_payload,
@@ -257,7 +261,7 @@ void _ZN4absl7debian37CondVar4WaitEPNS0_5MutexE(void* cv, void* mu) {
 }
 
 bool _ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE(void* cv, void* mu,
-                                                                         AbslDuration t) {
+                                                                       AbslDuration t) {
   static const auto real = Next<bool (*)(void*, void*, AbslDuration)>(
       "_ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
   Release(mu);
@@ -267,7 +271,7 @@ bool _ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE(void* cv,
 }
 
 bool _ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE(void* cv, void* mu,
-                                                                            AbslDuration d) {
+                                                                          AbslDuration d) {
   static const auto real = Next<bool (*)(void*, void*, AbslDuration)>(
       "_ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
   Release(mu);
@@ -285,8 +289,8 @@ grpc_event grpc_completion_queue_next(grpc_completion_queue* cq, gpr_timespec de
   return ev;
 }
 
-grpc_event grpc_completion_queue_pluck(grpc_completion_queue* cq, void* tag,
-                                       gpr_timespec deadline, void* reserved) {
+grpc_event grpc_completion_queue_pluck(grpc_completion_queue* cq, void* tag, gpr_timespec deadline,
+                                       void* reserved) {
   using Fn = grpc_event (*)(grpc_completion_queue*, void*, gpr_timespec, void*);
   static const Fn real = Next<Fn>("grpc_completion_queue_pluck");
   grpc_event ev = real(cq, tag, deadline, reserved);

@@ -130,8 +130,8 @@ class SimBackend final : public Backend {
     }
     if (bytes <= arena_bytes_) return;
     if (stream_) stream_->Synchronize();
-    arena_bytes_ = static_cast<size_t>(detail::GrowArenaBytes(static_cast<int64_t>(arena_bytes_),
-                                                              static_cast<int64_t>(bytes)));
+    arena_bytes_ = static_cast<size_t>(
+        detail::GrowArenaBytes(static_cast<int64_t>(arena_bytes_), static_cast<int64_t>(bytes)));
     arena_.reset(new uint64_t[arena_bytes_ / 8 + 1]);
   }
 

@@ -224,9 +224,9 @@ TEST(BinaryTest, ServesProbesAndDrainsOnSigterm) {
 // seconds, far past a 0.2 s grace.
 TEST(BinaryTest, DrainExitsWithinTheGraceWhileALaunchRuns) {
   ServerProcess server("grace");
-  ASSERT_TRUE(server.Start({"--device", "cuda-sim", "--streams-per-device", "1", "--address",
-                            "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
-                            "--shutdown-grace-seconds", "0.2"}))
+  ASSERT_TRUE(
+      server.Start({"--device", "cuda-sim", "--streams-per-device", "1", "--address", "127.0.0.1:0",
+                    "--metrics-address", "127.0.0.1:0", "--shutdown-grace-seconds", "0.2"}))
       << ReadFile(server.log);
   auto channel = grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials());
   auto stub = v1::Sampler::NewStub(channel);
@@ -248,8 +248,7 @@ TEST(BinaryTest, DrainExitsWithinTheGraceWhileALaunchRuns) {
   };
   ASSERT_TRUE(WaitFor(
       [&] {
-        return metric("gpusampler_inflight_requests") >= 1 &&
-               metric("gpusampler_queue_depth") == 0;
+        return metric("gpusampler_inflight_requests") >= 1 && metric("gpusampler_queue_depth") == 0;
       },
       std::chrono::seconds(60)))
       << ReadFile(server.log);

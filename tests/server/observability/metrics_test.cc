@@ -58,8 +58,8 @@ TEST(MetricsTest, HundredStreamMessagesCountAHundred) {
 
   const std::string scrape = Scrape(t);
   EXPECT_EQ(Value(scrape, kStreamOk) - before, 100);
-  EXPECT_EQ(
-      Value(scrape, "gpusampler_request_duration_seconds_count{method=\"SampleStream\"}"), 100);
+  EXPECT_EQ(Value(scrape, "gpusampler_request_duration_seconds_count{method=\"SampleStream\"}"),
+            100);
   // The stream's lifetime goes to its own histogram, once, and not to the request latency.
   EXPECT_EQ(Value(scrape, "gpusampler_stream_duration_seconds_count"), 1);
   EXPECT_GT(Value(scrape, "gpusampler_stream_duration_seconds_sum"), 0);
@@ -83,8 +83,9 @@ TEST(MetricsTest, StreamMessagesCountWithTheirOwnCodes) {
 
   const std::string scrape = Scrape(t);
   EXPECT_EQ(Value(scrape, kStreamOk), 1);
-  EXPECT_EQ(Value(scrape, "gpusampler_requests_total{code=\"INVALID_ARGUMENT\",method="
-                          "\"SampleStream\"}"),
+  EXPECT_EQ(Value(scrape,
+                  "gpusampler_requests_total{code=\"INVALID_ARGUMENT\",method="
+                  "\"SampleStream\"}"),
             1);
   EXPECT_EQ(Value(scrape, "gpusampler_stream_duration_seconds_count"), 1);
 }
@@ -144,9 +145,9 @@ TEST(MetricsTest, CallsRefusedByTheTransportAreCounted) {
     ASSERT_TRUE(stub->Sample(&ctx, Small(1), &resp).ok());
   }
   // Counted once missing from the service for three updater periods (1 s each).
-  EXPECT_TRUE(WaitFor(
-      [&] { return Value(Scrape(t), "gpusampler_transport_rejected_calls_total") == 2; },
-      std::chrono::seconds(15)))
+  EXPECT_TRUE(
+      WaitFor([&] { return Value(Scrape(t), "gpusampler_transport_rejected_calls_total") == 2; },
+              std::chrono::seconds(15)))
       << Scrape(t);
   const std::string scrape = Scrape(t);
   EXPECT_EQ(Value(scrape, "gpusampler_requests_total{code=\"OK\",method=\"Sample\"}"), 1);
@@ -199,10 +200,8 @@ TEST(MetricsTest, ProcessQueueCapacityAndBusySeconds) {
   const std::string scrape = Scrape(t);
   EXPECT_EQ(Value(scrape, "gpusampler_queue_capacity"), 77);
   EXPECT_EQ(Value(scrape, "gpusampler_serving"), 1);
-  EXPECT_NE(scrape.find("# TYPE gpusampler_device_busy_seconds_total counter"),
-            std::string::npos);
-  EXPECT_NE(scrape.find("# TYPE gpusampler_stream_duration_seconds histogram"),
-            std::string::npos);
+  EXPECT_NE(scrape.find("# TYPE gpusampler_device_busy_seconds_total counter"), std::string::npos);
+  EXPECT_NE(scrape.find("# TYPE gpusampler_stream_duration_seconds histogram"), std::string::npos);
   EXPECT_GT(Value(scrape, "process_resident_memory_bytes"), 1 << 20);
   EXPECT_GT(Value(scrape, "process_open_fds"), 3);
   EXPECT_GT(Value(scrape, "process_max_fds"), 3);
@@ -210,9 +209,8 @@ TEST(MetricsTest, ProcessQueueCapacityAndBusySeconds) {
   EXPECT_NE(scrape.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
   // Started within the last hour, by the wall clock.
   const double start = Value(scrape, "process_start_time_seconds");
-  const double now = std::chrono::duration<double>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   EXPECT_LE(start, now + 1);
   EXPECT_GT(start, now - 3600);
 }
