@@ -70,7 +70,7 @@ if [ "${TSAN:-1}" != 0 ]; then
   sim_kernels='CudaLauncherTest\.|CompletionTest\.|LauncherOnDevice\..*/cudasim'
   sim_kernels+='|GoldenBackendTest\..*/cudasimdevice'
   sim_kernels+='|BruteForceTest\.(EdgeSizes|EveryDtype|Ragged|SeedAndRow).*/cudasimdevice'
-  sim_server='^cuda_sim\.(GoldenThroughGrpc|DatasetTest|StreamTest|DrainTest|BatchingIndependence)\.'
+  sim_server='^cuda_sim\.(GoldenThroughGrpc|DatasetTest|SampleStreamTest|ServiceStreamTest|DrainTest|BatchingIndependence)\.'
   LD_PRELOAD="$PWD/build-tsan/libtsan_grpc_sync.so" \
     ctest --test-dir build-tsan -L 'kernels|cuda-sim' -R "$sim_kernels|$sim_server" \
     --output-on-failure -j "$JOBS"

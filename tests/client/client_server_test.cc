@@ -1,5 +1,6 @@
 // gpusampler::client against the real gpusampler-server (CPU backend, port 0): golden
-// samples, streaming sessions and their window, errors, deadlines and retries.
+// samples, streaming sessions and their window, errors, deadlines and retries. A frozen
+// server has its suite in frozen_server_test.cc.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -22,66 +23,12 @@
 #include <thread>
 #include <vector>
 
+#include "client_server_util.hpp"
 #include "gpusampler/client/client.hpp"
 #include "gpusampler/client/tensor.hpp"
 
-extern char** environ;
-
 namespace gpusampler::client {
 namespace {
-
-// Starts gpusampler-server (CPU, port 0) with its files in `dir`; sets `*pid`, `*target`
-// and `*metrics_port`. Fails the current test when it does not come up.
-void SpawnServer(const std::string& dir, pid_t* pid, std::string* target, int* metrics_port,
-                 const std::vector<std::string>& extra = {}) {
-  const std::string bin = GPUSAMPLER_SERVER_BIN;
-  ASSERT_EQ(access(bin.c_str(), X_OK), 0)
-      << bin << " does not exist: build the server (cmake --build build) before this test";
-  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
-  const std::string port_file = dir + "/ports", log = dir + "/server.log";
-  std::remove(port_file.c_str());
-  std::vector<std::string> args = {bin,           "--device",    "cpu",
-                                   "--address",   "127.0.0.1:0", "--metrics-address",
-                                   "127.0.0.1:0", "--port-file", port_file};
-  args.insert(args.end(), extra.begin(), extra.end());
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  ASSERT_EQ(posix_spawn(pid, bin.c_str(), &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream in(port_file);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!text.empty() && text.back() == '\n') {
-      int grpc_port = 0;
-      std::istringstream(text) >> grpc_port >> *metrics_port;
-      *target = "127.0.0.1:" + std::to_string(grpc_port);
-      return;
-    }
-    int status;
-    if (waitpid(*pid, &status, WNOHANG) == *pid) {
-      *pid = -1;
-      FAIL() << "gpusampler-server exited before serving; see " << log;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  FAIL() << "gpusampler-server did not write " << port_file << " within 60 s";
-}
-
-// SIGTERM, and the exit status must be 0.
-void StopServer(pid_t pid) {
-  if (pid <= 0) return;
-  kill(pid, SIGTERM);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << "server did not exit 0 on SIGTERM (status " << status << ")";
-}
 
 // One server for the whole binary.
 class ServerEnvironment : public ::testing::Environment {
@@ -106,16 +53,6 @@ ClientOptions Options() {
   ClientOptions o;
   o.targets = {ServerEnvironment::target};
   return o;
-}
-
-v1::SampleRequest Request(int64_t rows, int64_t n, int64_t k, uint64_t seed) {
-  std::vector<int64_t> labels(rows * n);
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = (i * 7919 % 11) < 2 ? 1 : 0;
-  v1::SampleRequest r;
-  r.mutable_spec()->set_num_samples(k);
-  *r.mutable_labels() = MakeTensor(labels, {rows, n});
-  r.set_seed(seed);
-  return r;
 }
 
 TEST(ClientServer, GoldenSamples) {
@@ -387,66 +324,6 @@ TEST(ClientServer, RequestOverTheClientLimitFailsBeforeSending) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(status.error_message().find("max_send_message_bytes = 1000"), std::string::npos)
       << status.error_message();
-}
-
-// A server of its own, answering once and then stopped with SIGSTOP: the process keeps its
-// sockets open but never answers again, as a wedged replica does.
-class FrozenServer : public ::testing::Test {
- protected:
-  void SetUp() override {
-    // A short grace: the drain need not wait for what the frozen server left half-done.
-    SpawnServer(::testing::TempDir() + "/gpusampler_frozen." + std::to_string(getpid()), &pid_,
-                &target_, &metrics_port_, {"--shutdown-grace-seconds", "1"});
-    ClientOptions o;
-    o.targets = {target_};
-    Client warm(o);
-    v1::SampleResponse response;
-    ASSERT_TRUE(warm.Sample(Request(1, 40, 4, 1), &response).ok());
-    ASSERT_EQ(kill(pid_, SIGSTOP), 0);
-  }
-  void TearDown() override {
-    kill(pid_, SIGCONT);
-    StopServer(pid_);
-  }
-  pid_t pid_ = -1;
-  std::string target_;
-  int metrics_port_ = 0;
-};
-
-ClientOptions FrozenClientOptions(const std::string& target) {
-  ClientOptions o;
-  o.targets = {target};
-  return o;
-}
-
-TEST_F(FrozenServer, SessionFailsByItsPerMessageDeadline) {
-  ClientOptions o = FrozenClientOptions(target_);
-  o.default_timeout = std::chrono::milliseconds(500);  // per message for sessions
-  Client client(o);
-  auto session = client.OpenSession(2);
-  int sent = 0, received = 0;
-  const grpc::Status status = session->Run(
-      [&](v1::SampleRequest* r) {
-        if (sent == 3) return false;
-        *r = Request(1, 40, 4, sent++);
-        return true;
-      },
-      [&](v1::SampleResponse&&) { ++received; });
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
-  EXPECT_NE(status.error_message().find("per-message deadline of 500 ms"), std::string::npos)
-      << status.error_message();
-  EXPECT_EQ(received, 0);
-}
-
-TEST_F(FrozenServer, HealthAndUnaryCallsFailByTheirDeadline) {
-  ClientOptions o = FrozenClientOptions(target_);
-  o.default_timeout = std::chrono::milliseconds(300);
-  Client client(o);
-  v1::SampleResponse response;
-  EXPECT_EQ(client.Sample(Request(1, 40, 4, 1), &response).error_code(),
-            grpc::StatusCode::DEADLINE_EXCEEDED);
-  std::string serving;
-  EXPECT_EQ(client.CheckHealth(&serving).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
 }
 
 TEST(ClientServer, SlowConsumerIsNotAPerMessageDeadline) {

@@ -21,7 +21,7 @@
 namespace gpusampler::server::testing {
 namespace {
 
-TEST(StreamTest, ByteBackpressureStopsReadingThenAllAreAnswered) {
+TEST(SampleStreamTest, ByteBackpressureStopsReadingThenAllAreAnswered) {
   ServerConfig c = TestConfig();
   c.max_stream_inflight = 32;
   c.max_stream_inflight_bytes = 100000;  // under one request of 20k INT64 labels (2 x 160 KB)
@@ -45,7 +45,7 @@ TEST(StreamTest, ByteBackpressureStopsReadingThenAllAreAnswered) {
   EXPECT_TRUE(stream->Finish().ok());
 }
 
-TEST(StreamTest, BadMessageEndsTheStreamWithInvalidArgumentAfterEarlierResponses) {
+TEST(SampleStreamTest, BadMessageEndsTheStreamWithInvalidArgumentAfterEarlierResponses) {
   auto t = StartServer(TestConfig());
   grpc::ClientContext ctx;
   auto stream = t.stub->SampleStream(&ctx);

@@ -29,7 +29,7 @@ int64_t MetricValue(const std::string& scrape, const std::string& series) {
   return static_cast<int64_t>(std::stod(scrape.substr(at + series.size() + 2)));
 }
 
-TEST(MetricsTest, ShortRowsAndRealizedPositiveFraction) {
+TEST(MetricsScrapeTest, ShortRowsAndRealizedPositiveFraction) {
   auto t = StartServer(TestConfig());
   RequestSpec r;
   std::vector<int64_t> plenty(100, 0), scarce(100, 0), tiny = {1, 1, 0, 0, 0};
@@ -57,7 +57,7 @@ TEST(MetricsTest, ShortRowsAndRealizedPositiveFraction) {
   EXPECT_EQ(MetricValue(scrape, "gpusampler_positive_fraction_bucket{le=\"+Inf\"}"), 3);
 }
 
-TEST(MetricsTest, ScrapeAfterTrafficHasEverySpecMetricAndPassesPromtool) {
+TEST(MetricsScrapeTest, ScrapeAfterTrafficHasEverySpecMetricAndPassesPromtool) {
   auto t = StartServer(TestConfig());
   for (int i = 0; i < 5; ++i) {
     grpc::ClientContext ctx;

@@ -1,5 +1,5 @@
-// gpusampler::common: the status-code names, the tensor views' dtype table and the .npy steps
-// the server's repository uses on their own (ParseNpy's whole-file path is in npy_test.cc).
+// gpusampler::common npy: the descrs numpy writes, header bytes padded to 64, preambles of
+// versions one to three, refused headers and bool bytes.
 #include <grpcpp/support/status.h>
 #include <gtest/gtest.h>
 
@@ -14,68 +14,7 @@
 namespace gpusampler::common {
 namespace {
 
-TEST(StatusCodes, NamesEveryGrpcCodeAtItsValue) {
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::OK], "OK");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::CANCELLED], "CANCELLED");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::UNKNOWN], "UNKNOWN");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::INVALID_ARGUMENT], "INVALID_ARGUMENT");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::DEADLINE_EXCEEDED], "DEADLINE_EXCEEDED");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::NOT_FOUND], "NOT_FOUND");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::ALREADY_EXISTS], "ALREADY_EXISTS");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::PERMISSION_DENIED], "PERMISSION_DENIED");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::RESOURCE_EXHAUSTED], "RESOURCE_EXHAUSTED");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::FAILED_PRECONDITION], "FAILED_PRECONDITION");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::ABORTED], "ABORTED");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::OUT_OF_RANGE], "OUT_OF_RANGE");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::UNIMPLEMENTED], "UNIMPLEMENTED");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::INTERNAL], "INTERNAL");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::UNAVAILABLE], "UNAVAILABLE");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::DATA_LOSS], "DATA_LOSS");
-  EXPECT_STREQ(kGrpcCodeNames[grpc::StatusCode::UNAUTHENTICATED], "UNAUTHENTICATED");
-  EXPECT_EQ(kNumGrpcCodes, grpc::StatusCode::UNAUTHENTICATED + 1);
-}
-
-TEST(StatusCodes, UndefinedValuesGetANumber) {
-  EXPECT_EQ(GrpcCodeName(0), "OK");
-  EXPECT_EQ(GrpcCodeName(16), "UNAUTHENTICATED");
-  EXPECT_EQ(GrpcCodeName(17), "CODE_17");
-  EXPECT_EQ(GrpcCodeName(-1), "CODE_-1");
-}
-
-TEST(TensorViews, SizesAndNamesComeFromTheDTypeTable) {
-  struct Row {
-    v1::DType dtype;
-    int size;
-    const char* name;
-  };
-  const Row rows[] = {
-      {v1::DTYPE_UNSPECIFIED, 0, "unspecified"},
-      {v1::DTYPE_BOOL, 1, "bool"},
-      {v1::DTYPE_INT8, 1, "int8"},
-      {v1::DTYPE_UINT8, 1, "uint8"},
-      {v1::DTYPE_INT16, 2, "int16"},
-      {v1::DTYPE_INT32, 4, "int32"},
-      {v1::DTYPE_INT64, 8, "int64"},
-      {v1::DTYPE_FLOAT16, 2, "float16"},
-      {v1::DTYPE_BFLOAT16, 2, "bfloat16"},
-      {v1::DTYPE_FLOAT32, 4, "float32"},
-      {v1::DTYPE_FLOAT64, 8, "float64"},
-      {static_cast<v1::DType>(99), 0, "unspecified"},
-  };
-  for (const Row& r : rows) {
-    EXPECT_EQ(DTypeSize(r.dtype), r.size) << r.name;
-    EXPECT_EQ(DTypeName(r.dtype), r.name);
-  }
-}
-
-TEST(TensorViews, NumElementsIsTheShapeProduct) {
-  v1::Tensor scalar;
-  EXPECT_EQ(NumElements(scalar), 1);
-  EXPECT_EQ(NumElements(MakeTensor<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3})), 6);
-  EXPECT_EQ(NumElements(MakeTensor<float>({}, {4, 0})), 0);
-}
-
-TEST(NpyDescr, AcceptsWhatNumpyWritesForTheWireDTypes) {
+TEST(CommonNpy, AcceptsWhatNumpyWritesForTheWireDTypes) {
   struct Row {
     const char* descr;
     v1::DType dtype;
@@ -93,7 +32,7 @@ TEST(NpyDescr, AcceptsWhatNumpyWritesForTheWireDTypes) {
   }
 }
 
-TEST(NpyHeaderBytes, PadsTheDataTo64BytesAndParsesBack) {
+TEST(CommonNpy, PadsTheDataTo64BytesAndParsesBack) {
   for (const std::vector<int64_t>& shape :
        std::vector<std::vector<int64_t>>{{}, {0}, {7}, {2, 3}, {1, 2, 3, 4, 5, 6, 7, 8}}) {
     const std::string bytes = NpyHeaderBytes("<i8", shape);
@@ -114,7 +53,7 @@ TEST(NpyHeaderBytes, PadsTheDataTo64BytesAndParsesBack) {
   }
 }
 
-TEST(NpyPreamble, ReadsVersionsOneToThreeAndRefusesTheRest) {
+TEST(CommonNpy, ReadsVersionsOneToThreeAndRefusesTheRest) {
   NpyPreamble p;
   EXPECT_EQ(ParseNpyPreamble(std::string("\x93NUMPY\x01\x00\x76\x00", 10), &p), "");
   EXPECT_EQ(p.header_start, 10u);
@@ -132,7 +71,7 @@ TEST(NpyPreamble, ReadsVersionsOneToThreeAndRefusesTheRest) {
   EXPECT_EQ(ParseNpyPreamble("NUMPY!\x01\x00\x10\x00", &p), "not a .npy file (bad magic)");
 }
 
-TEST(NpyHeader, RefusesFortranOrderUnknownDTypesAndOverflow) {
+TEST(CommonNpy, RefusesFortranOrderUnknownDTypesAndOverflow) {
   NpyHeader h;
   EXPECT_EQ(ParseNpyHeader("{'descr': '<i8', 'fortran_order': True, 'shape': (3,), }", &h),
             "Fortran-order .npy is unsupported; save a C-order array");
@@ -147,7 +86,7 @@ TEST(NpyHeader, RefusesFortranOrderUnknownDTypesAndOverflow) {
       ParseNpyHeader("{'descr': '<i8', 'fortran_order': False}", &h).rfind(".npy header: ", 0), 0u);
 }
 
-TEST(NpyBools, OnlyZeroAndOne) {
+TEST(CommonNpy, OnlyZeroAndOne) {
   EXPECT_EQ(CheckNpyBools(std::string("\x00\x01\x01", 3)), "");
   EXPECT_EQ(CheckNpyBools(std::string("\x00\x02", 2)),
             ".npy bool array holds a byte other than 0 or 1");
