@@ -25,25 +25,6 @@
 namespace gpusampler::kernels::testing {
 namespace {
 
-Case Balanced(int64_t rows, int64_t n, int64_t k, int64_t feature_bytes, uint64_t seed) {
-  Case c;
-  c.spec.num_samples = k;
-  c.spec.positive_fraction = 0.5;
-  c.seed = seed;
-  c.feature_row_bytes = feature_bytes;
-  for (int64_t r = 0; r < rows; ++r) {
-    c.rows.push_back(RandomLabels(n, 0.5, 0.5, seed * 131 + static_cast<uint64_t>(r)));
-  }
-  return c;
-}
-
-void Print(const std::string& name, const LaunchStats& s) {
-  std::cout << name << ": launches " << s.launches << ", bytes_per_element "
-            << s.bytes_per_element() << ", smem_bytes_per_element " << s.smem_bytes_per_element()
-            << ", philox_calls " << s.philox_calls << ", feature_bytes " << s.feature_bytes
-            << ", label_elements " << s.label_elements << "\n";
-}
-
 // Per kernel counts (docs/decisions.md): the pipeline run straight through a logging
 // executor over host buffers. Features are left out (their bytes are K rows per row, the
 // same in every design; the docs add them).
@@ -82,19 +63,19 @@ void PerKernel(const std::string& name, int64_t rows, int64_t n, int64_t k) {
   LoggingExec exec(&stats);
   pipeline::Enqueue(exec, shape, layout, reinterpret_cast<uint8_t*>(arena.get()),
                     pipeline::ParamsOf(batch));
-  Print("  total", stats);
+  PrintStats("  total", stats);
 }
 
 void FullSizes() {
   {
-    const Case c = Balanced(32, 1000000, 100000, 0, 31);
+    const Case c = BalancedCase(32, 1000000, 100000, 0, 31);
     (void)RunOne("cudasim", c);
-    Print("(b) 32 x 1e6, K=1e5 (features counted apart)", LastStats("cudasim"));
+    PrintStats("(b) 32 x 1e6, K=1e5 (features counted apart)", LastStats("cudasim"));
   }
   {
-    const Case c = Balanced(1, 10000000, 1000000, 0, 37);
+    const Case c = BalancedCase(1, 10000000, 1000000, 0, 37);
     (void)RunOne("cudasim", c);
-    Print("(c) 1 x 1e7, K=1e6, D=0", LastStats("cudasim"));
+    PrintStats("(c) 1 x 1e7, K=1e6, D=0", LastStats("cudasim"));
   }
 }
 

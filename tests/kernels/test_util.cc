@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <random>
 #include <stdexcept>
 
@@ -344,6 +345,25 @@ std::vector<int64_t> RandomLabels(int64_t n, double p_pos, double p_neg, uint64_
     x = z < p_pos ? pos_label : (z < p_pos + p_neg ? neg_label : -1);
   }
   return out;
+}
+
+Case BalancedCase(int64_t rows, int64_t n, int64_t k, int64_t feature_bytes, uint64_t seed) {
+  Case c;
+  c.spec.num_samples = k;
+  c.spec.positive_fraction = 0.5;
+  c.seed = seed;
+  c.feature_row_bytes = feature_bytes;
+  for (int64_t r = 0; r < rows; ++r) {
+    c.rows.push_back(RandomLabels(n, 0.5, 0.5, seed * 131 + static_cast<uint64_t>(r)));
+  }
+  return c;
+}
+
+void PrintStats(const std::string& name, const LaunchStats& s) {
+  std::cout << name << ": launches " << s.launches << ", bytes_per_element "
+            << s.bytes_per_element() << ", smem_bytes_per_element " << s.smem_bytes_per_element()
+            << ", philox_calls " << s.philox_calls << ", feature_bytes " << s.feature_bytes
+            << ", label_elements " << s.label_elements << "\n";
 }
 
 }  // namespace gpusampler::kernels::testing

@@ -80,4 +80,10 @@ struct HostBatch {
   }
 };
 
+// `rows` rows of n labels, half positive and half negative on average (row r seeded from
+// seed and r), K = k, positive_fraction 0.5.
+Case BalancedCase(int64_t rows, int64_t n, int64_t k, int64_t feature_bytes, uint64_t seed);
+// One line of a launch's counts on stdout: "name: launches ..., bytes_per_element ...".
+void PrintStats(const std::string& name, const LaunchStats& s);
+
 }  // namespace gpusampler::kernels::testing

@@ -253,12 +253,10 @@ const FilterFns& FnsOf(Isa isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const FilterFns avx2{FilterTileAvx2, CountAvx2};
   static const FilterFns avx512{FilterTileAvx512, CountAvx512};
-  if (isa == Isa::kAvx512 && IsaSupported(Isa::kAvx512)) return avx512;
-  if (isa >= Isa::kAvx2 && IsaSupported(Isa::kAvx2)) return avx2;
+  return ChooseByIsa(isa, portable, &avx2, &avx512);
 #else
-  (void)isa;
+  return ChooseByIsa<FilterFns>(isa, portable, nullptr, nullptr);
 #endif
-  return portable;
 }
 
 const FilterFns& Active() {

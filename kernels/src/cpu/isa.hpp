@@ -16,6 +16,15 @@ bool ParseIsa(const std::string& name, Isa* isa);
 // Whether this CPU (and build) can run `isa`.
 bool IsaSupported(Isa isa);
 
+// Of one function table per version (null: not built, as off x86-64 GCC), the widest that
+// `isa` allows and this CPU runs; the portable one otherwise.
+template <class Fns>
+const Fns& ChooseByIsa(Isa isa, const Fns& portable, const Fns* avx2, const Fns* avx512) {
+  if (avx512 != nullptr && isa == Isa::kAvx512 && IsaSupported(Isa::kAvx512)) return *avx512;
+  if (avx2 != nullptr && isa >= Isa::kAvx2 && IsaSupported(Isa::kAvx2)) return *avx2;
+  return portable;
+}
+
 // The CPU as CPUID reports it: vendor string ("GenuineIntel", "AuthenticAMD", ...) and the
 // display family and model (base + extended fields).
 struct CpuId {

@@ -258,12 +258,10 @@ const KeyFns& FnsOf(Isa isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const KeyFns avx2{KeyTileAvx2, ElementKeysAvx2};
   static const KeyFns avx512{KeyTileAvx512, ElementKeysAvx512};
-  if (isa == Isa::kAvx512 && IsaSupported(Isa::kAvx512)) return avx512;
-  if (isa >= Isa::kAvx2 && IsaSupported(Isa::kAvx2)) return avx2;
+  return ChooseByIsa(isa, portable, &avx2, &avx512);
 #else
-  (void)isa;
+  return ChooseByIsa<KeyFns>(isa, portable, nullptr, nullptr);
 #endif
-  return portable;
 }
 
 const KeyFns& Active() {

@@ -22,34 +22,15 @@
 namespace gpusampler::kernels::testing {
 namespace {
 
-Case Balanced(int64_t rows, int64_t n, int64_t k, int64_t feature_bytes, uint64_t seed) {
-  Case c;
-  c.spec.num_samples = k;
-  c.spec.positive_fraction = 0.5;
-  c.seed = seed;
-  c.feature_row_bytes = feature_bytes;
-  for (int64_t r = 0; r < rows; ++r) {
-    c.rows.push_back(RandomLabels(n, 0.5, 0.5, seed * 131 + static_cast<uint64_t>(r)));
-  }
-  return c;
-}
-
-void Print(const std::string& name, const LaunchStats& s) {
-  std::cout << name << ": launches " << s.launches << ", bytes_per_element "
-            << s.bytes_per_element() << ", smem_bytes_per_element " << s.smem_bytes_per_element()
-            << ", philox_calls " << s.philox_calls << ", feature_bytes " << s.feature_bytes
-            << ", label_elements " << s.label_elements << "\n";
-}
-
 // (a) B=32 x N=1e3, K=100, D=16 f32: one launch, at most 256 shared bytes per element.
 TEST(PipelineCostTest, SmallRowsOneLaunchAndFewSharedBytes) {
-  const Case c = Balanced(32, 1000, 100, 64, 21);
+  const Case c = BalancedCase(32, 1000, 100, 64, 21);
   const Result got = RunOne("cudasim", c);
   const Result want = RunOne("cpu:2", c);
   EXPECT_EQ(want.indices, got.indices);
   EXPECT_EQ(want.features, got.features);
   const LaunchStats s = LastStats("cudasim");
-  Print("(a) 32 x 1e3, K=100, D=16", s);
+  PrintStats("(a) 32 x 1e3, K=100, D=16", s);
   EXPECT_EQ(s.launches, 1);
   EXPECT_LE(s.smem_bytes_per_element(), 256.0);
   EXPECT_GT(s.smem_bytes_per_element(), 8.0);  // the class counts and the select are real
@@ -58,11 +39,11 @@ TEST(PipelineCostTest, SmallRowsOneLaunchAndFewSharedBytes) {
 // Large rows ((b) and (c) at a size the suite affords; DISABLED_FullSizes runs them whole):
 // at most 24 global and 40 shared bytes per int64 label element.
 TEST(PipelineCostTest, LargeRowsAtMost24GlobalAnd40SharedBytesPerElement) {
-  const Case c = Balanced(2, 1000000, 100000, 0, 23);
+  const Case c = BalancedCase(2, 1000000, 100000, 0, 23);
   const Result got = RunOne("cudasim", c);
   EXPECT_EQ(Reference(c).indices, got.indices);
   const LaunchStats s = LastStats("cudasim");
-  Print("2 x 1e6, K=1e5", s);
+  PrintStats("2 x 1e6, K=1e5", s);
   EXPECT_LE(s.bytes_per_element(), 24.0);
   EXPECT_LE(s.smem_bytes_per_element(), 40.0);
 }
@@ -142,8 +123,8 @@ TEST(PipelineCostTest, CraftedRequestPilingOneVBucketStaysExactAndCheap) {
   const Case random = Crafted(false);
   EXPECT_EQ(Reference(random).indices, RunOne("cudasim", random).indices);
   const LaunchStats plain = LastStats("cudasim");
-  Print("crafted (one v bucket)", crafted);
-  Print("random, same shape", plain);
+  PrintStats("crafted (one v bucket)", crafted);
+  PrintStats("random, same shape", plain);
   const double crafted_bytes = static_cast<double>(crafted.bytes_read + crafted.bytes_written);
   const double plain_bytes = static_cast<double>(plain.bytes_read + plain.bytes_written);
   EXPECT_LE(crafted_bytes, 2.0 * plain_bytes);
