@@ -30,6 +30,15 @@ void ValidateRow(const RowDesc& row, int64_t index) {
     fail("fill policy " + std::to_string(static_cast<int>(row.fill)) + " is not 1, 2 or 3");
   }
   if (row.feature_row_bytes < 0) fail("feature_row_bytes < 0");
+  if (row.class_table >= 0) {
+    if (row.num_classes < 1 || row.num_classes > kMaxClasses) {
+      fail("num_classes " + std::to_string(row.num_classes) + " outside [1, " +
+           std::to_string(kMaxClasses) + "]");
+    }
+    if (row.class_table % 8 != 0)
+      fail("class table offset " + std::to_string(row.class_table) + " is not 8-byte aligned");
+    if (row.out_class_offset < 0) fail("negative class output offset");
+  }
   if (row.label_offset < 0 || row.out_slot < 0 || row.out_label_offset < 0 ||
       row.feature_offset < 0 || row.out_feature_offset < 0) {
     fail("negative buffer offset");

@@ -69,6 +69,10 @@ struct LaunchRequest {
   int64_t feature_row_bytes = 0;
   const uint8_t* features = nullptr;
   const uint8_t* device_features = nullptr;
+  // Optional FLOAT32 scores (SPEC section 7), one per element, in host memory, laid out and
+  // indexed like the labels (row_offsets / row_start). Needed when spec.classes has a class
+  // that is not UNIFORM; staged to the device with the labels.
+  const float* scores = nullptr;
 };
 
 // One request's outputs, in host memory owned by the StagedLaunch; valid until its next Run
@@ -81,6 +85,9 @@ struct LaunchOutput {
   const int32_t* num_positive = nullptr;  // [num_rows]
   const int32_t* num_negative = nullptr;  // [num_rows]
   const uint8_t* features = nullptr;      // [num_rows * k * feature_row_bytes]; null without
+  // With spec.classes: C and m_c per row ([num_rows * num_classes]); 0 and null without.
+  int32_t num_classes = 0;
+  const int32_t* num_per_class = nullptr;
 };
 
 // What the last Run did, for metrics and benchmarks.

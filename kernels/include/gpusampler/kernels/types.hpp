@@ -8,19 +8,24 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "gpusampler/kernels/classes.hpp"
 #include "gpusampler/kernels/dtype.hpp"
 #include "gpusampler/kernels/quota.hpp"
 
 namespace gpusampler::kernels {
 
-// Sampling parameters of one request (SPEC section 1).
+// Sampling parameters of one request (SPEC section 1; with `classes`, section 7, and then the
+// binary fields are unused).
 struct SamplingSpec {
   int64_t num_samples = 0;  // K
   double positive_fraction = 0.5;
   int64_t positive_label = 1;
   int64_t negative_label = 0;
   FillPolicy fill = FillPolicy::kBoth;
+  std::vector<ClassSpec> classes;  // empty: section 1's two classes
+  std::vector<int32_t> fill_order;
 };
 
 // One row of a launch. Rows of different requests (any N, K, spec, dtype, feature width)
@@ -41,6 +46,15 @@ struct RowDesc {
   int64_t out_slot = 0;            // first of the row's K slots in Batch::out_indices
   int64_t out_label_offset = 0;    // byte offset into Batch::out_labels
   int64_t out_feature_offset = 0;  // byte offset into Batch::out_features
+  // Classes (SPEC section 7). class_table < 0: section 1's two classes, the fields above.
+  // Otherwise the byte offset of the row's compiled table (classes.hpp) in Batch::class_tables
+  // (8-byte aligned; rows of one request share it), and positive_label, negative_label, target
+  // and fill are unused.
+  int64_t class_table = -1;
+  int32_t num_classes = 0;       // C of the table (0 without one)
+  int32_t row_flags = 0;         // reserved, 0
+  int64_t score_offset = -1;     // element offset of the row's scores in Batch::scores; -1: none
+  int64_t out_class_offset = 0;  // first of the row's C entries in Batch::out_num_per_class
 };
 
 // A launch. Every pointer addresses memory the backend works on: host memory for the CPU
@@ -55,12 +69,21 @@ struct Batch {
   uint8_t* out_features = nullptr;
   int32_t* out_num_positive = nullptr;  // num_rows entries
   int32_t* out_num_negative = nullptr;
+  // Classes (rows with class_table >= 0): the compiled tables, FLOAT32 scores (null when no
+  // row has any), and m_c per class and row. num_positive / num_negative of such a row are m_0 /
+  // m_1 with two classes, m_0 / 0 with one, 0 / 0 with more.
+  const uint8_t* class_tables = nullptr;
+  const float* scores = nullptr;
+  int32_t* out_num_per_class = nullptr;
   // Host-known sizes (sums over rows), used to size scratch space without reading the
   // device; they are not data-dependent.
-  int64_t total_elements = 0;  // sum of length
-  int64_t total_slots = 0;     // sum of num_samples
-  int64_t max_length = 0;      // largest length
-  int64_t max_samples = 0;     // largest num_samples
+  int64_t total_elements = 0;       // sum of length
+  int64_t total_slots = 0;          // sum of num_samples
+  int64_t max_length = 0;           // largest length
+  int64_t max_samples = 0;          // largest num_samples
+  int64_t class_table_bytes = 0;    // bytes of class_tables
+  int64_t total_class_outputs = 0;  // entries of out_num_per_class (sum of num_classes)
+  int64_t total_scores = 0;         // floats in scores
   // A host copy of `rows`, when `rows` is device memory and the caller has one (FillSizes
   // sets it): the CUDA backend validates it with ValidateRows. Null: not validated there.
   const RowDesc* host_rows = nullptr;
