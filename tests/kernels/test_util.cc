@@ -127,9 +127,10 @@ bool IsDevice(const std::string& name) { return name == "cuda" || name == "cudas
 std::vector<Result> RunFused(const std::string& backend_name, const std::vector<Case>& cases) {
   BatchBuilder builder;
   for (const auto& c : cases) {
+    builder.set_lower_binary(c.lower_binary);
     std::vector<int64_t> lengths;
     for (const auto& row : c.rows) lengths.push_back(static_cast<int64_t>(row.size()));
-    builder.AddRequest(c.spec, c.seed, c.dtype, lengths, c.feature_row_bytes);
+    builder.AddRequest(c.spec, c.seed, c.dtype, lengths, c.feature_row_bytes, !c.scores.empty());
   }
   const auto& rows = builder.rows();
   std::vector<uint8_t> labels(static_cast<size_t>(builder.label_bytes()) + 1);
@@ -155,6 +156,17 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
   std::vector<uint8_t> out_lab(static_cast<size_t>(builder.out_label_bytes()) + 1, 0xAB);
   std::vector<uint8_t> out_feat(static_cast<size_t>(builder.out_feature_bytes()) + 1, 0xAB);
   std::vector<int32_t> num_pos(rows.size(), -7), num_neg(rows.size(), -7);
+  std::vector<float> scores(static_cast<size_t>(builder.total_scores()) + 1, 0.0f);
+  {
+    size_t r = 0;
+    for (const auto& c : cases) {
+      for (size_t j = 0; j < c.rows.size(); ++j, ++r) {
+        if (c.scores.empty()) continue;
+        std::copy(c.scores[j].begin(), c.scores[j].end(), scores.begin() + rows[r].score_offset);
+      }
+    }
+  }
+  std::vector<int32_t> num_per_class(static_cast<size_t>(builder.total_class_outputs()) + 1, -7);
 
   if (!IsDevice(backend_name)) {
     Backend* backend = CachedBackend(backend_name);
@@ -167,6 +179,9 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
     batch.out_features = out_feat.data();
     batch.out_num_positive = num_pos.data();
     batch.out_num_negative = num_neg.data();
+    batch.class_tables = builder.class_tables().data();
+    batch.scores = scores.data();
+    batch.out_num_per_class = num_per_class.data();
     backend->Sample(batch);
   } else {
     // A device ("cuda", "cudasimdevice"): the server's launch (kernels::StagedLaunch), one
@@ -198,6 +213,8 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
       q.row_offsets = offsets[j].data();
       if (c.rows.empty()) continue;
       const RowDesc& head = rows[first];
+      if (!c.scores.empty()) q.scores = scores.data() + head.score_offset;
+      q.lower_binary = c.lower_binary;
       const int64_t n = offsets[j].back();
       q.labels = labels.data() + head.label_offset;
       if (j % 2 == 1 && n > 0) {
@@ -228,6 +245,12 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
         }
         num_pos[r] = o.num_positive[rr];
         num_neg[r] = o.num_negative[rr];
+        if (o.num_classes > 0) {
+          const BatchBuilder::RequestClasses& info = builder.requests()[j];
+          std::memcpy(num_per_class.data() + info.out_class_offset + rr * o.num_classes,
+                      o.num_per_class + rr * o.num_classes,
+                      sizeof(int32_t) * static_cast<size_t>(o.num_classes));
+        }
       }
     }
     for (void* p : owned) DeviceFree(p);
@@ -235,7 +258,9 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
 
   std::vector<Result> results;
   size_t r = 0;
-  for (const auto& c : cases) {
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    const BatchBuilder::RequestClasses& info = builder.requests()[ci];
     Result res;
     const size_t item = DTypeSize(c.dtype);
     for (size_t j = 0; j < c.rows.size(); ++j, ++r) {
@@ -251,6 +276,18 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
                                 out_feat.begin() + d.out_feature_offset + k * d.feature_row_bytes);
       res.num_positive.push_back(num_pos[r]);
       res.num_negative.push_back(num_neg[r]);
+      if (info.num_classes > 0) {
+        std::vector<int32_t> m(static_cast<size_t>(info.num_classes));
+        if (info.lowered && !IsDevice(backend_name)) {
+          // A host backend sampled the binary rows; the counts are the caller's to map.
+          BatchBuilder::LoweredCounts(info, num_pos[r], num_neg[r], m.data());
+        } else {
+          const int64_t at = info.out_class_offset + static_cast<int64_t>(j) * info.num_classes;
+          std::copy(num_per_class.begin() + at, num_per_class.begin() + at + info.num_classes,
+                    m.begin());
+        }
+        res.num_per_class.push_back(std::move(m));
+      }
     }
     results.push_back(std::move(res));
   }

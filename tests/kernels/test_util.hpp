@@ -18,6 +18,11 @@ struct Case {
   DType dtype = DType::kInt64;
   std::vector<std::vector<int64_t>> rows;
   int64_t feature_row_bytes = 0;  // features are a deterministic byte pattern of (row, i)
+  // FLOAT32 scores, one per label (SPEC section 7); empty: none sent.
+  std::vector<std::vector<float>> scores;
+  // With spec.classes: lower a binary spec written as classes to the binary rows (the
+  // BatchBuilder default); false sends it through the class path.
+  bool lower_binary = true;
 };
 
 struct Result {
@@ -26,6 +31,7 @@ struct Result {
   std::vector<std::vector<uint8_t>> features;  // [B][K * feature_row_bytes]
   std::vector<int32_t> num_positive;
   std::vector<int32_t> num_negative;
+  std::vector<std::vector<int32_t>> num_per_class;  // [B][C] with spec.classes; empty without
 };
 
 // The feature byte pattern of element i of row r, byte b.

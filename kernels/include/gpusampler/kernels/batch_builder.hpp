@@ -39,6 +39,7 @@ class BatchBuilder {
   // num_per_class of a lowered request's row from its binary counts.
   static void LoweredCounts(const RequestClasses& request, int32_t num_positive,
                             int32_t num_negative, int32_t* num_per_class);
+  // Applies to the requests added after the call.
   void set_lower_binary(bool on) { lower_binary_ = on; }
 
   const std::vector<uint8_t>& class_tables() const { return class_tables_; }

@@ -73,6 +73,9 @@ struct LaunchRequest {
   // indexed like the labels (row_offsets / row_start). Needed when spec.classes has a class
   // that is not UNIFORM; staged to the device with the labels.
   const float* scores = nullptr;
+  // Whether a binary spec written as classes runs as the binary rows (BatchBuilder's
+  // lowering); tests turn it off to run the class path on it.
+  bool lower_binary = true;
 };
 
 // One request's outputs, in host memory owned by the StagedLaunch; valid until its next Run
