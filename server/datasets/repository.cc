@@ -454,13 +454,25 @@ void Repository::Poll() {
         changed = true;
       }
     } else if (it->second.version != ds->repo_version) {
-      if (registry_->Drop(ds->name, ds.get())) {
-        spdlog::info("dataset '{}' was replaced in --dataset-dir; loading the new version",
+      // The new version replaces the resident one only once it has loaded (Load's builder
+      // replaces on Store): a file that does not load (truncated, damaged) leaves the good
+      // version serving; Load logs and counts the failure once per file version.
+      bool fits = true;
+      std::shared_ptr<const Dataset> loaded;
+      const Status s = Load(ds->name, it->second, /*evict=*/true, &fits, &loaded);
+      if (loaded) {
+        spdlog::info("dataset '{}' was replaced in --dataset-dir; loaded the new version",
                      ds->name);
         changed = true;
-        bool fits = true;
-        std::shared_ptr<const Dataset> loaded;
-        // A failure is logged and counted by Load; the next poll or a miss tries again.
+      } else if (s.code() == Code::kResourceExhausted && !KnownBad(ds->name, it->second.version) &&
+                 registry_->Drop(ds->name, ds.get())) {
+        // No room for both versions at once: the old one goes first, as a replacing upload
+        // would need the same room.
+        spdlog::info(
+            "dataset '{}' was replaced in --dataset-dir; no room for both versions, "
+            "dropped the old one to load the new",
+            ds->name);
+        changed = true;
         (void)Load(ds->name, it->second, /*evict=*/true, &fits, &loaded);
       }
     }
@@ -475,6 +487,11 @@ void Repository::Poll() {
     if (loaded) changed = true;
   }
   if (changed && hooks_.on_change) hooks_.on_change();
+}
+
+bool Repository::KnownBad(const std::string& name, const std::string& version) const {
+  const auto bad = bad_.find(name);
+  return bad != bad_.end() && bad->second.first == version;
 }
 
 Status Repository::RecordBadFile(const std::string& name, const std::string& why,

@@ -108,6 +108,8 @@ class Repository {
               std::shared_ptr<const Dataset>* out);
   // Logs and remembers (once per `version`) that `name`'s files are bad; the status a load
   // of them answers: `code` (NOT_FOUND, or RESOURCE_EXHAUSTED for one over the budget).
+  // Whether this version of `name`'s files is known not to load (RecordBadFile).
+  bool KnownBad(const std::string& name, const std::string& version) const;
   Status RecordBadFile(const std::string& name, const std::string& why, const std::string& version,
                        Code code);
   void PollLoop();

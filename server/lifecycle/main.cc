@@ -41,7 +41,9 @@ int main(int argc, char** argv) {
   }).detach();
 
   if (Status s = server.Start(); !s.ok()) {
-    spdlog::critical("start failed: {} ({})", s.message(), CodeName(s.code()));
+    // The message names the flag and the reason; the status code is for programs, not for the
+    // operator reading this line.
+    spdlog::critical("start failed: {}", s.message());
     server.Shutdown();
     return 1;
   }

@@ -410,15 +410,15 @@ void Metrics::RecordRowQuality(const int32_t* num_positive, const int32_t* num_n
 void Metrics::StartUpdater(std::chrono::milliseconds period) {
   if (families_[kGpuUtilization] != nullptr) {
     std::string why;
-    nvml_ = Nvml::Load(&why);
+    nvml_ = Nvml::Load(&why, nvml_library_);
     if (!nvml_) {
       spdlog::warn("NVML unavailable, no GPU utilization or memory gauges: {}", why);
     } else {
       for (auto& d : devices_) {
         if (d->uuid.empty()) continue;
-        d->gpu_utilization = Add<prometheus::Gauge>(kGpuUtilization, {d->name, d->uuid});
-        d->gpu_memory_used = Add<prometheus::Gauge>(kGpuMemoryUsed, {d->name, d->uuid});
-        d->gpu_memory_total = Add<prometheus::Gauge>(kGpuMemoryTotal, {d->name, d->uuid});
+        // Each gauge appears with its first reading: a MIG slice never reports utilization,
+        // and a gauge stuck at 0 would read as an idle GPU.
+        d->nvml = true;
       }
     }
   } else {
@@ -470,10 +470,21 @@ void Metrics::Update() {
     if (busy > d->last_busy_ns) d->busy_seconds->Increment((busy - d->last_busy_ns) * 1e-9);
     d->last_busy_ns = busy;
     Nvml::Reading r;
-    if (nvml_ && d->gpu_utilization && nvml_->Read(d->uuid, &r)) {
-      d->gpu_utilization->Set(r.utilization);
-      d->gpu_memory_used->Set(static_cast<double>(r.memory_used));
-      d->gpu_memory_total->Set(static_cast<double>(r.memory_total));
+    if (nvml_ && d->nvml && nvml_->Read(d->uuid, &r)) {
+      if (r.has_utilization) {
+        if (d->gpu_utilization == nullptr) {
+          d->gpu_utilization = Add<prometheus::Gauge>(kGpuUtilization, {d->name, d->uuid});
+        }
+        d->gpu_utilization->Set(r.utilization);
+      }
+      if (r.has_memory) {
+        if (d->gpu_memory_used == nullptr) {
+          d->gpu_memory_used = Add<prometheus::Gauge>(kGpuMemoryUsed, {d->name, d->uuid});
+          d->gpu_memory_total = Add<prometheus::Gauge>(kGpuMemoryTotal, {d->name, d->uuid});
+        }
+        d->gpu_memory_used->Set(static_cast<double>(r.memory_used));
+        d->gpu_memory_total->Set(static_cast<double>(r.memory_total));
+      }
     }
   }
 }

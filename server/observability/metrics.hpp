@@ -59,7 +59,9 @@ struct DeviceMetrics {
   prometheus::Counter* launches = nullptr;
   prometheus::Gauge* busy_ratio = nullptr;
   prometheus::Counter* busy_seconds = nullptr;  // advanced by the updater
-  // NVML gauges; null when NVML is unavailable.
+  // NVML gauges, each created with its first reading (the updater's thread); null until then
+  // and when NVML is unavailable or does not report it.
+  bool nvml = false;  // a CUDA device NVML is asked about
   prometheus::Gauge* gpu_utilization = nullptr;
   prometheus::Gauge* gpu_memory_used = nullptr;
   prometheus::Gauge* gpu_memory_total = nullptr;
@@ -84,6 +86,8 @@ class Metrics {
   // Loads NVML when a CUDA device is in use (logs why not otherwise) and starts the thread
   // that refreshes the busy ratios and GPU gauges every `period`.
   void StartUpdater(std::chrono::milliseconds period);
+  // The NVML library StartUpdater loads (tests name a stand-in); call before StartUpdater.
+  void set_nvml_library(const std::string& path) { nvml_library_ = path; }
   // Where gpusampler_transport_rejected_calls_total comes from: called by the updater, returns
   // the calls rejected so far (TransportRejections::Sample). Thread-safe.
   void SetTransportRejections(std::function<int64_t()> sample);
@@ -182,6 +186,7 @@ class Metrics {
   std::vector<std::unique_ptr<DeviceMetrics>> devices_;
 
   std::unique_ptr<Nvml> nvml_;
+  std::string nvml_library_ = "libnvidia-ml.so.1";
   std::thread updater_;
   std::mutex mu_;
   std::condition_variable cv_;

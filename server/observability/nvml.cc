@@ -29,11 +29,11 @@ struct Nvml::Api {
   nvmlReturn_t (*cuda_driver_version)(int*) = nullptr;  // optional
 };
 
-std::unique_ptr<Nvml> Nvml::Load(std::string* why) {
-  void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+std::unique_ptr<Nvml> Nvml::Load(std::string* why, const std::string& library) {
+  void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char* e = dlerror();
-    *why = std::string("dlopen(libnvidia-ml.so.1) failed: ") + (e ? e : "unknown error");
+    *why = "dlopen(" + library + ") failed: " + (e ? e : "unknown error");
     return nullptr;
   }
   auto api = std::make_unique<Api>();
@@ -45,7 +45,7 @@ std::unique_ptr<Nvml> Nvml::Load(std::string* why) {
       !sym("nvmlDeviceGetHandleByUUID", &api->by_uuid) ||
       !sym("nvmlDeviceGetUtilizationRates", &api->utilization) ||
       !sym("nvmlDeviceGetMemoryInfo", &api->memory)) {
-    *why = "libnvidia-ml.so.1 lacks an expected symbol";
+    *why = library + " lacks an expected symbol";
     dlclose(h);
     return nullptr;
   }
@@ -71,11 +71,13 @@ bool Nvml::Read(const std::string& uuid, Reading* out) const {
   if (api_->by_uuid(uuid.c_str(), &dev) != kNvmlSuccess) return false;
   nvmlUtilization_t util{};
   nvmlMemory_t mem{};
-  if (api_->utilization(dev, &util) != kNvmlSuccess) return false;
-  if (api_->memory(dev, &mem) != kNvmlSuccess) return false;
-  out->utilization = util.gpu / 100.0;
-  out->memory_used = mem.used;
-  out->memory_total = mem.total;
+  out->has_utilization = api_->utilization(dev, &util) == kNvmlSuccess;
+  if (out->has_utilization) out->utilization = util.gpu / 100.0;
+  out->has_memory = api_->memory(dev, &mem) == kNvmlSuccess;
+  if (out->has_memory) {
+    out->memory_used = mem.used;
+    out->memory_total = mem.total;
+  }
   return true;
 }
 

@@ -2,7 +2,9 @@
 // sampler.hpp.
 #include <cuda_runtime_api.h>
 
+#include <dlfcn.h>
 #include <cstdio>
+
 #include <cstdlib>
 #include <exception>
 #include <functional>
@@ -48,6 +50,15 @@ void CUDART_CB RunHostCallback(cudaStream_t /*stream*/, cudaError_t status, void
 
 }  // namespace
 
+// Whether the driver's library (libcuda.so.1) can be loaded at all: the static cudart
+// loads it lazily, and without it every runtime call fails as "insufficient driver".
+static bool DriverLibraryPresent() {
+  void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (h == nullptr) return false;
+  dlclose(h);
+  return true;
+}
+
 bool CudaCompiled() { return true; }
 
 int CudaDeviceCount() {
@@ -72,6 +83,18 @@ std::string CudaUnavailableReason() {
   };
   int driver = 0;
   (void)cudaDriverGetVersion(&driver);  // 0 when no driver is loaded
+  if (driver <= 0 && !DriverLibraryPresent()) {
+    // No driver at all: say so, rather than a version comparison that reads as "upgrade".
+    std::string reason =
+        "no NVIDIA driver found (libcuda.so.1 cannot be loaded); install the NVIDIA driver "
+        "(>= 580 for this CUDA " +
+        version(CUDART_VERSION) +
+        " build), or in a container run with the NVIDIA container toolkit "
+        "(NVIDIA_VISIBLE_DEVICES set)";
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (visible != nullptr) reason += "; CUDA_VISIBLE_DEVICES=\"" + std::string(visible) + "\"";
+    return reason;
+  }
   std::string reason;
   if (status != cudaSuccess) {
     reason = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status) + " (" +

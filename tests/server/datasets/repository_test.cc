@@ -192,6 +192,42 @@ TEST(RepositoryTest, ADamagedCommittedFileIsABadFileCountedOnce) {
   EXPECT_EQ(counts.error, 1);  // once per version of the file
 }
 
+// A newer file that does not load (here: truncated) leaves the good version serving, and the
+// failure is counted once for that file; a good file after it replaces the version.
+TEST(RepositoryTest, ATruncatedReplacementKeepsTheGoodVersionServing) {
+  const std::string dir = TempDir();
+  WritePlain(dir, "p", Labels(300, 1));
+  Counts counts;
+  auto registry = OpenRepository(dir, 1 << 20, &counts);
+  auto good = registry->Find("p");
+  ASSERT_TRUE(good);
+  EXPECT_EQ(counts.ok, 1);
+  {
+    // The new version's bytes cut short (the .npy header says 300 elements, 100 follow).
+    const std::string tmp = dir + "/.p.partial";
+    ASSERT_EQ(client::WriteNpy(tmp, Labels(300, 2)), "");
+    ASSERT_EQ(truncate(tmp.c_str(), 128 + 100 * 8), 0);
+    ASSERT_EQ(rename(tmp.c_str(), (dir + "/p.labels.npy").c_str()), 0);
+  }
+  registry->repository()->Poll();
+  EXPECT_EQ(counts.error, 1);
+  EXPECT_EQ(registry->Find("p"), good) << "the good version must keep serving";
+  Status status;
+  auto held = registry->Acquire("p", &status);
+  ASSERT_TRUE(held) << status.message();
+  EXPECT_EQ(held->sha256, good->sha256);
+  held.reset();
+  registry->repository()->Poll();
+  EXPECT_EQ(counts.error, 1);  // once per version of the file
+  EXPECT_EQ(registry->Find("p"), good);
+  WritePlain(dir, "p", Labels(300, 3));
+  registry->repository()->Poll();
+  auto next = registry->Find("p");
+  ASSERT_TRUE(next);
+  EXPECT_NE(next->sha256, good->sha256);
+  EXPECT_EQ(counts.ok, 2);
+}
+
 TEST(RepositoryTest, BudgetPushbackIsPositiveOnlyWhileUploadsInProgressHoldIt) {
   DatasetRegistry registry(1000);
   ASSERT_TRUE(registry.Reserve(600).ok());  // an upload in progress

@@ -1,6 +1,7 @@
 // The real gpusampler-server binary: port file, JSON logs, the probe client, metrics, and a
 // SIGTERM drain with requests in flight (every accepted request answered, exit 0).
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "gpusampler/kernels/backend.hpp"
 #include "test_util.hpp"
 
 extern char** environ;
@@ -325,6 +327,29 @@ TEST(BinaryTest, BadFlagsExitNonZero) {
   EXPECT_EQ(WaitExit(pid, std::chrono::seconds(20)), 1);
   EXPECT_NE(ReadFile(log).find("expected auto, cpu, cuda, cuda:0,1 or cuda-sim"), std::string::npos)
       << ReadFile(log);
+}
+
+// `--device cuda` on a host without the NVIDIA driver's library: the operator reads that no
+// driver is there (not a version to upgrade) and no status code name.
+TEST(BinaryTest, DeviceCudaWithoutADriverSaysSo) {
+  if (!kernels::CudaCompiled()) GTEST_SKIP() << "no CUDA backend in this build";
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver != nullptr) {
+    dlclose(driver);
+    GTEST_SKIP() << "this host has libcuda.so.1";
+  }
+  const std::string log = ::testing::TempDir() + "/gpusampler-nodriver.log";
+  const pid_t pid = Spawn({GPUSAMPLER_SERVER_BIN, "--device", "cuda", "--address", "127.0.0.1:0",
+                           "--metrics-address", ""},
+                          log);
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(WaitExit(pid, std::chrono::seconds(20)), 1);
+  const std::string text = ReadFile(log);
+  EXPECT_NE(text.find("--device cuda: no CUDA device is available: no NVIDIA driver found"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("INVALID_ARGUMENT"), std::string::npos) << text;
+  EXPECT_EQ(text.find("driver supports CUDA none"), std::string::npos) << text;
 }
 
 TEST(BinaryTest, DeviceCudaSimFromTheEnvironmentServesAndDrains) {
