@@ -27,9 +27,14 @@ COPY . /src
 WORKDIR /src
 # .git is not in the build context: the revision comes in as a build argument.
 ARG GPUSAMPLER_REVISION=unknown
+# The GPU image's architectures (docs/operations.md, "Supported GPUs"): SASS for Turing (sm_75)
+# to Blackwell (sm_100, sm_120) and compute_120 PTX for what comes after; CI and the default
+# build keep the short list (sm_80/89/90 + compute_90). Ignored by the CPU image.
+ARG CUDA_ARCHITECTURES="75-real;80-real;86-real;89-real;90-real;100-real;120-real;120"
 # Only the two shipped binaries are built (no tests, benchmarks or Python stubs).
 RUN cmake --preset release -DGPUSAMPLER_BUILD_TESTS=OFF \
       -DGPUSAMPLER_REVISION="${GPUSAMPLER_REVISION}" \
+      -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
  && cmake --build build -j "$(nproc)" --target gpusampler_server gpusampler-cli \
  && mkdir -p /opt/gpusampler/bin \
  && cp build/bin/gpusampler-server build/bin/gpusampler-cli /opt/gpusampler/bin/ \
@@ -53,12 +58,15 @@ USER 10001:10001
 # the metrics port, plain HTTP also when gRPC serves TLS or mTLS; /tmp is the one writable
 # path needed (an emptyDir under a read-only root filesystem). NVIDIA_DRIVER_CAPABILITIES:
 # the container toolkit mounts libcuda (compute) and NVML (utility) only when asked.
+# CUDA_CACHE_PATH: the driver's PTX JIT cache (a GPU newer than the SASS in the image) must be
+# writable; the default, under $HOME, is not under a read-only root.
 ENV GPUSAMPLER_ADDRESS=0.0.0.0:50051 \
     GPUSAMPLER_METRICS_ADDRESS=0.0.0.0:9464 \
     GPUSAMPLER_DEVICE=auto \
     GPUSAMPLER_LOG_FORMAT=json \
     GPUSAMPLER_PORT_FILE=/tmp/gpusampler.ports \
-    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    CUDA_CACHE_PATH=/tmp/gpusampler-cuda-cache
 EXPOSE 50051 9464
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
   CMD ["gpusampler-healthcheck"]

@@ -87,17 +87,23 @@ class Schedule {
 struct Tally {
   std::mutex mu;
   std::vector<double> latencies_ms;
+  std::vector<double> queue_ms, compute_ms, total_ms;  // ServerTiming of the successes
   int64_t ok = 0;
   int64_t failed = 0;
   std::map<std::string, int64_t> errors;
   std::map<std::string, std::string> first_message;
   SteadyClock::time_point last_ok = SteadyClock::now();  // or the start
   int64_t failed_since_ok = 0;
-  void Record(const grpc::Status& status, double ms) {
+  void Record(const grpc::Status& status, double ms, const v1::ServerTiming* timing = nullptr) {
     std::lock_guard<std::mutex> lock(mu);
     if (status.ok()) {
       ++ok;
       latencies_ms.push_back(ms);
+      if (timing != nullptr) {
+        queue_ms.push_back(timing->queue_us() / 1000.0);
+        compute_ms.push_back(timing->compute_us() / 1000.0);
+        total_ms.push_back(timing->total_us() / 1000.0);
+      }
       last_ok = SteadyClock::now();
       failed_since_ok = 0;
     } else {
@@ -118,7 +124,7 @@ void UnaryWorker(Client& client, const v1::SampleRequest& request, Schedule& sch
   while (schedule.Next(&scheduled)) {
     const auto sent = use_schedule_time ? scheduled : SteadyClock::now();
     grpc::Status status = client.Sample(request, &response);
-    tally.Record(status, Ms(SteadyClock::now() - sent));
+    tally.Record(status, Ms(SteadyClock::now() - sent), status.ok() ? &response.timing() : nullptr);
   }
 }
 
@@ -141,14 +147,14 @@ void StreamWorker(Client& client, const v1::SampleRequest& request, const BenchO
           sent.push_back(o.rate > 0 ? scheduled : SteadyClock::now());
           return true;
         },
-        [&](v1::SampleResponse&&) {
+        [&](v1::SampleResponse&& response) {
           SteadyClock::time_point t;
           {
             std::lock_guard<std::mutex> lock(mu);
             t = sent.front();
             sent.pop_front();
           }
-          tally.Record(grpc::Status::OK, Ms(SteadyClock::now() - t));
+          tally.Record(grpc::Status::OK, Ms(SteadyClock::now() - t), &response.timing());
         });
     // A failed stream ends with the status of its first failing request; the requests
     // behind it were never answered and are not counted.
@@ -226,7 +232,99 @@ void Monitor(const BenchOptions& o, Tally& tally, Schedule& schedule, SteadyCloc
   }
 }
 
+double Median(std::vector<double>* v) {
+  std::sort(v->begin(), v->end());
+  return Percentile(*v, 0.5);
+}
+
 }  // namespace
+
+int DefaultConcurrency() {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(cores / 2, 1, 4);
+}
+
+std::string ParseRange(const std::string& text, Range* out) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream in(text);
+  while (std::getline(in, part, ':')) parts.push_back(part);
+  if (parts.size() != 2 && parts.size() != 3) return "'" + text + "' is not a:b or a:b:step";
+  double v[3] = {0, 0, 1};
+  for (size_t i = 0; i < parts.size(); ++i) {
+    size_t used = 0;
+    try {
+      v[i] = std::stod(parts[i], &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != parts[i].size() || !std::isfinite(v[i])) {
+      return "'" + parts[i] + "' in '" + text + "' is not a number";
+    }
+  }
+  if (v[0] < 0 || v[1] < v[0]) return "'" + text + "': need 0 <= a <= b";
+  if (v[2] <= 0) return "'" + text + "': the step must be > 0";
+  *out = Range{v[0], v[1], v[2]};
+  return "";
+}
+
+std::vector<double> RangePoints(const Range& r) {
+  std::vector<double> points;
+  // An integer count of steps, so that 0.1 steps do not drift past the end.
+  const auto steps = static_cast<int64_t>(std::floor((r.end - r.begin) / r.step + 1e-9));
+  for (int64_t i = 0; i <= steps; ++i) points.push_back(r.begin + static_cast<double>(i) * r.step);
+  return points;
+}
+
+BenchResult RunStable(Client& client, const BenchOptions& options, double percent,
+                      int max_windows) {
+  std::vector<BenchResult> windows;
+  auto within = [&](auto value) {
+    double mean = 0;
+    for (size_t i = windows.size() - 3; i < windows.size(); ++i) mean += value(windows[i]);
+    mean /= 3;
+    for (size_t i = windows.size() - 3; i < windows.size(); ++i) {
+      if (std::abs(value(windows[i]) - mean) > mean * percent / 100.0) return false;
+    }
+    return true;
+  };
+  bool stable = false;
+  while (static_cast<int>(windows.size()) < std::max(3, max_windows)) {
+    windows.push_back(RunBench(client, options));
+    if (windows.back().ok == 0 || windows.back().aborted) break;  // nothing to compare
+    if (windows.size() >= 3 && within([](const BenchResult& r) { return r.throughput_rps; }) &&
+        within([](const BenchResult& r) { return r.p50_ms; })) {
+      stable = true;
+      break;
+    }
+  }
+  BenchResult last = windows.back();
+  last.windows = static_cast<int>(windows.size());
+  last.stable = stable;
+  return last;
+}
+
+void PrintBenchCsvHeader(std::ostream& out) {
+  out << "concurrency,rate,stream,requests,ok,errors,duration_s,throughput_rps,rows_per_s,"
+         "p50_ms,p90_ms,p99_ms,max_ms,mean_ms,server_queue_p50_ms,server_compute_p50_ms,"
+         "server_total_p50_ms,windows,stable\n";
+}
+
+void PrintBenchCsvRow(const BenchOptions& o, const BenchResult& r, std::ostream& out) {
+  int64_t errors = 0;
+  for (const auto& [code, count] : r.errors) errors += count;
+  std::ostringstream line;
+  line << std::fixed << std::setprecision(3);
+  const bool have = r.ok > 0;
+  auto ms = [&](double v) { return have ? FormatMs(v, true) : std::string(); };
+  line << o.concurrency << "," << o.rate << "," << (o.stream ? 1 : 0) << "," << r.requests << ","
+       << r.ok << "," << errors << "," << r.duration_s << "," << r.throughput_rps << ","
+       << r.rows_per_s << "," << ms(r.p50_ms) << "," << ms(r.p90_ms) << "," << ms(r.p99_ms) << ","
+       << ms(r.max_ms) << "," << ms(r.mean_ms) << "," << ms(r.server_queue_p50_ms) << ","
+       << ms(r.server_compute_p50_ms) << "," << ms(r.server_total_p50_ms) << "," << r.windows << ","
+       << (r.stable ? 1 : 0) << "\n";
+  out << line.str();
+}
 
 int64_t RowsPerRequest(const BenchOptions& o) {
   if (o.dataset.empty()) return o.rows;
@@ -300,6 +398,9 @@ BenchResult RunBench(Client& client, const BenchOptions& options) {
   r.mean_ms = lat.empty() ? 0 : sum / lat.size();
   r.throughput_rps = elapsed > 0 ? r.ok / elapsed : 0;
   r.rows_per_s = static_cast<int64_t>(r.throughput_rps * RowsPerRequest(o));
+  r.server_queue_p50_ms = Median(&tally.queue_ms);
+  r.server_compute_p50_ms = Median(&tally.compute_ms);
+  r.server_total_p50_ms = Median(&tally.total_ms);
   return r;
 }
 
@@ -321,6 +422,13 @@ void PrintBenchText(const BenchOptions& o, const BenchResult& r, std::ostream& o
   out << "latency ms   p50 " << FormatMs(r.p50_ms, have) << "  p90 " << FormatMs(r.p90_ms, have)
       << "  p99 " << FormatMs(r.p99_ms, have) << "  max " << FormatMs(r.max_ms, have) << "  mean "
       << FormatMs(r.mean_ms, have) << "\n";
+  out << "server ms    p50 queue " << FormatMs(r.server_queue_p50_ms, have) << "  compute "
+      << FormatMs(r.server_compute_p50_ms, have) << "  total "
+      << FormatMs(r.server_total_p50_ms, have) << " (ServerTiming)\n";
+  if (r.windows > 1) {
+    out << "windows      " << r.windows << (r.stable ? ", the last three agree" : ", not stable")
+        << "\n";
+  }
   out << "errors       ";
   if (r.errors.empty()) out << "none";
   for (const auto& [code, count] : r.errors) out << code << "=" << count << " ";
@@ -360,6 +468,10 @@ void PrintBenchJson(const BenchOptions& o, const BenchResult& r, std::ostream& o
       << ", \"rows_per_s\": " << r.rows_per_s << ", \"p50_ms\": " << ms(r.p50_ms)
       << ", \"p90_ms\": " << ms(r.p90_ms) << ", \"p99_ms\": " << ms(r.p99_ms)
       << ", \"max_ms\": " << ms(r.max_ms) << ", \"mean_ms\": " << ms(r.mean_ms)
+      << ", \"server_queue_p50_ms\": " << ms(r.server_queue_p50_ms)
+      << ", \"server_compute_p50_ms\": " << ms(r.server_compute_p50_ms)
+      << ", \"server_total_p50_ms\": " << ms(r.server_total_p50_ms)
+      << ", \"windows\": " << r.windows << ", \"stable\": " << (r.stable ? "true" : "false")
       << ", \"concurrency\": " << o.concurrency << ", \"stream\": " << (o.stream ? "true" : "false")
       << ", \"window\": " << o.window << ", \"rate\": " << o.rate;
   if (o.dataset.empty()) {

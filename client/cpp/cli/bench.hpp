@@ -5,10 +5,16 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "gpusampler/client/client.hpp"
 
 namespace gpusampler::client {
+
+// The default --concurrency: half the host's cores, 1 to 4. On a small host the client's
+// workers compete with the server for the same cores, and more of them than that measured
+// slower than one (bench/results/cli-bench.md).
+int DefaultConcurrency();
 
 struct BenchOptions {
   int concurrency = 4;          // workers; each has one call (or one stream) open at a time
@@ -48,7 +54,31 @@ struct BenchResult {
   double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0, mean_ms = 0;
   double throughput_rps = 0;  // successful requests per second
   int64_t rows_per_s = 0;
+  // The server's own split of the successful requests (ServerTiming): medians of the time
+  // queued (acceptance to launch) and of the launch; the rest of p50 is the network, gRPC
+  // and the client.
+  double server_queue_p50_ms = 0, server_compute_p50_ms = 0, server_total_p50_ms = 0;
+  // Stability (RunStable): the windows measured and whether the last three agreed.
+  int windows = 1;
+  bool stable = false;
 };
+
+// A sweep of `--concurrency-range a:b:step` or `--rate-range a:b:step`: "a:b" means step 1.
+struct Range {
+  double begin = 0, end = 0, step = 1;
+};
+// Parses "a:b[:step]" (a <= b, step > 0); "" on success, else what is wrong.
+std::string ParseRange(const std::string& text, Range* out);
+// The points of a range, begin to end inclusive (end included when a step lands on it).
+std::vector<double> RangePoints(const Range& range);
+
+// Stability: repeat the measurement window (options' requests or duration) until the last
+// three windows' throughput and p50 are each within `percent` of their mean, at most
+// `max_windows` windows. Returns the last window's result with `windows` and `stable` set.
+BenchResult RunStable(Client& client, const BenchOptions& options, double percent, int max_windows);
+
+void PrintBenchCsvHeader(std::ostream& out);
+void PrintBenchCsvRow(const BenchOptions& options, const BenchResult& result, std::ostream& out);
 
 // Runs the load. Latency is measured from each request's scheduled send time when a rate
 // is set (so queueing in the client counts), else from its actual send time.

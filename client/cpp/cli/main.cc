@@ -4,8 +4,8 @@
 //   gpusampler-cli --target HOST:PORT bench --concurrency 8 --duration 10 --json
 //   gpusampler-cli --target HOST:PORT health      # grpc-health-probe's exit codes
 //   gpusampler-cli --target HOST:PORT bench --dataset NAME [--rows B] --json
-//   gpusampler-cli --target HOST:PORT info [--json]
-//   gpusampler-cli --version
+//   gpusampler-cli --target HOST:PORT bench --concurrency-range 1:8:1 --csv [--stability-percent
+//   10] gpusampler-cli --target HOST:PORT info [--json] gpusampler-cli --version
 //
 // Exit codes: 0 success, 1 a call or a bench request failed, 2 usage error (bad flag or
 // value, unknown subcommand, unreadable input file); health: 2 connection failure, 3 RPC
@@ -25,6 +25,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench.hpp"
@@ -431,13 +432,34 @@ struct BenchFlags {
   BenchOptions options;
   CLI::Option* rows = nullptr;  // given or not: with --dataset, all rows unless given
   bool json = false;
+  bool csv = false;
   bool quiet = false;
+  std::string concurrency_range, rate_range;  // "a:b[:step]"; empty: one point
+  double stability_percent = 0;               // 0: one window per point
+  int max_windows = 10;
 };
 
 CLI::App* AddBenchCommand(CLI::App& app, BenchFlags* f) {
   BenchOptions& bo = f->options;
   CLI::App* bench = app.add_subcommand("bench", "load generator");
-  bench->add_option("-c,--concurrency", bo.concurrency)->default_val(4)->check(Number(true, 1));
+  bench
+      ->add_option("-c,--concurrency", bo.concurrency,
+                   "workers, each with one call or stream open (default: half the cores, 1-4)")
+      ->default_val(DefaultConcurrency())
+      ->check(Number(true, 1));
+  bench->add_option("--concurrency-range", f->concurrency_range,
+                    "sweep the concurrency: a:b[:step], one measurement per point");
+  bench->add_option("--rate-range", f->rate_range,
+                    "sweep --rate (requests/s): a:b[:step], one measurement per point");
+  bench
+      ->add_option("--stability-percent", f->stability_percent,
+                   "repeat each point's window (--requests or --duration) until three in a row "
+                   "agree within this percent in throughput and p50 (0 = one window)")
+      ->check(Number(false, 0));
+  bench->add_option("--max-windows", f->max_windows, "windows per point at most, with stability")
+      ->default_val(10)
+      ->check(Number(true, 3));
+  bench->add_flag("--csv", f->csv, "print CSV: a header and one line per point");
   bench->add_option("-n,--requests", bo.requests, "total requests (default 1000)")
       ->check(Number(true, 0));
   bench->add_option("-d,--duration", bo.duration_s, "seconds to run")->check(Number(false, 0));
@@ -495,24 +517,79 @@ grpc::Status LookUpDatasetRows(Client& client, const std::string& name, int64_t*
   return grpc::Status::OK;
 }
 
+// A bench that fails before it measures (no dataset, no server): with --json, the failure as
+// a JSON object on stdout too, so a script reading stdout always gets one.
+int FailBench(const BenchFlags& f, const grpc::Status& status) {
+  if (f.json) {
+    std::cout << "{\"requests\": 0, \"ok\": 0, \"errors\": {\""
+              << StatusCodeName(status.error_code()) << "\": 1}, \"error_messages\": {\""
+              << StatusCodeName(status.error_code()) << "\": " << JsonQuote(status.error_message())
+              << "}, \"aborted\": true}\n";
+  }
+  return Fail(status);
+}
+
 int RunBenchCommand(Client& client, BenchFlags& f) {
   BenchOptions& bo = f.options;
   if (bo.dataset.empty() && bo.return_features) {
     return UsageError("bench --return-features needs --dataset");
   }
+  if (f.json && f.csv) return UsageError("bench: --json and --csv exclude each other");
+  if (!f.concurrency_range.empty() && !f.rate_range.empty()) {
+    return UsageError("bench: --concurrency-range and --rate-range exclude each other");
+  }
+  std::vector<BenchOptions> points;
+  for (const auto& [text, is_rate] :
+       {std::pair{f.concurrency_range, false}, std::pair{f.rate_range, true}}) {
+    if (text.empty()) continue;
+    Range range;
+    if (std::string why = ParseRange(text, &range); !why.empty()) {
+      return UsageError(std::string("bench ") +
+                        (is_rate ? "--rate-range " : "--concurrency-range ") + why);
+    }
+    for (double v : RangePoints(range)) {
+      BenchOptions point = bo;
+      if (is_rate) {
+        point.rate = v;
+      } else {
+        if (v < 1 || v != std::floor(v)) {
+          return UsageError("bench --concurrency-range " + text +
+                            ": every point must be a whole "
+                            "number >= 1 (got " +
+                            std::to_string(v) + ")");
+        }
+        point.concurrency = static_cast<int>(v);
+      }
+      points.push_back(point);
+    }
+  }
+  if (points.empty()) points.push_back(bo);
   if (!bo.dataset.empty()) {
     const grpc::Status status = LookUpDatasetRows(client, bo.dataset, &bo.dataset_num_rows);
-    if (!status.ok()) return Fail(status);
-    bo.dataset_rows = f.rows->count() > 0 ? bo.rows : 0;
+    if (!status.ok()) return FailBench(f, status);
+    for (BenchOptions& p : points) {
+      p.dataset_num_rows = bo.dataset_num_rows;
+      p.dataset_rows = f.rows->count() > 0 ? bo.rows : 0;
+    }
   }
-  if (!f.quiet) bo.progress = &std::cerr;
-  BenchResult result = RunBench(client, bo);
-  if (f.json) {
-    PrintBenchJson(bo, result, std::cout);
-  } else {
-    PrintBenchText(bo, result, std::cout);
+  if (f.csv) PrintBenchCsvHeader(std::cout);
+  bool all_ok = true;
+  for (BenchOptions& p : points) {
+    if (!f.quiet) p.progress = &std::cerr;
+    const BenchResult result = f.stability_percent > 0
+                                   ? RunStable(client, p, f.stability_percent, f.max_windows)
+                                   : RunBench(client, p);
+    if (f.csv) {
+      PrintBenchCsvRow(p, result, std::cout);
+    } else if (f.json) {
+      PrintBenchJson(p, result, std::cout);  // one object per line (per point)
+    } else {
+      PrintBenchText(p, result, std::cout);
+    }
+    std::cout.flush();
+    all_ok = all_ok && result.errors.empty() && result.ok > 0;
   }
-  return result.errors.empty() && result.ok > 0 ? 0 : 1;
+  return all_ok ? 0 : 1;
 }
 
 struct DatasetCommands {
