@@ -2,6 +2,9 @@
 
 #include <arpa/inet.h>
 
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstdio>
 #include <exception>
 #include <sstream>
@@ -610,6 +613,136 @@ grpc::Status SampleSession::Run(const std::function<bool(v1::SampleRequest*)>& n
   const grpc::Status status = Finish();
   if (error) std::rethrow_exception(error);
   return status;
+}
+
+
+// ---- Classes as flags ----
+
+namespace {
+
+std::vector<std::string> Split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(text);
+  while (std::getline(in, item, sep)) out.push_back(item);
+  if (!text.empty() && text.back() == sep) out.push_back("");
+  return out;
+}
+
+// The whole of `text` as an int64 / a double; false when it is not one.
+bool ParseInt64(const std::string& text, int64_t* out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+bool ParseDouble(const std::string& text, double* out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+std::string ParseLabelRanges(const std::string& value, v1::ClassSpec* out) {
+  for (const std::string& range : Split(value, '/')) {
+    // The separator is the first ':' after the first character (a leading '-' is a sign).
+    const size_t colon = range.find(':', 1);
+    int64_t lo = 0, hi = 0;
+    const bool ok = colon == std::string::npos
+                        ? ParseInt64(range, &lo) && (hi = lo, true)
+                        : ParseInt64(range.substr(0, colon), &lo) &&
+                              ParseInt64(range.substr(colon + 1), &hi);
+    if (!ok) return "labels: '" + range + "' is not LO:HI or a single integer label";
+    v1::LabelRange* r = out->add_labels();
+    r->set_lo(lo);
+    r->set_hi(hi);
+  }
+  return "";
+}
+
+std::string ParseSelection(const std::string& value, v1::ClassSpec* out) {
+  static const std::pair<const char*, v1::Selection> kSelections[] = {
+      {"uniform", v1::SELECTION_UNIFORM},
+      {"weighted", v1::SELECTION_WEIGHTED},
+      {"hardest", v1::SELECTION_HARDEST},
+      {"mixed", v1::SELECTION_MIXED}};
+  for (const auto& [name, selection] : kSelections) {
+    if (value == name) {
+      out->set_selection(selection);
+      return "";
+    }
+  }
+  return "selection: '" + value + "' is not uniform, weighted, hardest or mixed";
+}
+
+// One KEY[=VALUE] item of a class; `shares` counts the shares seen.
+std::string ParseClassItem(const std::string& item, v1::ClassSpec* out, int* shares) {
+  const size_t eq = item.find('=');
+  const std::string key = item.substr(0, eq);
+  const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+  if (key == "rest" && (eq == std::string::npos || value == "true")) {
+    ++*shares;
+    out->set_rest(true);
+    return "";
+  }
+  if (eq == std::string::npos) return "'" + item + "' is not KEY=VALUE (or rest)";
+  if (key == "labels") return ParseLabelRanges(value, out);
+  if (key == "selection") return ParseSelection(value, out);
+  int64_t n = 0;
+  double x = 0;
+  if (key == "count") {
+    if (!ParseInt64(value, &n)) return "count: '" + value + "' is not an integer";
+    ++*shares;
+    out->set_count(n);
+    return "";
+  }
+  if (key == "fraction" || key == "hard_fraction") {
+    if (!ParseDouble(value, &x)) return key + ": '" + value + "' is not a number";
+    if (key == "fraction") {
+      ++*shares;
+      out->set_fraction(x);
+    } else {
+      out->set_hard_fraction(x);
+    }
+    return "";
+  }
+  return "unknown key '" + key + "' (labels, count, fraction, rest, selection, hard_fraction)";
+}
+
+}  // namespace
+
+std::string ParseClassFlag(const std::string& text, v1::ClassSpec* out) {
+  out->Clear();
+  int shares = 0;
+  for (const std::string& item : Split(text, ',')) {
+    std::string error = ParseClassItem(item, out, &shares);
+    if (!error.empty()) return "--class '" + text + "': " + error;
+  }
+  if (out->labels_size() == 0) return "--class '" + text + "': labels=... is required";
+  if (shares != 1) {
+    return "--class '" + text + "': give exactly one of count=N, fraction=F and rest (got " +
+           std::to_string(shares) + ")";
+  }
+  return "";
+}
+
+std::string ParseFillOrderFlag(const std::string& text, v1::SamplingSpec* spec) {
+  spec->clear_fill_order();
+  if (text.empty()) return "";
+  for (const std::string& item : Split(text, ',')) {
+    int64_t c = 0;
+    if (!ParseInt64(item, &c) || c < INT32_MIN || c > INT32_MAX) {
+      return "--fill-order '" + text + "': '" + item + "' is not a class index";
+    }
+    spec->add_fill_order(static_cast<int32_t>(c));
+  }
+  return "";
 }
 
 }  // namespace gpusampler::client

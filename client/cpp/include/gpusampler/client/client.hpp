@@ -231,4 +231,15 @@ class Client {
 // "ipv4:a:p,b:q"; anything else stays one target per channel. Exposed for tests.
 std::vector<std::string> ChannelTargets(const std::vector<std::string>& targets);
 
+// Classes (docs/semantics.md, "Classes") as gpusampler-cli's flags write them
+// (client/README.md). A class is comma-separated items: `labels=LO:HI[/LO:HI...]` (a single
+// value V means V:V; required), exactly one share of `count=N`, `fraction=F` and `rest`,
+// then optionally `selection=uniform|weighted|hardest|mixed` and `hard_fraction=F`; e.g.
+// "labels=1:80,fraction=0.25" or "labels=0,rest,selection=mixed,hard_fraction=0.5".
+// Returns "" and fills `out`, or says what is wrong with `text`. Thread-safe (pure).
+std::string ParseClassFlag(const std::string& text, v1::ClassSpec* out);
+
+// "1,0" as fill_order class indices ("" is an empty fill order). "" or what is wrong.
+std::string ParseFillOrderFlag(const std::string& text, v1::SamplingSpec* spec);
+
 }  // namespace gpusampler::client
