@@ -621,6 +621,7 @@ grpc::Status SampleSession::Run(const std::function<bool(v1::SampleRequest*)>& n
 namespace {
 
 std::vector<std::string> Split(const std::string& text, char sep) {
+  if (text.empty()) return {""};
   std::vector<std::string> out;
   std::string item;
   std::istringstream in(text);
