@@ -379,9 +379,9 @@ Status DatasetBuilder::Seal() {
   hash.Update(ds_->features.data(), ds_->features.size());
   hash.Update(reinterpret_cast<const uint8_t*>(ds_->scores.data()), ds_->scores.size() * 4);
   ds_->sha256 = hash.HexDigest();
-  ds_->bytes = static_cast<int64_t>(ds_->labels.size() + ds_->features.size() +
-                                    ds_->scores.size() * 4) +
-               (ds_->has_row_splits ? static_cast<int64_t>(ds_->row_splits.size() * 8) : 0);
+  ds_->bytes =
+      static_cast<int64_t>(ds_->labels.size() + ds_->features.size() + ds_->scores.size() * 4) +
+      (ds_->has_row_splits ? static_cast<int64_t>(ds_->row_splits.size() * 8) : 0);
   return Status::Ok();
 }
 

@@ -44,7 +44,7 @@ struct Dataset final : DatasetStorage {
   std::vector<float> scores;
   bool has_negative_scores = false;  // checked against WEIGHTED classes per request
   std::string sha256;  // lowercase hex over the label, then the feature, then the score bytes
-  int64_t bytes = 0;            // label + feature + score + row_splits bytes
+  int64_t bytes = 0;   // label + feature + score + row_splits bytes
   // The repository files this version was loaded from or committed to (repository.hpp:
   // their device, inode, size and mtime); empty when the dataset is not in a repository.
   std::string repo_version;

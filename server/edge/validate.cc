@@ -156,8 +156,8 @@ Status ParseClasses(const v1::SamplingSpec& spec, kernels::SamplingSpec* out) {
   }
   out->classes.assign(static_cast<size_t>(spec.classes_size()), {});
   for (int c = 0; c < spec.classes_size(); ++c) {
-    GPUSAMPLER_RETURN_IF_ERROR(ParseClass(spec.classes(c), static_cast<size_t>(c),
-                                          &out->classes[static_cast<size_t>(c)]));
+    GPUSAMPLER_RETURN_IF_ERROR(
+        ParseClass(spec.classes(c), static_cast<size_t>(c), &out->classes[static_cast<size_t>(c)]));
   }
   out->fill_order.assign(spec.fill_order().begin(), spec.fill_order().end());
   try {
@@ -199,8 +199,9 @@ Status ParseSpec(const v1::SamplingSpec& spec, const Limits& limits, kernels::Sa
     return ParseClasses(spec, out);
   }
   if (spec.fill_order_size() > 0) {
-    return InvalidArgument("spec.fill_order is set but spec.classes is not (fill_order names "
-                           "classes)");
+    return InvalidArgument(
+        "spec.fill_order is set but spec.classes is not (fill_order names "
+        "classes)");
   }
   const double f = spec.has_positive_fraction() ? spec.positive_fraction() : 0.5;
   if (!(f >= 0.0 && f <= 1.0)) {  // also rejects NaN
@@ -307,8 +308,8 @@ Status CheckScoresTensor(const v1::Tensor& scores, const std::vector<int64_t>& w
   }
   int64_t n = 0;
   GPUSAMPLER_RETURN_IF_ERROR(CheckTensorData(scores, "scores", limits, &n));
-  const bool same = std::equal(scores.shape().begin(), scores.shape().end(), want.begin(),
-                               want.end());
+  const bool same =
+      std::equal(scores.shape().begin(), scores.shape().end(), want.begin(), want.end());
   if (!same) {
     return InvalidArgument("scores.shape " + ShapeString(scores.shape()) + " must equal " +
                            want_text);
@@ -321,20 +322,19 @@ Status InlineScores(const v1::SampleRequest& req, const Limits& limits, bool wei
   if (!req.has_scores()) return Status::Ok();
   const v1::Tensor& labels = req.labels();
   const std::vector<int64_t> want(labels.shape().begin(), labels.shape().end());
-  GPUSAMPLER_RETURN_IF_ERROR(CheckScoresTensor(
-      req.scores(), want, "labels.shape " + ShapeString(labels.shape()), limits));
+  GPUSAMPLER_RETURN_IF_ERROR(
+      CheckScoresTensor(req.scores(), want, "labels.shape " + ShapeString(labels.shape()), limits));
   job->scores = ScoreFloats(req.scores(), job);
   const int rank = labels.shape_size();
   const bool ragged = req.has_row_splits();
-  return CheckScoreValues(*job, job->scores, false, weighted,
-                          [&](int64_t r, int64_t i, int64_t e) {
-                            if (ragged) {
-                              return "scores[" + std::to_string(e) + "] (row " +
-                                     std::to_string(r) + ", element " + std::to_string(i) + ")";
-                            }
-                            if (rank == 1) return "scores[" + std::to_string(i) + "]";
-                            return "scores[" + std::to_string(r) + "][" + std::to_string(i) + "]";
-                          });
+  return CheckScoreValues(*job, job->scores, false, weighted, [&](int64_t r, int64_t i, int64_t e) {
+    if (ragged) {
+      return "scores[" + std::to_string(e) + "] (row " + std::to_string(r) + ", element " +
+             std::to_string(i) + ")";
+    }
+    if (rank == 1) return "scores[" + std::to_string(i) + "]";
+    return "scores[" + std::to_string(r) + "][" + std::to_string(i) + "]";
+  });
 }
 
 // Dataset rows named with `rows`, with scores sent for them: the scores are read where the
@@ -400,10 +400,10 @@ Status RequireScores(const Job& job, const Dataset* ds) {
     const kernels::Selection sel = job.spec.classes[c].selection;
     if (sel == kernels::Selection::kUniform) continue;
     static const char* const kNames[] = {"", "UNIFORM", "WEIGHTED", "HARDEST", "MIXED"};
-    return InvalidArgument("scores: spec.classes[" + std::to_string(c) + "] is " +
-                           kNames[static_cast<int>(sel)] + " and needs scores, but the request " +
-                           (ds ? "sends none and dataset '" + ds->name + "' stores none"
-                               : std::string("sends none")));
+    return InvalidArgument(
+        "scores: spec.classes[" + std::to_string(c) + "] is " + kNames[static_cast<int>(sel)] +
+        " and needs scores, but the request " +
+        (ds ? "sends none and dataset '" + ds->name + "' stores none" : std::string("sends none")));
   }
   return Status::Ok();
 }
@@ -628,7 +628,6 @@ Status InlineFeatures(const v1::SampleRequest& req, const Limits& limits, Job* j
   job->features = reinterpret_cast<const uint8_t*>(feat.data().data());
   return Status::Ok();
 }
-
 
 }  // namespace
 

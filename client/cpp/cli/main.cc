@@ -171,8 +171,8 @@ struct SampleFlags {
   // Classes (docs/semantics.md, "Classes"): each --class is one ClassSpec (ParseClassFlag).
   std::vector<std::string> classes;
   std::optional<std::string> fill_order;
-  std::string scores;              // FLOAT32 .npy laid out like the labels
-  bool binary_flags_set = false;   // --positive-fraction/--*-label/--fill given
+  std::string scores;             // FLOAT32 .npy laid out like the labels
+  bool binary_flags_set = false;  // --positive-fraction/--*-label/--fill given
 };
 
 // The request `sample` sends; "" or the error reading one of its .npy files.
@@ -439,8 +439,8 @@ CLI::App* AddSampleCommand(CLI::App& app, SampleFlags* f) {
                      "rows' elements); needed by weighted, hardest and mixed classes");
   sample->add_option("--out-dir", f->out_dir, "directory for the output .npy files")->required();
   sample->final_callback([sample, f] {
-    for (const char* flag : {"--positive-fraction", "--positive-label", "--negative-label",
-                             "--fill"}) {
+    for (const char* flag :
+         {"--positive-fraction", "--positive-label", "--negative-label", "--fill"}) {
       if (sample->count(flag) > 0) f->binary_flags_set = true;
     }
   });

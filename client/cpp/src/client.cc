@@ -4,8 +4,8 @@
 
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <sstream>
 #include <stdexcept>
@@ -615,7 +615,6 @@ grpc::Status SampleSession::Run(const std::function<bool(v1::SampleRequest*)>& n
   return status;
 }
 
-
 // ---- Classes as flags ----
 
 namespace {
@@ -655,10 +654,9 @@ std::string ParseLabelRanges(const std::string& value, v1::ClassSpec* out) {
     // The separator is the first ':' after the first character (a leading '-' is a sign).
     const size_t colon = range.find(':', 1);
     int64_t lo = 0, hi = 0;
-    const bool ok = colon == std::string::npos
-                        ? ParseInt64(range, &lo) && (hi = lo, true)
-                        : ParseInt64(range.substr(0, colon), &lo) &&
-                              ParseInt64(range.substr(colon + 1), &hi);
+    const bool ok = colon == std::string::npos ? ParseInt64(range, &lo) && (hi = lo, true)
+                                               : ParseInt64(range.substr(0, colon), &lo) &&
+                                                     ParseInt64(range.substr(colon + 1), &hi);
     if (!ok) return "labels: '" + range + "' is not LO:HI or a single integer label";
     v1::LabelRange* r = out->add_labels();
     r->set_lo(lo);
