@@ -459,6 +459,12 @@ std::string CheckSampleFlags(const SampleFlags& f) {
     return "--class replaces --positive-fraction, --positive-label, --negative-label and --fill";
   }
   if (f.classes.empty() && f.fill_order) return "--fill-order needs --class";
+  v1::SamplingSpec spec;  // the class syntax is a usage matter: checked before any call
+  for (const std::string& text : f.classes) {
+    std::string error = ParseClassFlag(text, spec.add_classes());
+    if (!error.empty()) return error;
+  }
+  if (f.fill_order) return ParseFillOrderFlag(*f.fill_order, &spec);
   return "";
 }
 
