@@ -76,6 +76,13 @@ RAW_CASES = {
         ["scores[1][37]", "-2", "WEIGHTED"]),
     "scores_shape": (request(TWO, scores=np.ones((2, 99), np.float32)),
                      ["scores.shape", "[2, 99]", "[2, 100]"]),
+    "scores_rank": (request(TWO, scores=np.ones((1,) * 9, np.float32)),
+                    ["scores.shape has 9 dims"]),
+    # Refused from the wire bytes, before parsing (100 packed dims).
+    "scores_rank_before_parse": (pb.SampleRequest(
+        spec=pb.SamplingSpec(num_samples=8, classes=TWO), labels=tensor(LABELS, pb.DTYPE_INT64),
+        scores=pb.Tensor(dtype=pb.DTYPE_FLOAT32, shape=[1] * 100, data=b"\0" * 4)),
+        ["scores.shape has more than 8 dims"]),
     "scores_one_row": (request(TWO, labels=LABELS[0], scores=with_score(np.inf, (0, 5))[0]),
                        ["scores[5]", "inf"]),
 }
