@@ -169,13 +169,7 @@ Status ParseClasses(const v1::SamplingSpec& spec, kernels::SamplingSpec* out) {
   return Status::Ok();
 }
 
-// Whether some class draws by score (and so needs scores), or by weight.
-bool NeedsScores(const kernels::SamplingSpec& spec) {
-  for (const kernels::ClassSpec& c : spec.classes) {
-    if (c.selection != kernels::Selection::kUniform) return true;
-  }
-  return false;
-}
+// Whether some class draws by weight (scores must then not be negative).
 bool AnyWeighted(const kernels::SamplingSpec& spec) {
   for (const kernels::ClassSpec& c : spec.classes) {
     if (c.selection == kernels::Selection::kWeighted) return true;
@@ -199,9 +193,7 @@ Status ParseSpec(const v1::SamplingSpec& spec, const Limits& limits, kernels::Sa
     return ParseClasses(spec, out);
   }
   if (spec.fill_order_size() > 0) {
-    return InvalidArgument(
-        "spec.fill_order is set but spec.classes is not (fill_order names "
-        "classes)");
+    return InvalidArgument("spec.fill_order is set but spec.classes is not (it names classes)");
   }
   const double f = spec.has_positive_fraction() ? spec.positive_fraction() : 0.5;
   if (!(f >= 0.0 && f <= 1.0)) {  // also rejects NaN

@@ -55,3 +55,21 @@ def test_class_usage_errors(cli_bin, server, tmp_path, args, words):
                  "--out-dir", tmp_path / "out", *args)
     assert result.returncode == 2, (result.returncode, result.stderr)
     assert words in result.stderr
+
+
+def test_dataset_create_with_scores(cli_bin, server, client, tmp_path):
+    import hashlib
+
+    labels = np.arange(30, dtype=np.int64) % 2
+    scores = np.linspace(1, 2, 30, dtype=np.float32)
+    np.save(tmp_path / "labels.npy", labels)
+    np.save(tmp_path / "scores.npy", scores)
+    result = run(cli_bin, server, "dataset", "create", "cli-scores", "--labels",
+                 tmp_path / "labels.npy", "--scores", tmp_path / "scores.npy", "--replace")
+    assert result.returncode == 0, result.stderr
+    try:
+        [info] = [d for d in client.list_datasets() if d.name == "cli-scores"]
+        assert info.sha256 == hashlib.sha256(labels.tobytes() + scores.tobytes()).hexdigest()
+        assert info.bytes == labels.nbytes + scores.nbytes
+    finally:
+        client.delete_dataset("cli-scores")

@@ -253,7 +253,7 @@ int RunSample(Client& client, const SampleFlags& f) {
 }
 
 struct DatasetFlags {
-  std::string name, labels, features, row_splits;
+  std::string name, labels, features, row_splits, scores;
   bool replace = false;
   bool json = false;
 };
@@ -285,11 +285,14 @@ int RunDatasetCreate(Client& client, const DatasetFlags& f) {
   std::string error = ReadNpy(f.labels, &labels);
   if (error.empty() && !f.features.empty()) error = ReadNpy(f.features, &features);
   if (error.empty() && !f.row_splits.empty()) error = ReadNpy(f.row_splits, &splits);
+  v1::Tensor scores;
+  if (error.empty() && !f.scores.empty()) error = ReadNpy(f.scores, &scores);
   if (!error.empty()) return Fail(error);
   v1::DatasetInfo info;
   const grpc::Status status =
       client.CreateDataset(f.name, labels, f.features.empty() ? nullptr : &features,
-                           f.row_splits.empty() ? nullptr : &splits, f.replace, &info);
+                           f.row_splits.empty() ? nullptr : &splits, f.replace, &info, {}, 0,
+                           f.scores.empty() ? nullptr : &scores);
   if (!status.ok()) return Fail(status);
   std::cout << DatasetLine(info) << "\n";
   return 0;
@@ -571,6 +574,8 @@ DatasetCommands AddDatasetCommands(CLI::App& app, DatasetFlags* f) {
   c.create->add_option("--labels", f->labels, "labels .npy, 1-D [total]")->required();
   c.create->add_option("--features", f->features, "features .npy [total, ...]");
   c.create->add_option("--row-splits", f->row_splits, "int64 [B+1] .npy");
+  c.create->add_option("--scores", f->scores,
+                       "float32 [total] .npy of scores, for classes that select by score");
   c.create->add_flag("--replace", f->replace, "replace a dataset of the same name");
   c.list = dataset->add_subcommand("list", "list the stored datasets");
   c.list->add_flag("--json", f->json, "one JSON object per line");

@@ -265,7 +265,7 @@ grpc::Status Client::GetServerInfo(v1::ServerInfo* info, const CallOptions& call
 grpc::Status Client::CreateDataset(const std::string& name, const v1::Tensor& labels,
                                    const v1::Tensor* features, const v1::Tensor* row_splits,
                                    bool replace, v1::DatasetInfo* info, const CallOptions& call,
-                                   int64_t chunk_bytes) {
+                                   int64_t chunk_bytes, const v1::Tensor* scores) {
   CheckCall(call);
   const int64_t total = labels.shape_size() == 1 ? labels.shape(0) : -1;
   if (total < 0) {
@@ -281,17 +281,22 @@ grpc::Status Client::CreateDataset(const std::string& name, const v1::Tensor& la
     }
     feature_row = total > 0 ? features->data().size() / static_cast<size_t>(total) : 0;
   }
+  if (scores != nullptr && (scores->shape_size() != 1 || scores->shape(0) != total)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "scores must be [total] with total = " + std::to_string(total));
+  }
+  const size_t score_item = scores != nullptr ? 4 : 0;
   if (chunk_bytes <= 0) {
     chunk_bytes = std::min<int64_t>(16 << 20, options_.max_send_message_bytes / 4);
   }
-  const int64_t per =
-      std::max<int64_t>(1, chunk_bytes / static_cast<int64_t>(label_item + feature_row));
+  const int64_t per = std::max<int64_t>(
+      1, chunk_bytes / static_cast<int64_t>(label_item + feature_row + score_item));
   std::vector<std::pair<std::string, v1::Sampler::Stub*>> targets;
   grpc::Status status = DatasetTargets(call, &targets);
   if (!status.ok()) return status;
   if (targets.empty()) {  // any one replica: one target, or a shared repository
     return UploadDataset(*Pick().stub, name, labels, features, row_splits, replace, info, call, per,
-                         label_item, feature_row);
+                         label_item, feature_row, scores);
   }
   // No repository: every target keeps its own copy, so that a request sent to any finds it.
   std::vector<std::pair<std::string, grpc::Status>> failed;
@@ -300,7 +305,7 @@ grpc::Status Client::CreateDataset(const std::string& name, const v1::Tensor& la
   for (const auto& [target, stub] : targets) {
     v1::DatasetInfo one;
     status = UploadDataset(*stub, name, labels, features, row_splits, replace, &one, call, per,
-                           label_item, feature_row);
+                           label_item, feature_row, scores);
     if (status.ok()) {
       if (succeeded.empty()) first = one;
       succeeded.push_back(target);
@@ -317,7 +322,8 @@ grpc::Status Client::UploadDataset(v1::Sampler::Stub& stub, const std::string& n
                                    const v1::Tensor& labels, const v1::Tensor* features,
                                    const v1::Tensor* row_splits, bool replace,
                                    v1::DatasetInfo* info, const CallOptions& call, int64_t per,
-                                   size_t label_item, size_t feature_row) {
+                                   size_t label_item, size_t feature_row,
+                                   const v1::Tensor* scores) {
   const int64_t total = labels.shape(0);
   auto context = NewContext(call.timeout.value_or(options_.default_timeout));
   auto writer = stub.CreateDataset(context.get(), info);
@@ -341,6 +347,13 @@ grpc::Status Client::UploadDataset(v1::Sampler::Stub& stub, const std::string& n
       for (int d = 1; d < features->shape_size(); ++d) f->add_shape(features->shape(d));
       f->set_data(features->data().substr(static_cast<size_t>(at) * feature_row,
                                           static_cast<size_t>(end - at) * feature_row));
+    }
+    if (scores != nullptr) {
+      v1::Tensor* sc = chunk.mutable_scores();
+      sc->set_dtype(scores->dtype());
+      sc->add_shape(end - at);
+      sc->set_data(
+          scores->data().substr(static_cast<size_t>(at) * 4, static_cast<size_t>(end - at) * 4));
     }
     if (!writer->Write(chunk)) break;  // the server ended the call; Finish says why
     if (end >= total) break;

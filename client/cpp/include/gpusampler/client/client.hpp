@@ -172,7 +172,8 @@ class Client {
                            const CallOptions& call = {});
 
   // Resident datasets. CreateDataset uploads labels [total] (1-D, integer or BOOL) with
-  // optional features [total, ...] and row_splits INT64 [B+1], in chunks of at most
+  // optional features [total, ...], row_splits INT64 [B+1] and scores FLOAT32 [total]
+  // (docs/semantics.md, "Classes"), in chunks of at most
   // `chunk_bytes` (0: a quarter of max_send_message_bytes, at most 16 MiB); the server keeps
   // nothing unless the whole upload succeeds. `call.timeout` bounds the whole upload.
   // Sample a dataset with Sample() and a request whose `dataset` field names it.
@@ -188,7 +189,7 @@ class Client {
   grpc::Status CreateDataset(const std::string& name, const v1::Tensor& labels,
                              const v1::Tensor* features, const v1::Tensor* row_splits, bool replace,
                              v1::DatasetInfo* info, const CallOptions& call = {},
-                             int64_t chunk_bytes = 0);
+                             int64_t chunk_bytes = 0, const v1::Tensor* scores = nullptr);
   grpc::Status DeleteDataset(const std::string& name, const CallOptions& call = {});
   grpc::Status ListDatasets(std::vector<v1::DatasetInfo>* datasets, const CallOptions& call = {});
 
@@ -209,7 +210,7 @@ class Client {
                              const v1::Tensor& labels, const v1::Tensor* features,
                              const v1::Tensor* row_splits, bool replace, v1::DatasetInfo* info,
                              const CallOptions& call, int64_t per, size_t label_item,
-                             size_t feature_row);
+                             size_t feature_row, const v1::Tensor* scores);
   // gRPC's own size-limit message, with the limit that produced it named.
   grpc::Status Explain(grpc::Status status) const;
 
