@@ -62,6 +62,13 @@ struct Job {
   kernels::DType feature_dtype = kernels::DType::kUnspecified;
   std::vector<int64_t> feature_trailing_shape;  // one feature row's shape
   int64_t feature_row_bytes = 0;                // 0: labels only
+  // Classes (SPEC section 7): FLOAT32 scores laid out and indexed like `labels` (row_start),
+  // or null. They address the request's bytes, the dataset's stored scores, or
+  // `owned_scores` (a copy the edge made: unaligned bytes, or request scores of dataset rows
+  // named with `rows`, scattered to where those rows start).
+  const float* scores = nullptr;
+  std::vector<float> owned_scores;
+  int64_t num_classes() const { return static_cast<int64_t>(spec.classes.size()); }
 
   int64_t num_rows() const { return static_cast<int64_t>(row_offsets.size()) - 1; }
   int64_t num_elements() const { return row_offsets.back(); }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -194,6 +195,9 @@ Status DatasetBuilder::Add(const v1::DatasetChunk& chunk) {
   if (has_features_) {
     GPUSAMPLER_RETURN_IF_ERROR(CheckFeatures(chunk.features(), n, first));
   }
+  if (has_scores_) {
+    GPUSAMPLER_RETURN_IF_ERROR(CheckScores(chunk.scores(), n));
+  }
   // Row splits (first chunk only).
   std::vector<int64_t> splits;
   if (first && chunk.has_row_splits()) {
@@ -215,6 +219,7 @@ Status DatasetBuilder::StartUpload(const v1::DatasetChunk& chunk) {
   ds_->name = chunk.name();
   replace_ = chunk.replace();
   has_features_ = chunk.has_features();
+  has_scores_ = chunk.has_scores();
   return Status::Ok();
 }
 
@@ -230,6 +235,11 @@ Status DatasetBuilder::CheckLaterChunk(const v1::DatasetChunk& chunk) const {
     return InvalidArgument(std::string("features is ") +
                            (has_features_ ? "missing from" : "present in") +
                            " a later chunk; send features in all chunks or in none");
+  }
+  if (chunk.has_scores() != has_scores_) {
+    return InvalidArgument(std::string("scores is ") +
+                           (has_scores_ ? "missing from" : "present in") +
+                           " a later chunk; send scores in all chunks or in none");
   }
   return Status::Ok();
 }
@@ -291,12 +301,41 @@ Status DatasetBuilder::CheckFeatures(const v1::Tensor& feat, int64_t n, bool fir
   return Status::Ok();
 }
 
+// Scores (SPEC section 7): FLOAT32 [n], each finite or NaN (whether negatives are allowed
+// depends on the request's classes, checked then).
+Status DatasetBuilder::CheckScores(const v1::Tensor& scores, int64_t n) const {
+  if (scores.dtype() != v1::DTYPE_FLOAT32) {
+    return InvalidArgument("scores.dtype must be DTYPE_FLOAT32, got " +
+                           v1::DType_Name(scores.dtype()));
+  }
+  int64_t m = 0;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckTensorData(scores, "scores", limits_, &m));
+  if (scores.shape_size() != 1 || m != n) {
+    return InvalidArgument("scores.shape " + Shape(scores.shape()) + " must be [" +
+                           std::to_string(n) + "], the chunk's label count");
+  }
+  const int64_t before = static_cast<int64_t>(ds_->scores.size());
+  const char* data = scores.data().data();
+  for (int64_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, data + i * 4, 4);
+    if (std::isinf(v)) {
+      return InvalidArgument("scores[" + std::to_string(i) + "] of the chunk (dataset element " +
+                             std::to_string(before + i) + ") = " + (v > 0 ? "inf" : "-inf") +
+                             ": scores must be finite or NaN");
+    }
+  }
+  return Status::Ok();
+}
+
 // Reserves the chunk's bytes against the budget, then keeps them.
 Status DatasetBuilder::Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> splits) {
   const std::string& label_data = chunk.labels().data();
   const std::string* feature_data = has_features_ ? &chunk.features().data() : nullptr;
   const int64_t feature_bytes = feature_data ? static_cast<int64_t>(feature_data->size()) : 0;
-  const int64_t want = static_cast<int64_t>(label_data.size()) + feature_bytes +
+  const std::string* score_data = has_scores_ ? &chunk.scores().data() : nullptr;
+  const int64_t score_bytes = score_data ? static_cast<int64_t>(score_data->size()) : 0;
+  const int64_t want = static_cast<int64_t>(label_data.size()) + feature_bytes + score_bytes +
                        static_cast<int64_t>(splits.size() * sizeof(int64_t));
   GPUSAMPLER_RETURN_IF_ERROR(registry_->Reserve(want));
   reserved_ += want;
@@ -310,6 +349,14 @@ Status DatasetBuilder::Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> 
   if (feature_data) {
     const auto* fbytes = reinterpret_cast<const uint8_t*>(feature_data->data());
     ds_->features.insert(ds_->features.end(), fbytes, fbytes + feature_bytes);
+  }
+  if (score_data) {
+    const size_t at = ds_->scores.size();
+    ds_->scores.resize(at + static_cast<size_t>(score_bytes) / 4);
+    std::memcpy(ds_->scores.data() + at, score_data->data(), static_cast<size_t>(score_bytes));
+    for (size_t i = at; i < ds_->scores.size(); ++i) {
+      if (ds_->scores[i] < 0.0f) ds_->has_negative_scores = true;
+    }
   }
   label_hash_.Update(lbytes, label_data.size());
   return Status::Ok();
@@ -330,9 +377,11 @@ Status DatasetBuilder::Seal() {
   }
   Sha256 hash = label_hash_;
   hash.Update(ds_->features.data(), ds_->features.size());
+  hash.Update(reinterpret_cast<const uint8_t*>(ds_->scores.data()), ds_->scores.size() * 4);
   ds_->sha256 = hash.HexDigest();
-  ds_->bytes = static_cast<int64_t>(ds_->labels.size() + ds_->features.size()) +
-               (ds_->has_row_splits ? static_cast<int64_t>(ds_->row_splits.size() * 8) : 0);
+  ds_->bytes =
+      static_cast<int64_t>(ds_->labels.size() + ds_->features.size() + ds_->scores.size() * 4) +
+      (ds_->has_row_splits ? static_cast<int64_t>(ds_->row_splits.size() * 8) : 0);
   return Status::Ok();
 }
 

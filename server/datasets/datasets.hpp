@@ -39,8 +39,12 @@ struct Dataset final : DatasetStorage {
   int64_t feature_row_bytes = 0;
   kernels::HostBytes features;  // [total, feature_shape...]; cache-line aligned, so a
                                 // 64-byte row is one line for the gather
-  std::string sha256;           // lowercase hex over the label bytes, then the feature bytes
-  int64_t bytes = 0;            // label + feature + row_splits bytes
+  // Optional FLOAT32 scores, one per label element (SPEC section 7); empty: none. Kept in
+  // host memory also when the labels live on a device (launches stage them from there).
+  std::vector<float> scores;
+  bool has_negative_scores = false;  // checked against WEIGHTED classes per request
+  std::string sha256;  // lowercase hex over the label, then the feature, then the score bytes
+  int64_t bytes = 0;   // label + feature + score + row_splits bytes
   // The repository files this version was loaded from or committed to (repository.hpp:
   // their device, inode, size and mtime); empty when the dataset is not in a repository.
   std::string repo_version;
@@ -116,6 +120,7 @@ class DatasetBuilder {
   Status CheckLaterChunk(const v1::DatasetChunk& chunk) const;
   Status CheckLabels(const v1::Tensor& labels, bool first, int64_t* n);
   Status CheckFeatures(const v1::Tensor& features, int64_t n, bool first);
+  Status CheckScores(const v1::Tensor& scores, int64_t n) const;
   Status Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> splits);
 
   DatasetRegistry* registry_;
@@ -124,6 +129,7 @@ class DatasetBuilder {
   bool started_ = false;
   bool replace_ = false;
   bool has_features_ = false;
+  bool has_scores_ = false;
   int64_t reserved_ = 0;
   Sha256 label_hash_;  // the label bytes arrive first in the digest: hashed as they come
 };

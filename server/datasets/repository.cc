@@ -20,8 +20,17 @@
 namespace gpusampler::server {
 namespace {
 
+// Two container versions: 01 has three sections (labels, features, row_splits); 02, written
+// only for a dataset with scores (SPEC section 7), adds a fourth, the scores, so that a file
+// without scores stays readable by older servers.
 constexpr char kContainerMagic[8] = {'G', 'S', 'D', 'A', 'T', 'A', '0', '1'};
-constexpr size_t kContainerHeader = 8 + 64 + 3 * 8 + 4 + 4;  // magic, sha, lengths, dtype, pad
+constexpr char kContainerMagicScores[8] = {'G', 'S', 'D', 'A', 'T', 'A', '0', '2'};
+constexpr size_t ContainerHeaderBytes(int sections) {
+  return 8 + 64 + 8 * static_cast<size_t>(sections) + 4 + 4;  // magic, sha, lengths, dtype, pad
+}
+constexpr size_t kContainerHeader = ContainerHeaderBytes(3);
+constexpr size_t kContainerHeaderMax = ContainerHeaderBytes(4);
+const char* const kScoresSuffix = ".scores.npy";
 constexpr int64_t kMaxNpyHeader = int64_t{1} << 20;
 const char* const kContainerSuffix = ".dataset";
 const char* const kLabelsSuffix = ".labels.npy";
@@ -192,14 +201,14 @@ uint64_t GetLe64(const char* p) {
 // The files of one committed dataset, opened, with their headers checked.
 struct Opened {
   std::vector<Fd> fds;
-  Section labels, features, row_splits;
-  bool has_features = false, has_row_splits = false;
+  Section labels, features, row_splits, scores;
+  bool has_features = false, has_row_splits = false, has_scores = false;
   std::string sha256;                               // from a container; empty for plain files
   v1::DType feature_dtype = v1::DTYPE_UNSPECIFIED;  // a container's (BFLOAT16 stored as int16)
   std::string version;
   int64_t payload() const {
     return labels.payload + (has_features ? features.payload : 0) +
-           (has_row_splits ? row_splits.payload : 0);
+           (has_row_splits ? row_splits.payload : 0) + (has_scores ? scores.payload : 0);
   }
 };
 
@@ -208,16 +217,25 @@ Status OpenContainer(const std::string& path, Opened* o) {
   Fd fd;
   struct stat st;
   GPUSAMPLER_RETURN_IF_ERROR(At(path, OpenRegular(path, &fd, &st)));
-  char head[kContainerHeader];
+  char head[kContainerHeaderMax];
   if (st.st_size < static_cast<off_t>(kContainerHeader)) return BadFile(path + ": too short");
-  GPUSAMPLER_RETURN_IF_ERROR(At(path, ReadAt(fd.get(), 0, kContainerHeader, head)));
-  if (std::memcmp(head, kContainerMagic, 8) != 0) return BadFile(path + ": bad magic");
+  GPUSAMPLER_RETURN_IF_ERROR(At(path, ReadAt(fd.get(), 0, 8, head)));
+  const bool v2 = std::memcmp(head, kContainerMagicScores, 8) == 0;
+  if (!v2 && std::memcmp(head, kContainerMagic, 8) != 0) return BadFile(path + ": bad magic");
+  const int num_sections = v2 ? 4 : 3;
+  const size_t header_bytes = ContainerHeaderBytes(num_sections);
+  if (st.st_size < static_cast<off_t>(header_bytes)) return BadFile(path + ": too short");
+  GPUSAMPLER_RETURN_IF_ERROR(At(path, ReadAt(fd.get(), 0, header_bytes, head)));
   o->sha256.assign(head + 8, 64);
-  const uint64_t lens[3] = {GetLe64(head + 72), GetLe64(head + 80), GetLe64(head + 88)};
+  uint64_t lens[4] = {0, 0, 0, 0};
+  for (int i = 0; i < num_sections; ++i) lens[i] = GetLe64(head + 72 + 8 * i);
+  const size_t dtype_at = 72 + 8 * static_cast<size_t>(num_sections);
   uint32_t fdtype = 0;
-  for (int i = 3; i >= 0; --i) fdtype = (fdtype << 8) | static_cast<unsigned char>(head[96 + i]);
+  for (int i = 3; i >= 0; --i) {
+    fdtype = (fdtype << 8) | static_cast<unsigned char>(head[dtype_at + i]);
+  }
   o->feature_dtype = static_cast<v1::DType>(fdtype);
-  uint64_t total = kContainerHeader;
+  uint64_t total = header_bytes;
   for (uint64_t l : lens) {
     if (__builtin_add_overflow(total, l, &total)) return BadFile(path + ": bad section lengths");
   }
@@ -225,12 +243,13 @@ Status OpenContainer(const std::string& path, Opened* o) {
     return BadFile(path + ": is " + std::to_string(st.st_size) + " bytes, but its header needs " +
                    std::to_string(total));
   }
-  int64_t offset = kContainerHeader;
-  Section* sections[3] = {&o->labels, &o->features, &o->row_splits};
-  const char* names[3] = {"labels", "features", "row_splits"};
-  for (int i = 0; i < 3; ++i) {
+  int64_t offset = static_cast<int64_t>(header_bytes);
+  Section* sections[4] = {&o->labels, &o->features, &o->row_splits, &o->scores};
+  const char* names[4] = {"labels", "features", "row_splits", "scores"};
+  for (int i = 0; i < num_sections; ++i) {
     if (i == 1) o->has_features = lens[1] > 0;
     if (i == 2) o->has_row_splits = lens[2] > 0;
+    if (i == 3) o->has_scores = lens[3] > 0;
     if (lens[i] == 0) continue;
     Section& s = *sections[i];
     s.what = path + " (" + names[i] + ")";
@@ -250,9 +269,9 @@ Status OpenContainer(const std::string& path, Opened* o) {
 // (dir/NAME); a failure names the file.
 Status OpenPlainFiles(const std::string& base, Opened* o) {
   o->version = "p:";
-  const char* suffixes[3] = {kLabelsSuffix, ".features.npy", ".row_splits.npy"};
-  Section* sections[3] = {&o->labels, &o->features, &o->row_splits};
-  for (int i = 0; i < 3; ++i) {
+  const char* suffixes[4] = {kLabelsSuffix, ".features.npy", ".row_splits.npy", kScoresSuffix};
+  Section* sections[4] = {&o->labels, &o->features, &o->row_splits, &o->scores};
+  for (int i = 0; i < 4; ++i) {
     const std::string path = base + suffixes[i];
     struct stat st;
     if (i > 0 && stat(path.c_str(), &st) != 0 && errno == ENOENT) {
@@ -269,6 +288,7 @@ Status OpenPlainFiles(const std::string& base, Opened* o) {
     GPUSAMPLER_RETURN_IF_ERROR(At(path, Probe(&s)));
     if (i == 1) o->has_features = true;
     if (i == 2) o->has_row_splits = true;
+    if (i == 3) o->has_scores = true;
     o->version += Key(st) + "|";
     o->fds.push_back(std::move(fd));
   }
@@ -291,6 +311,9 @@ Status ReadSections(const Opened& o, v1::DatasetChunk* chunk) {
   }
   if (o.has_row_splits) {
     GPUSAMPLER_RETURN_IF_ERROR(ReadSection(o.row_splits, chunk->mutable_row_splits()));
+  }
+  if (o.has_scores) {
+    GPUSAMPLER_RETURN_IF_ERROR(ReadSection(o.scores, chunk->mutable_scores()));
   }
   return Status::Ok();
 }
@@ -346,7 +369,7 @@ bool Repository::Stat(const std::string& name, Entry* entry) const {
   entry->container = false;
   entry->version = "p:" + Key(st) + "|";
   entry->file_bytes = st.st_size;
-  for (const char* suffix : {".features.npy", ".row_splits.npy"}) {
+  for (const char* suffix : {".features.npy", ".row_splits.npy", kScoresSuffix}) {
     if (stat((base + suffix).c_str(), &st) == 0) {
       entry->version += Key(st) + "|";
       entry->file_bytes += st.st_size;
@@ -611,7 +634,7 @@ Status Repository::CommitUpload(DatasetBuilder* builder, std::shared_ptr<const D
   GPUSAMPLER_RETURN_IF_ERROR(CommitName(*ds, builder->replace(), tmp, final_path));
   if (builder->replace()) {
     // A hand-written version of the name is replaced too.
-    for (const char* suffix : {kLabelsSuffix, ".features.npy", ".row_splits.npy"}) {
+    for (const char* suffix : {kLabelsSuffix, ".features.npy", ".row_splits.npy", kScoresSuffix}) {
       unlink((base + suffix).c_str());
     }
   }
@@ -643,15 +666,21 @@ Status Repository::WriteTemporary(const Dataset& dataset, const std::string& tmp
   const std::string rh =
       ds->has_row_splits ? NpyHeader(v1::DTYPE_INT64, {static_cast<int64_t>(ds->row_splits.size())})
                          : "";
-  char head[kContainerHeader] = {};
-  std::memcpy(head, kContainerMagic, 8);
+  const bool has_scores = !ds->scores.empty();
+  const std::string sh = has_scores ? NpyHeader(v1::DTYPE_FLOAT32, {total}) : "";
+  const int num_sections = has_scores ? 4 : 3;
+  const size_t header_bytes = ContainerHeaderBytes(num_sections);
+  char head[kContainerHeaderMax] = {};
+  std::memcpy(head, has_scores ? kContainerMagicScores : kContainerMagic, 8);
   std::memcpy(head + 8, ds->sha256.data(), std::min<size_t>(64, ds->sha256.size()));
   PutLe64(head + 72, lh.size() + ds->labels.size());
   PutLe64(head + 80, ds->has_features() ? fh.size() + ds->features.size() : 0);
   PutLe64(head + 88, ds->has_row_splits ? rh.size() + ds->row_splits.size() * 8 : 0);
+  if (has_scores) PutLe64(head + 96, sh.size() + ds->scores.size() * 4);
   const uint32_t fd32 = ds->has_features() ? static_cast<uint32_t>(fdtype) : 0;
-  for (int i = 0; i < 4; ++i) head[96 + i] = static_cast<char>(fd32 >> (8 * i));
-  Status s = WriteAll(fd.get(), head, sizeof(head));
+  const size_t dtype_at = 72 + 8 * static_cast<size_t>(num_sections);
+  for (int i = 0; i < 4; ++i) head[dtype_at + i] = static_cast<char>(fd32 >> (8 * i));
+  Status s = WriteAll(fd.get(), head, header_bytes);
   if (s.ok()) s = WriteAll(fd.get(), lh.data(), lh.size());
   if (s.ok()) s = WriteAll(fd.get(), ds->labels.data(), ds->labels.size());
   if (s.ok() && ds->has_features()) {
@@ -661,6 +690,10 @@ Status Repository::WriteTemporary(const Dataset& dataset, const std::string& tmp
   if (s.ok() && ds->has_row_splits) {
     s = WriteAll(fd.get(), rh.data(), rh.size());
     if (s.ok()) s = WriteAll(fd.get(), ds->row_splits.data(), ds->row_splits.size() * 8);
+  }
+  if (s.ok() && has_scores) {
+    s = WriteAll(fd.get(), sh.data(), sh.size());
+    if (s.ok()) s = WriteAll(fd.get(), ds->scores.data(), ds->scores.size() * 4);
   }
   struct stat st;
   if (s.ok() && fsync(fd.get()) != 0) {
@@ -724,7 +757,8 @@ Status Repository::Delete(const std::string& name) {
   const std::string base = dir_ + "/" + name;
   bool existed = false;
   // The commit markers first (NAME.dataset, NAME.labels.npy), then the rest.
-  for (const char* suffix : {kContainerSuffix, kLabelsSuffix, ".features.npy", ".row_splits.npy"}) {
+  for (const char* suffix :
+       {kContainerSuffix, kLabelsSuffix, ".features.npy", ".row_splits.npy", kScoresSuffix}) {
     if (unlink((base + suffix).c_str()) == 0) {
       existed = true;
     } else if (errno != ENOENT) {

@@ -22,13 +22,13 @@ Status CheckRankBeforeParse(const grpc::ByteBuffer& bytes) {
   grpc::ProtoBufferReader reader(&copy);
   google::protobuf::io::CodedInputStream in(&reader);
   in.SetTotalBytesLimit(std::numeric_limits<int>::max());
-  static constexpr const char* kNames[] = {"",           "", "", "labels", "features",
-                                           "row_splits", "", "", "rows"};
+  static constexpr const char* kNames[] = {"", "", "",     "labels", "features", "row_splits",
+                                           "", "", "rows", "",       "",         "scores"};
   // A varint is at most 10 bytes: kMaxRank dims fit in this many packed bytes.
   constexpr uint32_t kMaxPackedBytes = 10 * kMaxRank;
   while (const uint32_t tag = in.ReadTag()) {
     const int field = WireFormatLite::GetTagFieldNumber(tag);
-    const bool tensor = field == 3 || field == 4 || field == 5 || field == 8;
+    const bool tensor = field == 3 || field == 4 || field == 5 || field == 8 || field == 11;
     if (!tensor ||
         WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       if (!WireFormatLite::SkipField(&in, tag)) return Status::Ok();

@@ -1,11 +1,14 @@
 #include "edge/validate.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "datasets/datasets.hpp"
@@ -87,7 +90,95 @@ Status ParseFillPolicy(const v1::SamplingSpec& spec, kernels::FillPolicy* fill) 
   }
 }
 
-// K, the positive fraction, the two labels (defaults 0.5, 1, 0) and the fill policy.
+// ---- Classes (SPEC section 7) ----
+
+// With classes, section 1's fields must be absent (fill_policy: unspecified).
+Status CheckNoBinaryFields(const v1::SamplingSpec& spec) {
+  for (const auto& [field, present] :
+       {std::pair<const char*, bool>{"positive_fraction", spec.has_positive_fraction()},
+        std::pair<const char*, bool>{"positive_label", spec.has_positive_label()},
+        std::pair<const char*, bool>{"negative_label", spec.has_negative_label()},
+        std::pair<const char*, bool>{"fill_policy",
+                                     spec.fill_policy() != v1::FILL_POLICY_UNSPECIFIED}}) {
+    if (present) {
+      return InvalidArgument(std::string("spec.") + field +
+                             " must be absent when spec.classes is set (the classes' shares and "
+                             "spec.fill_order say it)");
+    }
+  }
+  return Status::Ok();
+}
+
+// One wire class as the kernels' ClassSpec: its share (exactly one; `rest` true) and its
+// selection (UNSPECIFIED is UNIFORM). The rest is checked by CompileClassTable.
+Status ParseClass(const v1::ClassSpec& wire, size_t c, kernels::ClassSpec* out) {
+  const std::string name = "spec.classes[" + std::to_string(c) + "]";
+  for (const v1::LabelRange& r : wire.labels()) out->labels.push_back({r.lo(), r.hi()});
+  switch (wire.share_case()) {
+    case v1::ClassSpec::kCount:
+      out->share = kernels::Share::kCount;
+      out->count = wire.count();
+      break;
+    case v1::ClassSpec::kFraction:
+      out->share = kernels::Share::kFraction;
+      out->fraction = wire.fraction();
+      break;
+    case v1::ClassSpec::kRest:
+      if (!wire.rest()) {
+        return InvalidArgument(name + ".rest is false; where rest is the share it must be true");
+      }
+      out->share = kernels::Share::kRest;
+      break;
+    default:
+      return InvalidArgument(name + ": no share; set exactly one of count, fraction or rest");
+  }
+  const int selection = static_cast<int>(wire.selection());
+  if (selection < v1::SELECTION_UNSPECIFIED || selection > v1::SELECTION_MIXED) {
+    return InvalidArgument(name + ".selection " + std::to_string(selection) +
+                           " is not a known Selection");
+  }
+  out->selection = selection == v1::SELECTION_UNSPECIFIED
+                       ? kernels::Selection::kUniform
+                       : static_cast<kernels::Selection>(selection);
+  out->has_hard_fraction = wire.has_hard_fraction();
+  out->hard_fraction = wire.hard_fraction();
+  return Status::Ok();
+}
+
+// spec.classes and spec.fill_order, validated once per request by compiling the class table
+// for this K (the kernels compile it again per launch; the table is small).
+Status ParseClasses(const v1::SamplingSpec& spec, kernels::SamplingSpec* out) {
+  GPUSAMPLER_RETURN_IF_ERROR(CheckNoBinaryFields(spec));
+  if (spec.classes_size() > kernels::kMaxClasses) {
+    return InvalidArgument("spec.classes: " + std::to_string(spec.classes_size()) +
+                           " classes; a spec with classes has 1 to " +
+                           std::to_string(kernels::kMaxClasses));
+  }
+  out->classes.assign(static_cast<size_t>(spec.classes_size()), {});
+  for (int c = 0; c < spec.classes_size(); ++c) {
+    GPUSAMPLER_RETURN_IF_ERROR(
+        ParseClass(spec.classes(c), static_cast<size_t>(c), &out->classes[static_cast<size_t>(c)]));
+  }
+  out->fill_order.assign(spec.fill_order().begin(), spec.fill_order().end());
+  try {
+    std::vector<uint8_t> table;
+    kernels::CompileClassTable(out->classes, out->fill_order, out->num_samples, &table);
+  } catch (const kernels::Error& e) {  // kernels -> server: the message names the field
+    return InvalidArgument(std::string("spec.") + e.what());
+  }
+  return Status::Ok();
+}
+
+// Whether some class draws by weight (scores must then not be negative).
+bool AnyWeighted(const kernels::SamplingSpec& spec) {
+  for (const kernels::ClassSpec& c : spec.classes) {
+    if (c.selection == kernels::Selection::kWeighted) return true;
+  }
+  return false;
+}
+
+// K, the positive fraction, the two labels (defaults 0.5, 1, 0) and the fill policy; or,
+// with spec.classes, the classes and the fill order.
 Status ParseSpec(const v1::SamplingSpec& spec, const Limits& limits, kernels::SamplingSpec* out) {
   const int64_t k = spec.num_samples();
   if (k < 1) {
@@ -96,6 +187,13 @@ Status ParseSpec(const v1::SamplingSpec& spec, const Limits& limits, kernels::Sa
   if (k > limits.max_num_samples) {
     return LimitExceeded("spec.num_samples = " + std::to_string(k) + " exceeds max_num_samples = " +
                          std::to_string(limits.max_num_samples) + " (--max-num-samples)");
+  }
+  if (spec.classes_size() > 0) {
+    out->num_samples = k;
+    return ParseClasses(spec, out);
+  }
+  if (spec.fill_order_size() > 0) {
+    return InvalidArgument("spec.fill_order is set but spec.classes is not (it names classes)");
   }
   const double f = spec.has_positive_fraction() ? spec.positive_fraction() : 0.5;
   if (!(f >= 0.0 && f <= 1.0)) {  // also rejects NaN
@@ -118,8 +216,10 @@ Status ParseSpec(const v1::SamplingSpec& spec, const Limits& limits, kernels::Sa
 }
 
 // Both spec labels fit `dtype`; `where` names the labels ("labels dtype INT8").
+// Class ranges are exempt: a range may reach past the dtype's values (SPEC section 7).
 Status CheckLabelsRepresentable(const kernels::SamplingSpec& spec, DType dtype,
                                 const std::string& where) {
+  if (!spec.classes.empty()) return Status::Ok();
   for (auto [name, value] :
        {std::pair<const char*, int64_t>{"positive_label", spec.positive_label},
         std::pair<const char*, int64_t>{"negative_label", spec.negative_label}}) {
@@ -151,6 +251,153 @@ void ClearFeatures(Job* job) {
   job->feature_row_bytes = 0;
   job->feature_trailing_shape.clear();
   job->feature_dtype = DType::kUnspecified;
+}
+
+// ---- Scores (SPEC section 7) ----
+
+// Every score of the job's rows, read at row_start(r) (`by_source`) or row_offsets[r] of
+// `base`, is finite or NaN, and not negative when some class is WEIGHTED. `name(r, i, e)`
+// names element i of row r (e: its index in the concatenation of the rows).
+template <typename Name>
+Status CheckScoreValues(const Job& job, const float* base, bool by_source, bool weighted,
+                        const Name& name) {
+  for (int64_t r = 0; r < job.num_rows(); ++r) {
+    const int64_t start = by_source ? job.row_start(r) : job.row_offsets[static_cast<size_t>(r)];
+    const int64_t len = job.row_offsets[static_cast<size_t>(r) + 1] - job.row_offsets[r];
+    for (int64_t i = 0; i < len; ++i) {
+      const float v = base[start + i];
+      if (std::isinf(v)) {
+        return InvalidArgument(name(r, i, job.row_offsets[r] + i) + " = " + Num(v) +
+                               ": scores must be finite or NaN");
+      }
+      if (weighted && v < 0.0f) {
+        return InvalidArgument(name(r, i, job.row_offsets[r] + i) + " = " + Num(v) +
+                               ": scores must not be negative when a class is WEIGHTED");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// The bytes of a FLOAT32 scores tensor as floats: in place, or copied into the job when they
+// are not aligned for float.
+const float* ScoreFloats(const v1::Tensor& scores, Job* job) {
+  const char* data = scores.data().data();
+  if (reinterpret_cast<uintptr_t>(data) % alignof(float) == 0) {
+    return reinterpret_cast<const float*>(data);
+  }
+  job->owned_scores.resize(scores.data().size() / sizeof(float));
+  std::memcpy(job->owned_scores.data(), data, scores.data().size());
+  return job->owned_scores.data();
+}
+
+// A scores tensor sent with the request: FLOAT32, well formed, of shape `want`.
+Status CheckScoresTensor(const v1::Tensor& scores, const std::vector<int64_t>& want,
+                         const std::string& want_text, const Limits& limits) {
+  if (scores.dtype() != v1::DTYPE_FLOAT32) {
+    return InvalidArgument("scores.dtype must be DTYPE_FLOAT32, got " +
+                           v1::DType_Name(scores.dtype()));
+  }
+  int64_t n = 0;
+  GPUSAMPLER_RETURN_IF_ERROR(CheckTensorData(scores, "scores", limits, &n));
+  const bool same =
+      std::equal(scores.shape().begin(), scores.shape().end(), want.begin(), want.end());
+  if (!same) {
+    return InvalidArgument("scores.shape " + ShapeString(scores.shape()) + " must equal " +
+                           want_text);
+  }
+  return Status::Ok();
+}
+
+// Inline: scores laid out like the labels ([N], [B, N] or [total]).
+Status InlineScores(const v1::SampleRequest& req, const Limits& limits, bool weighted, Job* job) {
+  if (!req.has_scores()) return Status::Ok();
+  const v1::Tensor& labels = req.labels();
+  const std::vector<int64_t> want(labels.shape().begin(), labels.shape().end());
+  GPUSAMPLER_RETURN_IF_ERROR(
+      CheckScoresTensor(req.scores(), want, "labels.shape " + ShapeString(labels.shape()), limits));
+  job->scores = ScoreFloats(req.scores(), job);
+  const int rank = labels.shape_size();
+  const bool ragged = req.has_row_splits();
+  return CheckScoreValues(*job, job->scores, false, weighted, [&](int64_t r, int64_t i, int64_t e) {
+    if (ragged) {
+      return "scores[" + std::to_string(e) + "] (row " + std::to_string(r) + ", element " +
+             std::to_string(i) + ")";
+    }
+    if (rank == 1) return "scores[" + std::to_string(i) + "]";
+    return "scores[" + std::to_string(r) + "][" + std::to_string(i) + "]";
+  });
+}
+
+// Dataset rows named with `rows`, with scores sent for them: the scores are read where the
+// labels are (row_start), so they are scattered into a copy laid out like the dataset. A row
+// named twice must then carry the same scores both times.
+Status ScatterDatasetScores(const float* sent, const Dataset& ds, Job* job) {
+  std::vector<float> scattered(static_cast<size_t>(ds.num_elements()),
+                               std::numeric_limits<float>::quiet_NaN());
+  std::unordered_map<int64_t, int64_t> named_at;  // row start -> first request row
+  for (int64_t r = 0; r < job->num_rows(); ++r) {
+    const int64_t start = job->row_start(r);
+    const int64_t len = job->row_offsets[r + 1] - job->row_offsets[r];
+    const float* src = sent + job->row_offsets[r];
+    const auto [it, first] = named_at.emplace(start, r);
+    if (!first && len > 0 &&
+        std::memcmp(&scattered[static_cast<size_t>(start)], src, len * sizeof(float)) != 0) {
+      return InvalidArgument("scores: rows[" + std::to_string(r) + "] names the same dataset row " +
+                             "as rows[" + std::to_string(it->second) +
+                             "] with other scores; one dataset row has one score per element");
+    }
+    std::memcpy(&scattered[static_cast<size_t>(start)], src, len * sizeof(float));
+  }
+  job->owned_scores = std::move(scattered);
+  job->scores = job->owned_scores.data();
+  return Status::Ok();
+}
+
+// Dataset: scores sent with the request (aligned with the concatenation of the requested
+// rows; they win), else the dataset's stored scores, if any.
+Status DatasetScores(const v1::SampleRequest& req, const Limits& limits, const Dataset& ds,
+                     bool weighted, Job* job) {
+  if (!req.has_scores()) {
+    if (ds.scores.empty()) return Status::Ok();
+    job->scores = ds.scores.data();
+    // Stored scores are finite or NaN (checked at upload); negatives only matter here.
+    if (!weighted || !ds.has_negative_scores) return Status::Ok();
+    return CheckScoreValues(*job, job->scores, true, true, [&](int64_t r, int64_t i, int64_t) {
+      return "dataset '" + ds.name + "' scores of row " + std::to_string(r) + " element " +
+             std::to_string(i);
+    });
+  }
+  const int64_t total = job->num_elements();
+  GPUSAMPLER_RETURN_IF_ERROR(CheckScoresTensor(
+      req.scores(), {total},
+      "[" + std::to_string(total) + "], the elements of the requested dataset rows", limits));
+  const float* sent = ScoreFloats(req.scores(), job);
+  GPUSAMPLER_RETURN_IF_ERROR(
+      CheckScoreValues(*job, sent, false, weighted, [&](int64_t r, int64_t i, int64_t e) {
+        return "scores[" + std::to_string(e) + "] (row " + std::to_string(r) + ", element " +
+               std::to_string(i) + ")";
+      }));
+  if (job->row_source.empty()) {
+    job->scores = sent;
+    return Status::Ok();
+  }
+  return ScatterDatasetScores(sent, ds, job);
+}
+
+// A class that is not UNIFORM needs scores.
+Status RequireScores(const Job& job, const Dataset* ds) {
+  if (job.scores != nullptr) return Status::Ok();
+  for (size_t c = 0; c < job.spec.classes.size(); ++c) {
+    const kernels::Selection sel = job.spec.classes[c].selection;
+    if (sel == kernels::Selection::kUniform) continue;
+    static const char* const kNames[] = {"", "UNIFORM", "WEIGHTED", "HARDEST", "MIXED"};
+    return InvalidArgument(
+        "scores: spec.classes[" + std::to_string(c) + "] is " + kNames[static_cast<int>(sel)] +
+        " and needs scores, but the request " +
+        (ds ? "sends none and dataset '" + ds->name + "' stores none" : std::string("sends none")));
+  }
+  return Status::Ok();
 }
 
 // ---- A request naming a resident dataset (SPEC section 5) ----
@@ -272,7 +519,10 @@ Status ResolveDataset(const v1::SampleRequest& req, const Limits& limits,
   GPUSAMPLER_RETURN_IF_ERROR(CheckLabelsRepresentable(job->spec, ds->label_dtype,
                                                       "dataset '" + ds->name + "' label dtype"));
   GPUSAMPLER_RETURN_IF_ERROR(DatasetRows(req, *ds, limits, job));
-  return AttachDataset(std::move(ds), req.return_features(), job);
+  const Dataset& stored = *ds;
+  GPUSAMPLER_RETURN_IF_ERROR(AttachDataset(std::move(ds), req.return_features(), job));
+  GPUSAMPLER_RETURN_IF_ERROR(DatasetScores(req, limits, stored, AnyWeighted(job->spec), job));
+  return RequireScores(*job, &stored);
 }
 
 // ---- An inline request ----
@@ -390,6 +640,7 @@ bool ResponseBytes(const Job& job, size_t request_id_bytes, int64_t* bytes) {
       // The framing allowance covers every echoed shape: at most kMaxRank dims of up to
       // 10 bytes each per tensor.
       __builtin_add_overflow(payload, 8 * b + kResponseOverheadBytes, &total) ||
+      __builtin_add_overflow(total, 4 * b * job.num_classes(), &total) ||  // num_per_class
       __builtin_add_overflow(total, static_cast<int64_t>(request_id_bytes), &total)) {
     return false;
   }
@@ -405,6 +656,8 @@ Status ValidateRequest(const v1::SampleRequest& req, const Limits& limits, Job* 
   if (!job->dataset) {
     GPUSAMPLER_RETURN_IF_ERROR(InlineLabels(req, limits, job));
     GPUSAMPLER_RETURN_IF_ERROR(InlineFeatures(req, limits, job));
+    GPUSAMPLER_RETURN_IF_ERROR(InlineScores(req, limits, AnyWeighted(job->spec), job));
+    GPUSAMPLER_RETURN_IF_ERROR(RequireScores(*job, nullptr));
   }
   return FinishRequest(req, limits, job);
 }

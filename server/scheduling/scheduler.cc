@@ -297,11 +297,15 @@ void Scheduler::RunJobs(WorkerSlot* slot, const std::vector<Job*>& jobs, Clock::
   for (Job* job : jobs) {
     if (status.ok()) {
       metrics_->RecordQueue(Seconds(start - job->accepted));
-      // num_positive / num_negative: INT32 [B], little-endian as this host.
-      metrics_->RecordRowQuality(
-          reinterpret_cast<const int32_t*>(job->response->num_positive().data().data()),
-          reinterpret_cast<const int32_t*>(job->response->num_negative().data().data()),
-          job->num_rows(), job->spec.num_samples);
+      // num_positive / num_negative: INT32 [B], little-endian as this host. They are the
+      // positives and negatives only without classes (with three or more classes they are
+      // zeros), so class requests are not counted as short rows or positive fractions.
+      if (job->spec.classes.empty()) {
+        metrics_->RecordRowQuality(
+            reinterpret_cast<const int32_t*>(job->response->num_positive().data().data()),
+            reinterpret_cast<const int32_t*>(job->response->num_negative().data().data()),
+            job->num_rows(), job->spec.num_samples);
+      }
       v1::ServerTiming* t = job->response->mutable_timing();
       t->set_queue_us(Micros(start - job->accepted));
       t->set_compute_us(Micros(end - start));

@@ -35,6 +35,14 @@ void WriteResponse(const Job& job, const kernels::LaunchOutput& out, const std::
             static_cast<size_t>(b) * 4);
   SetTensor(resp->mutable_num_negative(), DType::kInt32, {b}, out.num_negative,
             static_cast<size_t>(b) * 4);
+  if (!job.spec.classes.empty()) {
+    const int64_t c = out.num_classes;
+    std::vector<int64_t> cshape;
+    if (!job.drop_batch_dim) cshape.push_back(b);
+    cshape.push_back(c);
+    SetTensor(resp->mutable_num_per_class(), DType::kInt32, cshape, out.num_per_class,
+              static_cast<size_t>(b * c) * 4);
+  }
   if (job.feature_row_bytes > 0) {
     std::vector<int64_t> fshape = shape;
     fshape.insert(fshape.end(), job.feature_trailing_shape.begin(),
@@ -80,6 +88,7 @@ class LaunchWorker final : public Worker {
       q.labels = job.labels;
       q.feature_row_bytes = job.feature_row_bytes;
       q.features = job.features;
+      if (!job.spec.classes.empty()) q.scores = job.scores;
       // A resident dataset's copy in this device's memory, when it keeps one: only the row
       // table crosses PCIe (docs/datasets.md).
       if (on_device && job.dataset) {

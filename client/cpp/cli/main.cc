@@ -169,6 +169,11 @@ struct SampleFlags {
   int64_t positive_label = 1, negative_label = 0;
   std::string fill = "both";
   std::optional<uint64_t> seed;
+  // Classes (docs/semantics.md, "Classes"): each --class is one ClassSpec (ParseClassFlag).
+  std::vector<std::string> classes;
+  std::optional<std::string> fill_order;
+  std::string scores;             // FLOAT32 .npy laid out like the labels
+  bool binary_flags_set = false;  // --positive-fraction/--*-label/--fill given
 };
 
 // The request `sample` sends; "" or the error reading one of its .npy files.
@@ -188,21 +193,30 @@ std::string MakeSampleRequest(const SampleFlags& f, v1::SampleRequest* request) 
   if (error.empty() && !f.row_splits.empty()) {
     error = ReadNpy(f.row_splits, request->mutable_row_splits());
   }
+  if (error.empty() && !f.scores.empty()) error = ReadNpy(f.scores, request->mutable_scores());
   if (!error.empty()) return error;
   v1::SamplingSpec* spec = request->mutable_spec();
   spec->set_num_samples(f.num_samples);
+  if (f.seed) request->set_seed(*f.seed);
+  if (!f.classes.empty()) {
+    for (const std::string& text : f.classes) {
+      error = ParseClassFlag(text, spec->add_classes());
+      if (!error.empty()) return error;
+    }
+    return ParseFillOrderFlag(f.fill_order.value_or(""), spec);
+  }
   spec->set_positive_fraction(f.positive_fraction);
   spec->set_positive_label(f.positive_label);
   spec->set_negative_label(f.negative_label);
   spec->set_fill_policy(f.fill == "both"             ? v1::FILL_POLICY_BOTH
                         : f.fill == "negatives_only" ? v1::FILL_POLICY_NEGATIVES_ONLY
                                                      : v1::FILL_POLICY_NONE);
-  if (f.seed) request->set_seed(*f.seed);
   return "";
 }
 
 // Writes the response's tensors into `out_dir` (made if missing) as indices.npy, labels.npy,
-// features.npy (when it has features), num_positive.npy and num_negative.npy.
+// features.npy (when it has features), num_positive.npy and num_negative.npy, and
+// num_per_class.npy with classes.
 std::string WriteSampleOutputs(const v1::SampleResponse& response, const std::string& out_dir) {
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
@@ -214,6 +228,7 @@ std::string WriteSampleOutputs(const v1::SampleResponse& response, const std::st
       {"features.npy", response.has_features() ? &response.features() : nullptr},
       {"num_positive.npy", &response.num_positive()},
       {"num_negative.npy", &response.num_negative()},
+      {"num_per_class.npy", response.has_num_per_class() ? &response.num_per_class() : nullptr},
   };
   for (const auto& [name, tensor] : outputs) {
     if (tensor == nullptr) continue;  // labels-only request: no features to write
@@ -239,7 +254,7 @@ int RunSample(Client& client, const SampleFlags& f) {
 }
 
 struct DatasetFlags {
-  std::string name, labels, features, row_splits;
+  std::string name, labels, features, row_splits, scores;
   bool replace = false;
   bool json = false;
 };
@@ -271,11 +286,14 @@ int RunDatasetCreate(Client& client, const DatasetFlags& f) {
   std::string error = ReadNpy(f.labels, &labels);
   if (error.empty() && !f.features.empty()) error = ReadNpy(f.features, &features);
   if (error.empty() && !f.row_splits.empty()) error = ReadNpy(f.row_splits, &splits);
+  v1::Tensor scores;
+  if (error.empty() && !f.scores.empty()) error = ReadNpy(f.scores, &scores);
   if (!error.empty()) return Fail(error);
   v1::DatasetInfo info;
   const grpc::Status status =
       client.CreateDataset(f.name, labels, f.features.empty() ? nullptr : &features,
-                           f.row_splits.empty() ? nullptr : &splits, f.replace, &info);
+                           f.row_splits.empty() ? nullptr : &splits, f.replace, &info, {}, 0,
+                           f.scores.empty() ? nullptr : &scores);
   if (!status.ok()) return Fail(status);
   std::cout << DatasetLine(info) << "\n";
   return 0;
@@ -413,7 +431,23 @@ CLI::App* AddSampleCommand(CLI::App& app, SampleFlags* f) {
       ->check(CLI::IsMember({"both", "negatives_only", "none"}));
   sample->add_option("--seed", f->seed, "Philox seed (drawn by the server when absent)")
       ->check(Seed());
+  sample->add_option("--class", f->classes,
+                     "instead of the two-class flags, one class per flag (repeat): "
+                     "'labels=LO:HI[/LO:HI...],count=N|fraction=F|rest"
+                     "[,selection=uniform|weighted|hardest|mixed][,hard_fraction=F]', "
+                     "e.g. --class 'labels=1:80,fraction=0.25' --class 'labels=0,rest'");
+  sample->add_option("--fill-order", f->fill_order,
+                     "with --class: class indices that fill unused quota, in order, e.g. 1,0");
+  sample->add_option("--scores", f->scores,
+                     "float32 .npy laid out like the labels (with --dataset: the requested "
+                     "rows' elements); needed by weighted, hardest and mixed classes");
   sample->add_option("--out-dir", f->out_dir, "directory for the output .npy files")->required();
+  sample->final_callback([sample, f] {
+    for (const char* flag :
+         {"--positive-fraction", "--positive-label", "--negative-label", "--fill"}) {
+      if (sample->count(flag) > 0) f->binary_flags_set = true;
+    }
+  });
   return sample;
 }
 
@@ -425,6 +459,16 @@ std::string CheckSampleFlags(const SampleFlags& f) {
   if (f.dataset.empty() && (!f.rows.empty() || f.return_features)) {
     return "--rows and --return-features need --dataset";
   }
+  if (!f.classes.empty() && f.binary_flags_set) {
+    return "--class replaces --positive-fraction, --positive-label, --negative-label and --fill";
+  }
+  if (f.classes.empty() && f.fill_order) return "--fill-order needs --class";
+  v1::SamplingSpec spec;  // the class syntax is a usage matter: checked before any call
+  for (const std::string& text : f.classes) {
+    std::string error = ParseClassFlag(text, spec.add_classes());
+    if (!error.empty()) return error;
+  }
+  if (f.fill_order) return ParseFillOrderFlag(*f.fill_order, &spec);
   return "";
 }
 
@@ -607,6 +651,8 @@ DatasetCommands AddDatasetCommands(CLI::App& app, DatasetFlags* f) {
   c.create->add_option("--labels", f->labels, "labels .npy, 1-D [total]")->required();
   c.create->add_option("--features", f->features, "features .npy [total, ...]");
   c.create->add_option("--row-splits", f->row_splits, "int64 [B+1] .npy");
+  c.create->add_option("--scores", f->scores,
+                       "float32 [total] .npy of scores, for classes that select by score");
   c.create->add_flag("--replace", f->replace, "replace a dataset of the same name");
   c.list = dataset->add_subcommand("list", "list the stored datasets");
   c.list->add_flag("--json", f->json, "one JSON object per line");

@@ -2,7 +2,10 @@
 
 #include <arpa/inet.h>
 
+#include <cerrno>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <sstream>
 #include <stdexcept>
@@ -262,7 +265,7 @@ grpc::Status Client::GetServerInfo(v1::ServerInfo* info, const CallOptions& call
 grpc::Status Client::CreateDataset(const std::string& name, const v1::Tensor& labels,
                                    const v1::Tensor* features, const v1::Tensor* row_splits,
                                    bool replace, v1::DatasetInfo* info, const CallOptions& call,
-                                   int64_t chunk_bytes) {
+                                   int64_t chunk_bytes, const v1::Tensor* scores) {
   CheckCall(call);
   const int64_t total = labels.shape_size() == 1 ? labels.shape(0) : -1;
   if (total < 0) {
@@ -278,17 +281,22 @@ grpc::Status Client::CreateDataset(const std::string& name, const v1::Tensor& la
     }
     feature_row = total > 0 ? features->data().size() / static_cast<size_t>(total) : 0;
   }
+  if (scores != nullptr && (scores->shape_size() != 1 || scores->shape(0) != total)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "scores must be [total] with total = " + std::to_string(total));
+  }
+  const size_t score_item = scores != nullptr ? 4 : 0;
   if (chunk_bytes <= 0) {
     chunk_bytes = std::min<int64_t>(16 << 20, options_.max_send_message_bytes / 4);
   }
-  const int64_t per =
-      std::max<int64_t>(1, chunk_bytes / static_cast<int64_t>(label_item + feature_row));
+  const int64_t per = std::max<int64_t>(
+      1, chunk_bytes / static_cast<int64_t>(label_item + feature_row + score_item));
   std::vector<std::pair<std::string, v1::Sampler::Stub*>> targets;
   grpc::Status status = DatasetTargets(call, &targets);
   if (!status.ok()) return status;
   if (targets.empty()) {  // any one replica: one target, or a shared repository
     return UploadDataset(*Pick().stub, name, labels, features, row_splits, replace, info, call, per,
-                         label_item, feature_row);
+                         label_item, feature_row, scores);
   }
   // No repository: every target keeps its own copy, so that a request sent to any finds it.
   std::vector<std::pair<std::string, grpc::Status>> failed;
@@ -297,7 +305,7 @@ grpc::Status Client::CreateDataset(const std::string& name, const v1::Tensor& la
   for (const auto& [target, stub] : targets) {
     v1::DatasetInfo one;
     status = UploadDataset(*stub, name, labels, features, row_splits, replace, &one, call, per,
-                           label_item, feature_row);
+                           label_item, feature_row, scores);
     if (status.ok()) {
       if (succeeded.empty()) first = one;
       succeeded.push_back(target);
@@ -314,7 +322,8 @@ grpc::Status Client::UploadDataset(v1::Sampler::Stub& stub, const std::string& n
                                    const v1::Tensor& labels, const v1::Tensor* features,
                                    const v1::Tensor* row_splits, bool replace,
                                    v1::DatasetInfo* info, const CallOptions& call, int64_t per,
-                                   size_t label_item, size_t feature_row) {
+                                   size_t label_item, size_t feature_row,
+                                   const v1::Tensor* scores) {
   const int64_t total = labels.shape(0);
   auto context = NewContext(call.timeout.value_or(options_.default_timeout));
   auto writer = stub.CreateDataset(context.get(), info);
@@ -338,6 +347,13 @@ grpc::Status Client::UploadDataset(v1::Sampler::Stub& stub, const std::string& n
       for (int d = 1; d < features->shape_size(); ++d) f->add_shape(features->shape(d));
       f->set_data(features->data().substr(static_cast<size_t>(at) * feature_row,
                                           static_cast<size_t>(end - at) * feature_row));
+    }
+    if (scores != nullptr) {
+      v1::Tensor* sc = chunk.mutable_scores();
+      sc->set_dtype(scores->dtype());
+      sc->add_shape(end - at);
+      sc->set_data(
+          scores->data().substr(static_cast<size_t>(at) * 4, static_cast<size_t>(end - at) * 4));
     }
     if (!writer->Write(chunk)) break;  // the server ended the call; Finish says why
     if (end >= total) break;
@@ -610,6 +626,135 @@ grpc::Status SampleSession::Run(const std::function<bool(v1::SampleRequest*)>& n
   const grpc::Status status = Finish();
   if (error) std::rethrow_exception(error);
   return status;
+}
+
+// ---- Classes as flags ----
+
+namespace {
+
+std::vector<std::string> Split(const std::string& text, char sep) {
+  if (text.empty()) return {""};
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(text);
+  while (std::getline(in, item, sep)) out.push_back(item);
+  if (!text.empty() && text.back() == sep) out.push_back("");
+  return out;
+}
+
+// The whole of `text` as an int64 / a double; false when it is not one.
+bool ParseInt64(const std::string& text, int64_t* out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+bool ParseDouble(const std::string& text, double* out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+std::string ParseLabelRanges(const std::string& value, v1::ClassSpec* out) {
+  for (const std::string& range : Split(value, '/')) {
+    // The separator is the first ':' after the first character (a leading '-' is a sign).
+    const size_t colon = range.find(':', 1);
+    int64_t lo = 0, hi = 0;
+    const bool ok = colon == std::string::npos ? ParseInt64(range, &lo) && (hi = lo, true)
+                                               : ParseInt64(range.substr(0, colon), &lo) &&
+                                                     ParseInt64(range.substr(colon + 1), &hi);
+    if (!ok) return "labels: '" + range + "' is not LO:HI or a single integer label";
+    v1::LabelRange* r = out->add_labels();
+    r->set_lo(lo);
+    r->set_hi(hi);
+  }
+  return "";
+}
+
+std::string ParseSelection(const std::string& value, v1::ClassSpec* out) {
+  static const std::pair<const char*, v1::Selection> kSelections[] = {
+      {"uniform", v1::SELECTION_UNIFORM},
+      {"weighted", v1::SELECTION_WEIGHTED},
+      {"hardest", v1::SELECTION_HARDEST},
+      {"mixed", v1::SELECTION_MIXED}};
+  for (const auto& [name, selection] : kSelections) {
+    if (value == name) {
+      out->set_selection(selection);
+      return "";
+    }
+  }
+  return "selection: '" + value + "' is not uniform, weighted, hardest or mixed";
+}
+
+// One KEY[=VALUE] item of a class; `shares` counts the shares seen.
+std::string ParseClassItem(const std::string& item, v1::ClassSpec* out, int* shares) {
+  const size_t eq = item.find('=');
+  const std::string key = item.substr(0, eq);
+  const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+  if (key == "rest" && (eq == std::string::npos || value == "true")) {
+    ++*shares;
+    out->set_rest(true);
+    return "";
+  }
+  if (eq == std::string::npos) return "'" + item + "' is not KEY=VALUE (or rest)";
+  if (key == "labels") return ParseLabelRanges(value, out);
+  if (key == "selection") return ParseSelection(value, out);
+  int64_t n = 0;
+  double x = 0;
+  if (key == "count") {
+    if (!ParseInt64(value, &n)) return "count: '" + value + "' is not an integer";
+    ++*shares;
+    out->set_count(n);
+    return "";
+  }
+  if (key == "fraction" || key == "hard_fraction") {
+    if (!ParseDouble(value, &x)) return key + ": '" + value + "' is not a number";
+    if (key == "fraction") {
+      ++*shares;
+      out->set_fraction(x);
+    } else {
+      out->set_hard_fraction(x);
+    }
+    return "";
+  }
+  return "unknown key '" + key + "' (labels, count, fraction, rest, selection, hard_fraction)";
+}
+
+}  // namespace
+
+std::string ParseClassFlag(const std::string& text, v1::ClassSpec* out) {
+  out->Clear();
+  int shares = 0;
+  for (const std::string& item : Split(text, ',')) {
+    std::string error = ParseClassItem(item, out, &shares);
+    if (!error.empty()) return "--class '" + text + "': " + error;
+  }
+  if (out->labels_size() == 0) return "--class '" + text + "': labels=... is required";
+  if (shares != 1) {
+    return "--class '" + text + "': give exactly one of count=N, fraction=F and rest (got " +
+           std::to_string(shares) + ")";
+  }
+  return "";
+}
+
+std::string ParseFillOrderFlag(const std::string& text, v1::SamplingSpec* spec) {
+  spec->clear_fill_order();
+  if (text.empty()) return "";
+  for (const std::string& item : Split(text, ',')) {
+    int64_t c = 0;
+    if (!ParseInt64(item, &c) || c < INT32_MIN || c > INT32_MAX) {
+      return "--fill-order '" + text + "': '" + item + "' is not a class index";
+    }
+    spec->add_fill_order(static_cast<int32_t>(c));
+  }
+  return "";
 }
 
 }  // namespace gpusampler::client

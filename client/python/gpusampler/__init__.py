@@ -30,6 +30,7 @@ except ImportError as _error:  # pragma: no cover - exercised only on a broken i
         "client/python/gpusampler/_proto from the repository: " + str(_error)
     ) from _error
 
+from gpusampler._classes import Class  # noqa: E402
 from gpusampler.client import (  # noqa: E402
     Client,
     DatasetInfo,
@@ -59,6 +60,7 @@ from gpusampler.errors import (  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
+    "Class",
     "Client",
     "DatasetInfo",
     "NotFoundError",

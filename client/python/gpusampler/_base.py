@@ -171,11 +171,11 @@ class ClientBase:
 
     # ------------------------------------------------------------------ datasets
     def _upload(self, name: str, labels: Any, features: Any, row_splits: Any, replace: bool,
-                chunk_bytes: Optional[int],
-                progress: Optional[bool]) -> Callable[[], Iterator[pb.DatasetChunk]]:
+                chunk_bytes: Optional[int], progress: Optional[bool],
+                scores: Any = None) -> Callable[[], Iterator[pb.DatasetChunk]]:
         """create_dataset's arguments, checked, as a maker of the upload's chunk stream."""
         return _datasets.upload_chunks(name, labels, features, row_splits, replace,
-                                       chunk_bytes, progress, self.max_message_bytes)
+                                       chunk_bytes, progress, self.max_message_bytes, scores)
 
     def _repository_unknown(self) -> bool:
         """Whether the dataset calls must first ask a server whether it has a shared

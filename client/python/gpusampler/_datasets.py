@@ -10,6 +10,7 @@ from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequ
                     TypeVar)
 
 import grpc
+import numpy as np
 
 from gpusampler import _tensors
 from gpusampler._args import check_bool, check_int, check_name
@@ -70,6 +71,7 @@ class _Upload:
     row_splits: Optional[pb.Tensor]
     per: int
     progress: bool
+    scores: Optional[pb.Tensor] = None  # FLOAT32 [total] (docs/semantics.md, "Classes")
 
     def chunks(self) -> Iterator[pb.DatasetChunk]:
         total = self.labels.shape[0]
@@ -97,6 +99,8 @@ class _Upload:
                 c.row_splits.CopyFrom(self.row_splits)
         if self.features is not None:
             c.features.CopyFrom(_rows(self.features, at, end))
+        if self.scores is not None:
+            c.scores.CopyFrom(_rows(self.scores, at, end))
         return c
 
 
@@ -115,7 +119,8 @@ def _progress(name: str, done: float) -> None:
 
 def upload_chunks(name: str, labels: Any, features: Any, row_splits: Any, replace: bool,
                   chunk_bytes: Optional[int], progress: Optional[bool],
-                  max_message_bytes: int) -> Callable[[], Iterator[pb.DatasetChunk]]:
+                  max_message_bytes: int,
+                  scores: Any = None) -> Callable[[], Iterator[pb.DatasetChunk]]:
     """create_dataset's arguments, checked, as a maker of the upload's chunk stream (one
     fresh stream per replica uploaded to)."""
     check_name("name", name)
@@ -135,13 +140,29 @@ def upload_chunks(name: str, labels: Any, features: Any, row_splits: Any, replac
         raise ValueError(f"features must be [total, ...] with total = {total}, got "
                          f"shape {list(feature_tensor.shape)}")
     splits = None if row_splits is None else row_splits_tensor(row_splits)
+    score_tensor = _score_tensor(scores, total)
     element = _tensors.row_bytes(label_tensor) + (
-        _tensors.row_bytes(feature_tensor) if feature_tensor is not None else 0)
+        _tensors.row_bytes(feature_tensor) if feature_tensor is not None else 0) + (
+        4 if score_tensor is not None else 0)
     if progress is None:
         progress = sys.stderr.isatty() and total * element > (64 << 20)
     upload = _Upload(name, replace, label_tensor, feature_tensor, splits,
-                     per=max(1, chunk_bytes // element), progress=progress)
+                     per=max(1, chunk_bytes // element), progress=progress,
+                     scores=score_tensor)
     return upload.chunks
+
+
+def _score_tensor(scores: Any, total: int) -> Optional[pb.Tensor]:
+    """A dataset's scores (any real 1-D array or tensor, one per label) as FLOAT32."""
+    if scores is None:
+        return None
+    array = _tensors.host_array(scores)
+    if array.dtype.kind not in "fiu" or array.dtype == np.bool_:
+        raise TypeError(f"scores must be real numbers, got {array.dtype}")
+    if array.shape != (total,):
+        raise ValueError(f"scores must be [total] with total = {total}, got shape "
+                         f"{list(array.shape)}")
+    return _tensors.to_wire(np.ascontiguousarray(array, np.float32), "scores")[0]
 
 
 # ---------------------------------------------------------------------------- fan-out

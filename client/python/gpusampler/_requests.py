@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 import grpc
 import numpy as np
 
-from gpusampler import _tensors
+from gpusampler import _classes, _tensors
 from gpusampler._args import INT64, UINT64, check_bool, check_int, check_name, check_real
 from gpusampler.errors import ResourceExhaustedError
 from gpusampler.v1 import sampler_pb2 as pb
@@ -26,9 +26,9 @@ FILL = {
 #: Arguments of sample() that a request of sample_stream may carry.
 SAMPLE_ARGS = ("labels", "features", "num_samples", "dataset", "rows", "return_features",
                "positive_fraction", "positive_label", "negative_label", "fill", "seed",
-               "row_splits")
+               "row_splits", "classes", "fill_order", "scores")
 _SPEC_ARGS = ("num_samples", "positive_fraction", "positive_label", "negative_label", "fill",
-              "seed")
+              "seed", "classes", "fill_order")
 
 
 def prepare(args: Mapping[str, Any], ids: Iterator[int],
@@ -49,6 +49,7 @@ def prepare(args: Mapping[str, Any], ids: Iterator[int],
             raise TypeError("rows and return_features need dataset=...; an inline request "
                             "gets features back when it sends them")
         request, kinds = _inline(labels, features, row_splits, ids, **spec)
+    _set_scores(request, args.get("scores"))
     _check_size(request, max_message_bytes)
     return request, kinds
 
@@ -110,6 +111,8 @@ def _inline(
     negative_label: int = 0,
     fill: str = "both",
     seed: Optional[int] = None,
+    classes: Any = None,
+    fill_order: Any = None,
 ) -> Tuple[pb.SampleRequest, Kinds]:
     num_samples = check_int("num_samples", num_samples, *INT64)
     positive_fraction = check_real("positive_fraction", positive_fraction)
@@ -138,7 +141,47 @@ def _inline(
         request.row_splits.CopyFrom(row_splits_tensor(row_splits))
     if seed is not None:
         request.seed = seed
+    _set_classes(request.spec, classes, fill_order, (positive_fraction, positive_label,
+                                                     negative_label, fill))
     return request, (label_kind, feature_kind)
+
+
+# ---- Classes (docs/semantics.md, "Classes") ----
+
+_BINARY_DEFAULTS = (("positive_fraction", 0.5), ("positive_label", 1), ("negative_label", 0),
+                    ("fill", "both"))
+
+
+def _set_classes(spec: pb.SamplingSpec, classes: Any, fill_order: Any,
+                 binary: Tuple[float, int, int, str]) -> None:
+    """With ``classes``, the spec carries them (and ``fill_order``) instead of the two-class
+    fields, which must then be left at their defaults."""
+    if classes is None:
+        if fill_order is not None:
+            raise TypeError("fill_order needs classes=[...] (it names classes)")
+        return
+    checked = _classes.check_classes(classes)
+    for (name, default), value in zip(_BINARY_DEFAULTS, binary):
+        if value != default:
+            raise TypeError(f"{name} must be left at its default with classes=[...] (the "
+                            "classes' shares and fill_order say it)")
+    for field in ("positive_fraction", "positive_label", "negative_label", "fill_policy"):
+        spec.ClearField(field)
+    spec.classes.extend(c.to_wire() for c in checked)
+    if fill_order is not None:
+        spec.fill_order.extend(_classes.check_fill_order(fill_order))
+
+
+def _set_scores(request: pb.SampleRequest, scores: Any) -> None:
+    """``scores`` (any real array or tensor, laid out like the labels; with a dataset,
+    aligned with the concatenation of the requested rows) as the FLOAT32 wire tensor."""
+    if scores is None:
+        return
+    array = _tensors.host_array(scores)
+    if array.dtype.kind not in "fiu" or array.dtype == np.bool_:
+        raise TypeError(f"scores must be real numbers, got {array.dtype}")
+    request.scores.CopyFrom(_tensors.to_wire(np.ascontiguousarray(array, np.float32),
+                                             "scores")[0])
 
 
 def row_splits_tensor(row_splits: Any) -> pb.Tensor:

@@ -58,6 +58,8 @@ class SampleResult:
     device: str = ""
     request_id: str = ""
     dataset_sha256: str = ""
+    #: With ``classes``: int32 ``[B, C]`` (``[C]`` for 1-D labels), m_c per row; else None.
+    num_per_class: Optional[Array] = None
 
 
 def sample_result(r: pb.SampleResponse, kinds: _tensors.Kinds, round_trip_us: int) -> SampleResult:
@@ -82,6 +84,8 @@ def sample_result(r: pb.SampleResponse, kinds: _tensors.Kinds, round_trip_us: in
         device=r.device,
         request_id=r.request_id,
         dataset_sha256=r.dataset_sha256,
+        num_per_class=_tensors.from_wire(r.num_per_class, label_kind)
+        if r.HasField("num_per_class") else None,
     )
 
 
@@ -96,7 +100,7 @@ class QualityWarnings:
     def check(self, r: pb.SampleResponse, spec: pb.SamplingSpec, stacklevel: int) -> None:
         """Warns about response ``r`` to a request of ``spec``; ``stacklevel`` (as
         warnings.warn takes it, counted from here) points at the caller's call."""
-        if not self.enabled:
+        if not self.enabled or spec.classes:  # the two-class checks; classes say their own
             return
         k = spec.num_samples
         target = math.floor(k * spec.positive_fraction)

@@ -46,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import (Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, List,
-                    Optional, Tuple, TypeVar, Union)
+                    Optional, Sequence, Tuple, TypeVar, Union)
 
 import grpc
 import grpc.aio
@@ -54,6 +54,7 @@ import grpc.aio
 from gpusampler import _datasets, _health
 from gpusampler._args import check_timeout
 from gpusampler._base import ClientBase, Targets
+from gpusampler._classes import Class
 from gpusampler._datasets import DatasetInfo
 from gpusampler._results import SampleResult, ServerInfo
 from gpusampler._stream import InFlight, Sent, round_trip_us
@@ -106,6 +107,9 @@ class Client(ClientBase):
         fill: str = "both",
         seed: Optional[int] = None,
         row_splits: Any = None,
+        classes: Optional[Sequence[Class]] = None,
+        fill_order: Optional[Sequence[int]] = None,
+        scores: Any = None,
         timeout: Optional[float] = None,
     ) -> SampleResult:
         """As ``gpusampler.Client.sample``, awaited."""
@@ -171,12 +175,13 @@ class Client(ClientBase):
         chunk_bytes: Optional[int] = None,
         progress: Optional[bool] = None,
         timeout: Optional[float] = None,
+        scores: Any = None,
     ) -> DatasetInfo:
         """As ``gpusampler.Client.create_dataset``, awaited; without a shared repository,
         the uploads to several addresses run concurrently."""
         timeout = check_timeout("timeout", timeout)
         chunks = self._upload(name, labels, features, row_splits, replace, chunk_bytes,
-                              progress)
+                              progress, scores)
         infos, failed = await self._fan_out(await self._dataset_targets(timeout), lambda stub: (
             stub.CreateDataset(chunks(), **self._call_options(timeout))))
         return _datasets.created(name, infos, failed)

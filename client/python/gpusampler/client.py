@@ -9,13 +9,14 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import grpc
 
 from gpusampler import _datasets, _health
 from gpusampler._args import check_timeout
 from gpusampler._base import ClientBase, Targets
+from gpusampler._classes import Class
 from gpusampler._channel import channel_targets, service_config_json
 from gpusampler._datasets import DatasetInfo
 from gpusampler._results import DeviceInfo, Limits, SampleResult, ServerInfo, Timing
@@ -64,6 +65,9 @@ class Client(ClientBase):
         fill: str = "both",
         seed: Optional[int] = None,
         row_splits: Any = None,
+        classes: Optional[Sequence[Class]] = None,
+        fill_order: Optional[Sequence[int]] = None,
+        scores: Any = None,
         timeout: Optional[float] = None,
     ) -> SampleResult:
         """Samples ``num_samples`` elements from every row of ``labels``.
@@ -81,6 +85,14 @@ class Client(ClientBase):
                 ``"negatives_only"`` (Detectron2) or ``"none"`` (strict ratio, padding).
             seed: Philox seed; the server draws one when None (returned in the result).
             row_splits: int ``[B+1]`` offsets for ragged rows.
+            classes: instead of the two-class arguments (which must then stay at their
+                defaults), up to 256 ``gpusampler.Class`` objects, each a set of label
+                values with a share of K and a selection (docs/semantics.md, "Classes").
+            fill_order: with ``classes``, the class indices that fill unused quota, in order.
+            scores: float32 scores laid out like ``labels`` (with ``dataset``: aligned with
+                the concatenation of the requested rows; they win over stored scores); needed
+                by ``"weighted"``, ``"hardest"`` and ``"mixed"`` classes. The result's
+                ``num_per_class`` is then int32 ``[B, C]`` (``[C]`` for 1-D labels).
             dataset: sample a resident dataset (``create_dataset``) instead of sending
                 ``labels``: the request is a few bytes, and the answer is exactly the one
                 for sending those rows inline. ``labels``, ``features`` and ``row_splits``
@@ -185,6 +197,7 @@ class Client(ClientBase):
         chunk_bytes: Optional[int] = None,
         progress: Optional[bool] = None,
         timeout: Optional[float] = None,
+        scores: Any = None,
     ) -> DatasetInfo:
         """Uploads a resident dataset, which ``sample(dataset=name, ...)`` then samples.
 
@@ -209,7 +222,7 @@ class Client(ClientBase):
         """
         timeout = check_timeout("timeout", timeout)
         chunks = self._upload(name, labels, features, row_splits, replace, chunk_bytes,
-                              progress)
+                              progress, scores)
         # Without a shared repository every address keeps its own copy, so that a request
         # sent to any of them finds it.
         infos, failed = self._fan_out(self._dataset_targets(timeout), lambda stub: (

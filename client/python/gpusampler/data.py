@@ -115,6 +115,8 @@ class Batch(NamedTuple):
     seed: int  #: the seed of this step (``SampleIterable.seed_for(seed, rank, step)``)
     step: int  #: 0-based step of this rank
     dataset_sha256: str  #: the dataset version that answered ("" for inline requests)
+    #: with ``classes``: int32 [B, C] or [C], m_c per row (docs/semantics.md, "Classes")
+    num_per_class: Optional[torch.Tensor] = None
 
 
 # ---------------------------------------------------------------------------- ranks
@@ -308,7 +310,8 @@ class SampleIterable(IterableDataset):
             ``rank`` and ``world_size`` attributes). A world size above 1 with no rank
             raises ValueError.
         **spec: the other ``Client.sample`` arguments (``positive_fraction``, ``fill``,
-            ``positive_label``, ``negative_label``).
+            ``positive_label``, ``negative_label``; or ``classes``, ``fill_order`` and
+            ``scores``, sent with every step).
     """
 
     def __init__(
@@ -356,7 +359,7 @@ class SampleIterable(IterableDataset):
         #: where they came from: "torch.distributed", "the environment (...)", "rank=", "default"
         self.rank, self.world_size, self.rank_source = resolve_rank(rank, world_size)
         unknown = sorted(set(spec) - {"positive_fraction", "positive_label", "negative_label",
-                                      "fill"})
+                                      "fill", "classes", "fill_order", "scores"})
         if unknown:
             raise TypeError(f"SampleIterable got unknown keyword argument(s) {unknown}")
         request: Dict[str, Any] = dict(spec, num_samples=self.num_samples)
@@ -447,6 +450,7 @@ class SampleIterable(IterableDataset):
             seed=r.seed,
             step=step,
             dataset_sha256=r.dataset_sha256,
+            num_per_class=None if r.num_per_class is None else tensor(r.num_per_class),
         )
 
 

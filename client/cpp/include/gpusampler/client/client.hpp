@@ -172,7 +172,8 @@ class Client {
                            const CallOptions& call = {});
 
   // Resident datasets. CreateDataset uploads labels [total] (1-D, integer or BOOL) with
-  // optional features [total, ...] and row_splits INT64 [B+1], in chunks of at most
+  // optional features [total, ...], row_splits INT64 [B+1] and scores FLOAT32 [total]
+  // (docs/semantics.md, "Classes"), in chunks of at most
   // `chunk_bytes` (0: a quarter of max_send_message_bytes, at most 16 MiB); the server keeps
   // nothing unless the whole upload succeeds. `call.timeout` bounds the whole upload.
   // Sample a dataset with Sample() and a request whose `dataset` field names it.
@@ -188,7 +189,7 @@ class Client {
   grpc::Status CreateDataset(const std::string& name, const v1::Tensor& labels,
                              const v1::Tensor* features, const v1::Tensor* row_splits, bool replace,
                              v1::DatasetInfo* info, const CallOptions& call = {},
-                             int64_t chunk_bytes = 0);
+                             int64_t chunk_bytes = 0, const v1::Tensor* scores = nullptr);
   grpc::Status DeleteDataset(const std::string& name, const CallOptions& call = {});
   grpc::Status ListDatasets(std::vector<v1::DatasetInfo>* datasets, const CallOptions& call = {});
 
@@ -209,7 +210,7 @@ class Client {
                              const v1::Tensor& labels, const v1::Tensor* features,
                              const v1::Tensor* row_splits, bool replace, v1::DatasetInfo* info,
                              const CallOptions& call, int64_t per, size_t label_item,
-                             size_t feature_row);
+                             size_t feature_row, const v1::Tensor* scores);
   // gRPC's own size-limit message, with the limit that produced it named.
   grpc::Status Explain(grpc::Status status) const;
 
@@ -230,5 +231,16 @@ class Client {
 // Targets for one gRPC channel: several IPv4 (or several IPv6) literals "a:p,b:q" become
 // "ipv4:a:p,b:q"; anything else stays one target per channel. Exposed for tests.
 std::vector<std::string> ChannelTargets(const std::vector<std::string>& targets);
+
+// Classes (docs/semantics.md, "Classes") as gpusampler-cli's flags write them
+// (client/README.md). A class is comma-separated items: `labels=LO:HI[/LO:HI...]` (a single
+// value V means V:V; required), exactly one share of `count=N`, `fraction=F` and `rest`,
+// then optionally `selection=uniform|weighted|hardest|mixed` and `hard_fraction=F`; e.g.
+// "labels=1:80,fraction=0.25" or "labels=0,rest,selection=mixed,hard_fraction=0.5".
+// Returns "" and fills `out`, or says what is wrong with `text`. Thread-safe (pure).
+std::string ParseClassFlag(const std::string& text, v1::ClassSpec* out);
+
+// "1,0" as fill_order class indices ("" is an empty fill order). "" or what is wrong.
+std::string ParseFillOrderFlag(const std::string& text, v1::SamplingSpec* spec);
 
 }  // namespace gpusampler::client

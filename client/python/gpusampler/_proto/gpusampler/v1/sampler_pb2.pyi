@@ -20,20 +20,43 @@ FILL_POLICY_BOTH: FillPolicy
 FILL_POLICY_NEGATIVES_ONLY: FillPolicy
 FILL_POLICY_NONE: FillPolicy
 FILL_POLICY_UNSPECIFIED: FillPolicy
+SELECTION_HARDEST: Selection
+SELECTION_MIXED: Selection
+SELECTION_UNIFORM: Selection
+SELECTION_UNSPECIFIED: Selection
+SELECTION_WEIGHTED: Selection
+
+class ClassSpec(_message.Message):
+    __slots__ = ["count", "fraction", "hard_fraction", "labels", "rest", "selection"]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    FRACTION_FIELD_NUMBER: _ClassVar[int]
+    HARD_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    REST_FIELD_NUMBER: _ClassVar[int]
+    SELECTION_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    fraction: float
+    hard_fraction: float
+    labels: _containers.RepeatedCompositeFieldContainer[LabelRange]
+    rest: bool
+    selection: Selection
+    def __init__(self, labels: _Optional[_Iterable[_Union[LabelRange, _Mapping]]] = ..., count: _Optional[int] = ..., fraction: _Optional[float] = ..., rest: bool = ..., selection: _Optional[_Union[Selection, str]] = ..., hard_fraction: _Optional[float] = ...) -> None: ...
 
 class DatasetChunk(_message.Message):
-    __slots__ = ["features", "labels", "name", "replace", "row_splits"]
+    __slots__ = ["features", "labels", "name", "replace", "row_splits", "scores"]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     REPLACE_FIELD_NUMBER: _ClassVar[int]
     ROW_SPLITS_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
     features: Tensor
     labels: Tensor
     name: str
     replace: bool
     row_splits: Tensor
-    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., row_splits: _Optional[_Union[Tensor, _Mapping]] = ..., replace: bool = ...) -> None: ...
+    scores: Tensor
+    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., row_splits: _Optional[_Union[Tensor, _Mapping]] = ..., replace: bool = ..., scores: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class DatasetInfo(_message.Message):
     __slots__ = ["bytes", "devices", "feature_dtype", "feature_shape", "label_dtype", "name", "num_elements", "num_rows", "sha256"]
@@ -81,6 +104,14 @@ class GetServerInfoRequest(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
+class LabelRange(_message.Message):
+    __slots__ = ["hi", "lo"]
+    HI_FIELD_NUMBER: _ClassVar[int]
+    LO_FIELD_NUMBER: _ClassVar[int]
+    hi: int
+    lo: int
+    def __init__(self, lo: _Optional[int] = ..., hi: _Optional[int] = ...) -> None: ...
+
 class Limits(_message.Message):
     __slots__ = ["max_batch_rows", "max_elements", "max_message_bytes", "max_num_samples", "max_row_elements", "max_rows"]
     MAX_BATCH_ROWS_FIELD_NUMBER: _ClassVar[int]
@@ -108,7 +139,7 @@ class ListDatasetsResponse(_message.Message):
     def __init__(self, datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ...) -> None: ...
 
 class SampleRequest(_message.Message):
-    __slots__ = ["dataset", "features", "labels", "request_id", "return_features", "row_splits", "rows", "seed", "spec"]
+    __slots__ = ["dataset", "features", "labels", "request_id", "return_features", "row_splits", "rows", "scores", "seed", "spec"]
     DATASET_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +147,7 @@ class SampleRequest(_message.Message):
     RETURN_FEATURES_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     ROW_SPLITS_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     dataset: str
@@ -125,18 +157,20 @@ class SampleRequest(_message.Message):
     return_features: bool
     row_splits: Tensor
     rows: Tensor
+    scores: Tensor
     seed: int
     spec: SamplingSpec
-    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[SamplingSpec, _Mapping]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., row_splits: _Optional[_Union[Tensor, _Mapping]] = ..., seed: _Optional[int] = ..., dataset: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., return_features: bool = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[SamplingSpec, _Mapping]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., row_splits: _Optional[_Union[Tensor, _Mapping]] = ..., seed: _Optional[int] = ..., dataset: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., return_features: bool = ..., scores: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class SampleResponse(_message.Message):
-    __slots__ = ["dataset_sha256", "device", "features", "indices", "labels", "num_negative", "num_positive", "request_id", "seed", "timing"]
+    __slots__ = ["dataset_sha256", "device", "features", "indices", "labels", "num_negative", "num_per_class", "num_positive", "request_id", "seed", "timing"]
     DATASET_SHA256_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     INDICES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     NUM_NEGATIVE_FIELD_NUMBER: _ClassVar[int]
+    NUM_PER_CLASS_FIELD_NUMBER: _ClassVar[int]
     NUM_POSITIVE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -147,25 +181,30 @@ class SampleResponse(_message.Message):
     indices: Tensor
     labels: Tensor
     num_negative: Tensor
+    num_per_class: Tensor
     num_positive: Tensor
     request_id: str
     seed: int
     timing: ServerTiming
-    def __init__(self, request_id: _Optional[str] = ..., indices: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., num_positive: _Optional[_Union[Tensor, _Mapping]] = ..., num_negative: _Optional[_Union[Tensor, _Mapping]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., timing: _Optional[_Union[ServerTiming, _Mapping]] = ..., dataset_sha256: _Optional[str] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., indices: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., num_positive: _Optional[_Union[Tensor, _Mapping]] = ..., num_negative: _Optional[_Union[Tensor, _Mapping]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., timing: _Optional[_Union[ServerTiming, _Mapping]] = ..., dataset_sha256: _Optional[str] = ..., num_per_class: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class SamplingSpec(_message.Message):
-    __slots__ = ["fill_policy", "negative_label", "num_samples", "positive_fraction", "positive_label"]
+    __slots__ = ["classes", "fill_order", "fill_policy", "negative_label", "num_samples", "positive_fraction", "positive_label"]
+    CLASSES_FIELD_NUMBER: _ClassVar[int]
+    FILL_ORDER_FIELD_NUMBER: _ClassVar[int]
     FILL_POLICY_FIELD_NUMBER: _ClassVar[int]
     NEGATIVE_LABEL_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     POSITIVE_FRACTION_FIELD_NUMBER: _ClassVar[int]
     POSITIVE_LABEL_FIELD_NUMBER: _ClassVar[int]
+    classes: _containers.RepeatedCompositeFieldContainer[ClassSpec]
+    fill_order: _containers.RepeatedScalarFieldContainer[int]
     fill_policy: FillPolicy
     negative_label: int
     num_samples: int
     positive_fraction: float
     positive_label: int
-    def __init__(self, num_samples: _Optional[int] = ..., positive_fraction: _Optional[float] = ..., positive_label: _Optional[int] = ..., negative_label: _Optional[int] = ..., fill_policy: _Optional[_Union[FillPolicy, str]] = ...) -> None: ...
+    def __init__(self, num_samples: _Optional[int] = ..., positive_fraction: _Optional[float] = ..., positive_label: _Optional[int] = ..., negative_label: _Optional[int] = ..., fill_policy: _Optional[_Union[FillPolicy, str]] = ..., classes: _Optional[_Iterable[_Union[ClassSpec, _Mapping]]] = ..., fill_order: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ServerInfo(_message.Message):
     __slots__ = ["backend", "dataset_repository", "devices", "limits", "revision", "version"]
@@ -209,4 +248,7 @@ class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class FillPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class Selection(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
