@@ -13,47 +13,51 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgpusampler/v1/sampler.proto\x12\rgpusampler.v1\"J\n\x06Tensor\x12#\n\x05\x64type\x18\x01 \x01(\x0e\x32\x14.gpusampler.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xe9\x01\n\x0cSamplingSpec\x12\x13\n\x0bnum_samples\x18\x01 \x01(\x03\x12\x1e\n\x11positive_fraction\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\x1b\n\x0epositive_label\x18\x03 \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0enegative_label\x18\x04 \x01(\x03H\x02\x88\x01\x01\x12.\n\x0b\x66ill_policy\x18\x05 \x01(\x0e\x32\x19.gpusampler.v1.FillPolicyB\x14\n\x12_positive_fractionB\x11\n\x0f_positive_labelB\x11\n\x0f_negative_label\"\xb4\x02\n\rSampleRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x04spec\x18\x02 \x01(\x0b\x32\x1b.gpusampler.v1.SamplingSpec\x12%\n\x06labels\x18\x03 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\'\n\x08\x66\x65\x61tures\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12)\n\nrow_splits\x18\x05 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x0f\n\x07\x64\x61taset\x18\x07 \x01(\t\x12#\n\x04rows\x18\x08 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x17\n\x0freturn_features\x18\t \x01(\x08\x42\x07\n\x05_seed\"Z\n\x0cServerTiming\x12\x10\n\x08queue_us\x18\x01 \x01(\x03\x12\x12\n\ncompute_us\x18\x02 \x01(\x03\x12\x10\n\x08total_us\x18\x03 \x01(\x03\x12\x12\n\nbatch_rows\x18\x04 \x01(\x03\"\xd9\x02\n\x0eSampleResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x07indices\x18\x02 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12%\n\x06labels\x18\x03 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\'\n\x08\x66\x65\x61tures\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12+\n\x0cnum_positive\x18\x05 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12+\n\x0cnum_negative\x18\x06 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x0c\n\x04seed\x18\x07 \x01(\x04\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12+\n\x06timing\x18\t \x01(\x0b\x32\x1b.gpusampler.v1.ServerTiming\x12\x16\n\x0e\x64\x61taset_sha256\x18\n \x01(\t\"\x16\n\x14GetServerInfoRequest\"<\n\nDeviceInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\n\n\x02id\x18\x03 \x01(\t\"\x96\x01\n\x06Limits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x10\n\x08max_rows\x18\x02 \x01(\x03\x12\x14\n\x0cmax_elements\x18\x03 \x01(\x03\x12\x18\n\x10max_row_elements\x18\x04 \x01(\x03\x12\x17\n\x0fmax_num_samples\x18\x05 \x01(\x03\x12\x16\n\x0emax_batch_rows\x18\x06 \x01(\x03\"\xaf\x01\n\nServerInfo\x12\x0f\n\x07version\x18\x01 \x01(\t\x12*\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x19.gpusampler.v1.DeviceInfo\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12%\n\x06limits\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Limits\x12\x10\n\x08revision\x18\x05 \x01(\t\x12\x1a\n\x12\x64\x61taset_repository\x18\x06 \x01(\x08\"\xa8\x01\n\x0c\x44\x61tasetChunk\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x06labels\x18\x02 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\'\n\x08\x66\x65\x61tures\x18\x03 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12)\n\nrow_splits\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x0f\n\x07replace\x18\x05 \x01(\x08\"\xe2\x01\n\x0b\x44\x61tasetInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08num_rows\x18\x02 \x01(\x03\x12\x14\n\x0cnum_elements\x18\x03 \x01(\x03\x12)\n\x0blabel_dtype\x18\x04 \x01(\x0e\x32\x14.gpusampler.v1.DType\x12+\n\rfeature_dtype\x18\x05 \x01(\x0e\x32\x14.gpusampler.v1.DType\x12\x15\n\rfeature_shape\x18\x06 \x03(\x03\x12\r\n\x05\x62ytes\x18\x07 \x01(\x03\x12\x0e\n\x06sha256\x18\x08 \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\t \x03(\t\"$\n\x14\x44\x65leteDatasetRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x17\n\x15\x44\x65leteDatasetResponse\"\x15\n\x13ListDatasetsRequest\"D\n\x14ListDatasetsResponse\x12,\n\x08\x64\x61tasets\x18\x01 \x03(\x0b\x32\x1a.gpusampler.v1.DatasetInfo*\xcf\x01\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0e\n\nDTYPE_BOOL\x10\x01\x12\x0e\n\nDTYPE_INT8\x10\x02\x12\x0f\n\x0b\x44TYPE_UINT8\x10\x03\x12\x0f\n\x0b\x44TYPE_INT16\x10\x04\x12\x0f\n\x0b\x44TYPE_INT32\x10\x05\x12\x0f\n\x0b\x44TYPE_INT64\x10\x06\x12\x11\n\rDTYPE_FLOAT16\x10\x07\x12\x12\n\x0e\x44TYPE_BFLOAT16\x10\x08\x12\x11\n\rDTYPE_FLOAT32\x10\t\x12\x11\n\rDTYPE_FLOAT64\x10\n*u\n\nFillPolicy\x12\x1b\n\x17\x46ILL_POLICY_UNSPECIFIED\x10\x00\x12\x14\n\x10\x46ILL_POLICY_BOTH\x10\x01\x12\x1e\n\x1a\x46ILL_POLICY_NEGATIVES_ONLY\x10\x02\x12\x14\n\x10\x46ILL_POLICY_NONE\x10\x03\x32\xf3\x03\n\x07Sampler\x12\x45\n\x06Sample\x12\x1c.gpusampler.v1.SampleRequest\x1a\x1d.gpusampler.v1.SampleResponse\x12O\n\x0cSampleStream\x12\x1c.gpusampler.v1.SampleRequest\x1a\x1d.gpusampler.v1.SampleResponse(\x01\x30\x01\x12O\n\rGetServerInfo\x12#.gpusampler.v1.GetServerInfoRequest\x1a\x19.gpusampler.v1.ServerInfo\x12J\n\rCreateDataset\x12\x1b.gpusampler.v1.DatasetChunk\x1a\x1a.gpusampler.v1.DatasetInfo(\x01\x12Z\n\rDeleteDataset\x12#.gpusampler.v1.DeleteDatasetRequest\x1a$.gpusampler.v1.DeleteDatasetResponse\x12W\n\x0cListDatasets\x12\".gpusampler.v1.ListDatasetsRequest\x1a#.gpusampler.v1.ListDatasetsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgpusampler/v1/sampler.proto\x12\rgpusampler.v1\"J\n\x06Tensor\x12#\n\x05\x64type\x18\x01 \x01(\x0e\x32\x14.gpusampler.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xe9\x01\n\x0cSamplingSpec\x12\x13\n\x0bnum_samples\x18\x01 \x01(\x03\x12\x1e\n\x11positive_fraction\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\x1b\n\x0epositive_label\x18\x03 \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0enegative_label\x18\x04 \x01(\x03H\x02\x88\x01\x01\x12.\n\x0b\x66ill_policy\x18\x05 \x01(\x0e\x32\x19.gpusampler.v1.FillPolicyB\x14\n\x12_positive_fractionB\x11\n\x0f_positive_labelB\x11\n\x0f_negative_label\"\xb2\x01\n\tEpochSpec\x12\x14\n\x0cshuffle_seed\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\r\x12\x12\n\nworld_size\x18\x03 \x01(\x03\x12\x0c\n\x04rank\x18\x04 \x01(\x03\x12\x0c\n\x04step\x18\x05 \x01(\x03\x12&\n\x04mode\x18\x06 \x01(\x0e\x32\x18.gpusampler.v1.EpochMode\x12\x15\n\rrows_per_step\x18\x07 \x01(\x03\x12\x11\n\tdrop_last\x18\x08 \x01(\x08\"\xdd\x02\n\rSampleRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x04spec\x18\x02 \x01(\x0b\x32\x1b.gpusampler.v1.SamplingSpec\x12%\n\x06labels\x18\x03 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\'\n\x08\x66\x65\x61tures\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12)\n\nrow_splits\x18\x05 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x0f\n\x07\x64\x61taset\x18\x07 \x01(\t\x12#\n\x04rows\x18\x08 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x17\n\x0freturn_features\x18\t \x01(\x08\x12\'\n\x05\x65poch\x18\x0c \x01(\x0b\x32\x18.gpusampler.v1.EpochSpecB\x07\n\x05_seed\"Z\n\x0cServerTiming\x12\x10\n\x08queue_us\x18\x01 \x01(\x03\x12\x12\n\ncompute_us\x18\x02 \x01(\x03\x12\x10\n\x08total_us\x18\x03 \x01(\x03\x12\x12\n\nbatch_rows\x18\x04 \x01(\x03\"\xee\x02\n\x0eSampleResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x07indices\x18\x02 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12%\n\x06labels\x18\x03 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\'\n\x08\x66\x65\x61tures\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12+\n\x0cnum_positive\x18\x05 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12+\n\x0cnum_negative\x18\x06 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x0c\n\x04seed\x18\x07 \x01(\x04\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12+\n\x06timing\x18\t \x01(\x0b\x32\x1b.gpusampler.v1.ServerTiming\x12\x16\n\x0e\x64\x61taset_sha256\x18\n \x01(\t\x12\x13\n\x0b\x65poch_steps\x18\x0c \x01(\x03\"\x16\n\x14GetServerInfoRequest\"<\n\nDeviceInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\n\n\x02id\x18\x03 \x01(\t\"\x96\x01\n\x06Limits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x10\n\x08max_rows\x18\x02 \x01(\x03\x12\x14\n\x0cmax_elements\x18\x03 \x01(\x03\x12\x18\n\x10max_row_elements\x18\x04 \x01(\x03\x12\x17\n\x0fmax_num_samples\x18\x05 \x01(\x03\x12\x16\n\x0emax_batch_rows\x18\x06 \x01(\x03\"\xaf\x01\n\nServerInfo\x12\x0f\n\x07version\x18\x01 \x01(\t\x12*\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x19.gpusampler.v1.DeviceInfo\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12%\n\x06limits\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Limits\x12\x10\n\x08revision\x18\x05 \x01(\t\x12\x1a\n\x12\x64\x61taset_repository\x18\x06 \x01(\x08\"\xa8\x01\n\x0c\x44\x61tasetChunk\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x06labels\x18\x02 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\'\n\x08\x66\x65\x61tures\x18\x03 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12)\n\nrow_splits\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x0f\n\x07replace\x18\x05 \x01(\x08\"\xe2\x01\n\x0b\x44\x61tasetInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08num_rows\x18\x02 \x01(\x03\x12\x14\n\x0cnum_elements\x18\x03 \x01(\x03\x12)\n\x0blabel_dtype\x18\x04 \x01(\x0e\x32\x14.gpusampler.v1.DType\x12+\n\rfeature_dtype\x18\x05 \x01(\x0e\x32\x14.gpusampler.v1.DType\x12\x15\n\rfeature_shape\x18\x06 \x03(\x03\x12\r\n\x05\x62ytes\x18\x07 \x01(\x03\x12\x0e\n\x06sha256\x18\x08 \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\t \x03(\t\"$\n\x14\x44\x65leteDatasetRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x17\n\x15\x44\x65leteDatasetResponse\"\x15\n\x13ListDatasetsRequest\"D\n\x14ListDatasetsResponse\x12,\n\x08\x64\x61tasets\x18\x01 \x03(\x0b\x32\x1a.gpusampler.v1.DatasetInfo*\xcf\x01\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0e\n\nDTYPE_BOOL\x10\x01\x12\x0e\n\nDTYPE_INT8\x10\x02\x12\x0f\n\x0b\x44TYPE_UINT8\x10\x03\x12\x0f\n\x0b\x44TYPE_INT16\x10\x04\x12\x0f\n\x0b\x44TYPE_INT32\x10\x05\x12\x0f\n\x0b\x44TYPE_INT64\x10\x06\x12\x11\n\rDTYPE_FLOAT16\x10\x07\x12\x12\n\x0e\x44TYPE_BFLOAT16\x10\x08\x12\x11\n\rDTYPE_FLOAT32\x10\t\x12\x11\n\rDTYPE_FLOAT64\x10\n*u\n\nFillPolicy\x12\x1b\n\x17\x46ILL_POLICY_UNSPECIFIED\x10\x00\x12\x14\n\x10\x46ILL_POLICY_BOTH\x10\x01\x12\x1e\n\x1a\x46ILL_POLICY_NEGATIVES_ONLY\x10\x02\x12\x14\n\x10\x46ILL_POLICY_NONE\x10\x03*U\n\tEpochMode\x12\x1a\n\x16\x45POCH_MODE_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x45POCH_MODE_ROWS\x10\x01\x12\x17\n\x13\x45POCH_MODE_ELEMENTS\x10\x02\x32\xf3\x03\n\x07Sampler\x12\x45\n\x06Sample\x12\x1c.gpusampler.v1.SampleRequest\x1a\x1d.gpusampler.v1.SampleResponse\x12O\n\x0cSampleStream\x12\x1c.gpusampler.v1.SampleRequest\x1a\x1d.gpusampler.v1.SampleResponse(\x01\x30\x01\x12O\n\rGetServerInfo\x12#.gpusampler.v1.GetServerInfoRequest\x1a\x19.gpusampler.v1.ServerInfo\x12J\n\rCreateDataset\x12\x1b.gpusampler.v1.DatasetChunk\x1a\x1a.gpusampler.v1.DatasetInfo(\x01\x12Z\n\rDeleteDataset\x12#.gpusampler.v1.DeleteDatasetRequest\x1a$.gpusampler.v1.DeleteDatasetResponse\x12W\n\x0cListDatasets\x12\".gpusampler.v1.ListDatasetsRequest\x1a#.gpusampler.v1.ListDatasetsResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpusampler.v1.sampler_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
-  _DTYPE._serialized_start=2083
-  _DTYPE._serialized_end=2290
-  _FILLPOLICY._serialized_start=2292
-  _FILLPOLICY._serialized_end=2409
+  _DTYPE._serialized_start=2326
+  _DTYPE._serialized_end=2533
+  _FILLPOLICY._serialized_start=2535
+  _FILLPOLICY._serialized_end=2652
+  _EPOCHMODE._serialized_start=2654
+  _EPOCHMODE._serialized_end=2739
   _TENSOR._serialized_start=46
   _TENSOR._serialized_end=120
   _SAMPLINGSPEC._serialized_start=123
   _SAMPLINGSPEC._serialized_end=356
-  _SAMPLEREQUEST._serialized_start=359
-  _SAMPLEREQUEST._serialized_end=667
-  _SERVERTIMING._serialized_start=669
-  _SERVERTIMING._serialized_end=759
-  _SAMPLERESPONSE._serialized_start=762
-  _SAMPLERESPONSE._serialized_end=1107
-  _GETSERVERINFOREQUEST._serialized_start=1109
-  _GETSERVERINFOREQUEST._serialized_end=1131
-  _DEVICEINFO._serialized_start=1133
-  _DEVICEINFO._serialized_end=1193
-  _LIMITS._serialized_start=1196
-  _LIMITS._serialized_end=1346
-  _SERVERINFO._serialized_start=1349
-  _SERVERINFO._serialized_end=1524
-  _DATASETCHUNK._serialized_start=1527
-  _DATASETCHUNK._serialized_end=1695
-  _DATASETINFO._serialized_start=1698
-  _DATASETINFO._serialized_end=1924
-  _DELETEDATASETREQUEST._serialized_start=1926
-  _DELETEDATASETREQUEST._serialized_end=1962
-  _DELETEDATASETRESPONSE._serialized_start=1964
-  _DELETEDATASETRESPONSE._serialized_end=1987
-  _LISTDATASETSREQUEST._serialized_start=1989
-  _LISTDATASETSREQUEST._serialized_end=2010
-  _LISTDATASETSRESPONSE._serialized_start=2012
-  _LISTDATASETSRESPONSE._serialized_end=2080
-  _SAMPLER._serialized_start=2412
-  _SAMPLER._serialized_end=2911
+  _EPOCHSPEC._serialized_start=359
+  _EPOCHSPEC._serialized_end=537
+  _SAMPLEREQUEST._serialized_start=540
+  _SAMPLEREQUEST._serialized_end=889
+  _SERVERTIMING._serialized_start=891
+  _SERVERTIMING._serialized_end=981
+  _SAMPLERESPONSE._serialized_start=984
+  _SAMPLERESPONSE._serialized_end=1350
+  _GETSERVERINFOREQUEST._serialized_start=1352
+  _GETSERVERINFOREQUEST._serialized_end=1374
+  _DEVICEINFO._serialized_start=1376
+  _DEVICEINFO._serialized_end=1436
+  _LIMITS._serialized_start=1439
+  _LIMITS._serialized_end=1589
+  _SERVERINFO._serialized_start=1592
+  _SERVERINFO._serialized_end=1767
+  _DATASETCHUNK._serialized_start=1770
+  _DATASETCHUNK._serialized_end=1938
+  _DATASETINFO._serialized_start=1941
+  _DATASETINFO._serialized_end=2167
+  _DELETEDATASETREQUEST._serialized_start=2169
+  _DELETEDATASETREQUEST._serialized_end=2205
+  _DELETEDATASETRESPONSE._serialized_start=2207
+  _DELETEDATASETRESPONSE._serialized_end=2230
+  _LISTDATASETSREQUEST._serialized_start=2232
+  _LISTDATASETSREQUEST._serialized_end=2253
+  _LISTDATASETSRESPONSE._serialized_start=2255
+  _LISTDATASETSRESPONSE._serialized_end=2323
+  _SAMPLER._serialized_start=2742
+  _SAMPLER._serialized_end=3241
 # @@protoc_insertion_point(module_scope)
