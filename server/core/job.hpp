@@ -62,6 +62,9 @@ struct Job {
   kernels::DType feature_dtype = kernels::DType::kUnspecified;
   std::vector<int64_t> feature_trailing_shape;  // one feature row's shape
   int64_t feature_row_bytes = 0;                // 0: labels only
+  // An epoch request (SPEC section 8): this rank's steps in the epoch, for the response;
+  // -1 without an epoch.
+  int64_t epoch_steps = -1;
 
   int64_t num_rows() const { return static_cast<int64_t>(row_offsets.size()) - 1; }
   int64_t num_elements() const { return row_offsets.back(); }

@@ -39,6 +39,7 @@ from gpusampler.client import (  # noqa: E402
     ServerInfo,
     Timing,
 )
+from gpusampler._epochs import Epoch  # noqa: E402
 from gpusampler.errors import (  # noqa: E402
     AlreadyExistsError,
     CancelledError,
@@ -61,6 +62,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Client",
     "DatasetInfo",
+    "Epoch",
     "NotFoundError",
     "AlreadyExistsError",
     "FailedPreconditionError",

@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 import grpc
 import numpy as np
 
-from gpusampler import _tensors
+from gpusampler import _epochs, _tensors
 from gpusampler._args import INT64, UINT64, check_bool, check_int, check_name, check_real
 from gpusampler.errors import ResourceExhaustedError
 from gpusampler.v1 import sampler_pb2 as pb
@@ -26,7 +26,7 @@ FILL = {
 #: Arguments of sample() that a request of sample_stream may carry.
 SAMPLE_ARGS = ("labels", "features", "num_samples", "dataset", "rows", "return_features",
                "positive_fraction", "positive_label", "negative_label", "fill", "seed",
-               "row_splits")
+               "row_splits", "epoch")
 _SPEC_ARGS = ("num_samples", "positive_fraction", "positive_label", "negative_label", "fill",
               "seed")
 
@@ -49,6 +49,9 @@ def prepare(args: Mapping[str, Any], ids: Iterator[int],
             raise TypeError("rows and return_features need dataset=...; an inline request "
                             "gets features back when it sends them")
         request, kinds = _inline(labels, features, row_splits, ids, **spec)
+    # Epochs (SPEC section 8): the server refuses one without a dataset, naming the field.
+    if args.get("epoch") is not None:
+        request.epoch.CopyFrom(_epochs.epoch_message(args["epoch"]))
     _check_size(request, max_message_bytes)
     return request, kinds
 

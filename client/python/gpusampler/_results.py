@@ -58,6 +58,8 @@ class SampleResult:
     device: str = ""
     request_id: str = ""
     dataset_sha256: str = ""
+    #: Epoch requests (``epoch=``): this rank's steps in the epoch; 0 otherwise.
+    epoch_steps: int = 0
 
 
 def sample_result(r: pb.SampleResponse, kinds: _tensors.Kinds, round_trip_us: int) -> SampleResult:
@@ -82,6 +84,7 @@ def sample_result(r: pb.SampleResponse, kinds: _tensors.Kinds, round_trip_us: in
         device=r.device,
         request_id=r.request_id,
         dataset_sha256=r.dataset_sha256,
+        epoch_steps=int(r.epoch_steps),
     )
 
 

@@ -107,6 +107,7 @@ class Client(ClientBase):
         seed: Optional[int] = None,
         row_splits: Any = None,
         timeout: Optional[float] = None,
+        epoch: Any = None,
     ) -> SampleResult:
         """As ``gpusampler.Client.sample``, awaited."""
         request, kinds, timeout = self._sample_request(locals())
