@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "datasets/datasets.hpp"
+#include "gpusampler/kernels/philox.hpp"
 
 namespace gpusampler::server {
 namespace {
