@@ -1,4 +1,5 @@
-"""Epochs (SPEC section 8): the ``epoch=`` argument of ``sample()``, as ``Epoch`` or a dict.
+"""Epochs (docs/semantics.md, "Epochs"): the ``epoch=`` argument of ``sample()``, as
+``Epoch`` or a dict.
 
 A dataset request that names an epoch is answered with this rank's step of a fixed
 permutation: a pure function of (dataset version, request, epoch), so any replica, or a

@@ -49,7 +49,7 @@ def prepare(args: Mapping[str, Any], ids: Iterator[int],
             raise TypeError("rows and return_features need dataset=...; an inline request "
                             "gets features back when it sends them")
         request, kinds = _inline(labels, features, row_splits, ids, **spec)
-    # Epochs (SPEC section 8): the server refuses one without a dataset, naming the field.
+    # Epochs (docs/semantics.md): the server refuses one without a dataset, naming the field.
     if args.get("epoch") is not None:
         request.epoch.CopyFrom(_epochs.epoch_message(args["epoch"]))
     _check_size(request, max_message_bytes)

@@ -93,7 +93,7 @@ class Client(ClientBase):
                 output row (gathered where the dataset is kept).
             timeout: deadline in seconds; defaults to the client's.
             epoch: with ``dataset`` (and without ``rows``), answer this rank's step of an
-                epoch (SPEC section 8): a ``gpusampler.Epoch`` or a dict of its fields
+                epoch (docs/semantics.md, "Epochs"): a ``gpusampler.Epoch`` or a dict of its fields
                 (``mode="rows"|"elements"``, ``shuffle_seed``, ``epoch``, ``world_size``,
                 ``rank``, ``step``, ``rows_per_step``, ``drop_last``). The result's
                 ``epoch_steps`` is this rank's steps in the epoch; a step past it is

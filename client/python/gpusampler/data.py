@@ -75,7 +75,7 @@ Seeds (what makes runs repeatable): step ``i`` (0-based) on rank ``r`` samples w
 
 Use ``DataLoader(..., batch_size=None)``: every item is already a batch.
 
-Epochs (``epoch_mode="rows"`` or ``"elements"``, SPEC section 8): instead of independent
+Epochs (``epoch_mode="rows"`` or ``"elements"``, docs/semantics.md): instead of independent
 steps, each rank gets its disjoint share of a fixed permutation of the dataset, like
 ``torch.utils.data.DistributedSampler``, and the server keeps no state, so any replica (or a
 restarted one) answers any step with the same bytes. ``set_epoch(e)`` before each pass, as
@@ -320,7 +320,7 @@ class SampleIterable(IterableDataset):
             in the building process, and carried into every DataLoader worker (the
             ``rank`` and ``world_size`` attributes). A world size above 1 with no rank
             raises ValueError.
-        epoch_mode: ``"rows"`` or ``"elements"``: epochs (SPEC section 8) instead of
+        epoch_mode: ``"rows"`` or ``"elements"``: epochs (docs/semantics.md, "Epochs") instead of
             independent steps; needs ``dataset`` (and no ``rows``). Each rank yields its
             share of epoch ``set_epoch(e)`` and stops at the epoch's end (``steps``, when
             given, caps it further).
