@@ -12,8 +12,8 @@ their features. The batches come from `gpusampler.data.SampleIterable`, which ke
 batches and the same model: only the speed differs). `--inline` instead sends a random pool
 of `--pool` rows (labels and features) every step. `--epochs N` goes through the training
 set in N epochs instead of independent steps (docs/semantics.md "Epochs": ELEMENTS mode
-over the one-row resident dataset): in each epoch every negative comes once and the positives (the minority)
-are oversampled in passes, each positive once per pass; `--steps` then caps the steps of an
+over the one-row resident dataset): in each epoch every negative comes at most once and
+the positives (the minority) are oversampled in passes, each positive once per pass; `--steps` then caps the steps of an
 epoch. Every rank of a DDP job would get its disjoint share (client/README-trainer.md).
   - balanced: positive_fraction 0.5: half of each batch positive when the rows hold enough
               positives (a resident 200k-row set holds ~2,000; an inline pool of 8,192 holds
