@@ -14,7 +14,8 @@ of `--pool` rows (labels and features) every step. `--epochs N` goes through the
 set in N epochs instead of independent steps (docs/semantics.md "Epochs": ELEMENTS mode
 over the one-row resident dataset): in each epoch every negative comes at most once and
 the positives (the minority) are oversampled in passes, each positive once per pass;
-`--steps` then caps the steps of an epoch. Every rank of a DDP job would get its disjoint share (client/README-trainer.md).
+`--steps` then caps the steps of an epoch. Every rank of a DDP job would get its disjoint
+share (client/README-trainer.md).
   - balanced: positive_fraction 0.5: half of each batch positive when the rows hold enough
               positives (a resident 200k-row set holds ~2,000; an inline pool of 8,192 holds
               ~82, so its batches are about a third positive);
