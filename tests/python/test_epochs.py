@@ -622,3 +622,23 @@ def test_elements_stream_and_member_lists_count_toward_budget(tmp_path):
                 c.create_dataset("ep-budget-2", np.zeros(2000, np.int8))
     finally:
         stop_server(s)
+
+
+def test_aio_epoch_equals_blocking(server, client):
+    import asyncio
+
+    import gpusampler.aio
+
+    labels, _ = elements_dataset(seed=23)
+    client.create_dataset("ep-aio", labels, replace=True)
+    e = gpusampler.Epoch(mode="elements", world_size=2, rank=1, step=4, epoch=3,
+                         shuffle_seed=6)
+
+    async def go():
+        async with gpusampler.aio.Client(server.target, timeout=30) as c:
+            return await c.sample(dataset="ep-aio", num_samples=32, seed=8, epoch=e)
+
+    a = asyncio.run(go())
+    b = client.sample(dataset="ep-aio", num_samples=32, seed=8, epoch=e)
+    same_answer(a, b)
+    assert a.epoch_steps == b.epoch_steps > 0
