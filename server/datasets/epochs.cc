@@ -1,5 +1,7 @@
 #include "datasets/epochs.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -98,6 +100,15 @@ const uint8_t* HostFeatures(const Dataset& ds) {
   return ds.DeviceFeatures(kernels::kSimDevice);
 }
 
+// madvise(MADV_HUGEPAGE) on the whole 2 MiB pages inside [p, p + bytes), before they are
+// first touched. A hint: ignored where transparent huge pages are off.
+void AdviseHugePages(void* p, size_t bytes) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
 void SetTensor(v1::Tensor* t, DType dtype, const std::vector<int64_t>& shape, std::string bytes) {
   t->set_dtype(static_cast<v1::DType>(dtype));
   t->mutable_shape()->Assign(shape.begin(), shape.end());
@@ -123,8 +134,39 @@ Status MemberLists(DatasetRegistry* registry, const Dataset& ds, const Job& job,
 }
 
 // Section 1's output row for the ordered selection: K slots, padding after the selected.
+// The selection in (v, i) order, with each element's class: ElementsEpochStep lists class 0's
+// m_0 elements first, then class 1's, ...
+void OrderWithClasses(uint64_t seed, const ElementsStep& step, std::vector<int64_t>* selected,
+                      std::vector<int32_t>* classes) {
+  struct Keyed {
+    uint32_t v;
+    int64_t i;
+    int32_t c;
+  };
+  std::vector<Keyed> keyed;
+  keyed.reserve(step.selected.size());
+  size_t s = 0;
+  for (size_t c = 0; c < step.quotas.size(); ++c) {
+    for (int64_t j = 0; j < step.quotas[c]; ++j, ++s) {
+      const int64_t i = step.selected[s];
+      keyed.push_back(
+          {kernels::ElementKey(seed, 0, kernels::kOrderStream, static_cast<uint64_t>(i)), i,
+           static_cast<int32_t>(c)});
+    }
+  }
+  std::sort(keyed.begin(), keyed.end(),
+            [](const Keyed& a, const Keyed& b) { return a.v != b.v ? a.v < b.v : a.i < b.i; });
+  selected->clear();
+  classes->clear();
+  for (const Keyed& k : keyed) {
+    selected->push_back(k.i);
+    classes->push_back(k.c);
+  }
+}
+
 void WriteElementsAnswer(const Dataset& ds, const Job& job, const std::vector<int64_t>& selected,
-                         const std::vector<int64_t>& quotas, v1::SampleResponse* response) {
+                         const std::vector<int32_t>& classes, const std::vector<int64_t>& quotas,
+                         v1::SampleResponse* response) {
   const int64_t k = job.spec.num_samples;
   const size_t item = static_cast<size_t>(kernels::DTypeSize(ds.label_dtype));
   const bool signed_labels = kernels::Traits(ds.label_dtype).widen == kernels::Widen::kSign;
@@ -134,10 +176,21 @@ void WriteElementsAnswer(const Dataset& ds, const Job& job, const std::vector<in
   std::string features(static_cast<size_t>(k) * frow, '\0');
   const uint8_t* src_labels = HostLabels(ds);
   const uint8_t* src_features = frow > 0 ? HostFeatures(ds) : nullptr;
+  // The binary spec's classes are one label value each: the labels are known without
+  // reading the row (a random read each in a large one). Little-endian: the value's low
+  // bytes are the label in its dtype (the edge checked it is representable).
+  const bool binary = job.spec.classes.empty();
+  const int64_t class_label[2] = {job.spec.positive_label, job.spec.negative_label};
+  for (const int64_t i : selected) {  // the misses of a large row overlap (see above)
+    if (!binary) __builtin_prefetch(src_labels + static_cast<size_t>(i) * item);
+    if (src_features) __builtin_prefetch(src_features + static_cast<size_t>(i) * frow);
+  }
   for (size_t s = 0; s < selected.size(); ++s) {
     const int64_t i = selected[s];
     std::memcpy(&indices[s * 8], &i, 8);
-    std::memcpy(&labels[s * item], src_labels + static_cast<size_t>(i) * item, item);
+    const uint8_t* label = binary ? reinterpret_cast<const uint8_t*>(&class_label[classes[s]])
+                                  : src_labels + static_cast<size_t>(i) * item;
+    std::memcpy(&labels[s * item], label, item);
     if (src_features) std::memcpy(&features[s * frow], src_features + i * frow, frow);
   }
   std::vector<int64_t> shape;
@@ -235,11 +288,21 @@ std::string MembershipKey(const kernels::SamplingSpec& spec) {
 std::shared_ptr<const ClassMembers> BuildClassMembers(const uint8_t* labels, DType dtype, int64_t n,
                                                       const kernels::SamplingSpec& spec) {
   auto out = std::make_shared<ClassMembers>();
-  out->members.resize(spec.classes.empty() ? 2 : spec.classes.size());
+  const size_t classes = spec.classes.empty() ? 2 : spec.classes.size();
+  out->members.resize(classes);
+  // Counted first, so that each list is one allocation of its final size, backed by huge
+  // pages where the kernel offers them: a step reads K members at random places of lists
+  // that may be hundreds of MB, and with 4 KiB pages nearly every read is a TLB miss too.
+  std::vector<size_t> counts(classes, 0);
+  ForEachMember(labels, dtype, n, spec,
+                [&](int64_t, int32_t c) { ++counts[static_cast<size_t>(c)]; });
+  for (size_t c = 0; c < classes; ++c) {
+    out->members[c].reserve(counts[c]);
+    AdviseHugePages(out->members[c].data(), counts[c] * sizeof(uint32_t));
+  }
   ForEachMember(labels, dtype, n, spec, [&](int64_t i, int32_t c) {
     out->members[static_cast<size_t>(c)].push_back(static_cast<uint32_t>(i));
   });
-  for (auto& m : out->members) m.shrink_to_fit();
   return out;
 }
 
@@ -273,6 +336,10 @@ Status ElementsEpochStep(const Epoch& e, const kernels::SamplingSpec& spec,
   if (e.step >= out->epoch_steps) return OutOfRange(e, out->epoch_steps);
   const int64_t g = e.step * e.world_size + e.rank;
   const kernels::FeistelKey key{e.shuffle_seed, e.epoch};
+  // Two phases: the permutation (compute only) for every position, then the gather of the
+  // members, so that the cache misses of a large row's member list overlap instead of
+  // waiting one behind each Feistel evaluation.
+  std::vector<uint64_t> at;
   out->selected.clear();
   for (size_t c = 0; c < members.members.size(); ++c) {
     const int64_t m = out->quotas[c];
@@ -280,12 +347,14 @@ Status ElementsEpochStep(const Epoch& e, const kernels::SamplingSpec& spec,
     const std::vector<uint32_t>& list = members.members[c];
     const uint64_t n = list.size();
     const int64_t pass_len = static_cast<int64_t>(n) / m * m;  // P_c
+    at.clear();
     for (int64_t q = g * m; q < (g + 1) * m; ++q) {
-      const uint64_t at = kernels::FeistelPermute(key, n, static_cast<uint32_t>(c),
-                                                  static_cast<uint32_t>(q / pass_len),
-                                                  static_cast<uint64_t>(q % pass_len));
-      out->selected.push_back(list[at]);
+      at.push_back(kernels::FeistelPermute(key, n, static_cast<uint32_t>(c),
+                                           static_cast<uint32_t>(q / pass_len),
+                                           static_cast<uint64_t>(q % pass_len)));
     }
+    for (const uint64_t j : at) __builtin_prefetch(&list[j]);
+    for (const uint64_t j : at) out->selected.push_back(list[j]);
   }
   return Status::Ok();
 }
@@ -313,8 +382,10 @@ Status AnswerElementsStep(DatasetRegistry* registry, const Epoch& epoch, const J
   } catch (const kernels::Error& e) {
     return InvalidArgument(e.what());
   }
-  OrderBySeed(job.seed, &step.selected);
-  WriteElementsAnswer(ds, job, step.selected, step.quotas, response);
+  std::vector<int64_t> selected;
+  std::vector<int32_t> classes;
+  OrderWithClasses(job.seed, step, &selected, &classes);
+  WriteElementsAnswer(ds, job, selected, classes, step.quotas, response);
   response->set_epoch_steps(step.epoch_steps);
   v1::ServerTiming* t = response->mutable_timing();
   t->set_queue_us(0);
