@@ -642,3 +642,24 @@ def test_aio_epoch_equals_blocking(server, client):
     b = client.sample(dataset="ep-aio", num_samples=32, seed=8, epoch=e)
     same_answer(a, b)
     assert a.epoch_steps == b.epoch_steps > 0
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.uint8, np.int8, np.int64])
+def test_elements_label_dtypes_and_padding(backend, dtype):
+    """K larger than both classes: every member once in the one global step, the rest
+    padding (index -1, label -1, or 0 for uint8/bool); labels as stored, in each dtype."""
+    raw = np.array([1] * 10 + [0] * 20 + ([2] * 5 if dtype != np.bool_ else []), np.int64)
+    np.random.default_rng(29).shuffle(raw)
+    labels = raw.astype(dtype)
+    name = f"ep-dtype-{np.dtype(dtype).name}"
+    backend.create_dataset(name, labels, replace=True)
+    r = backend.sample(dataset=name, num_samples=64, seed=4,
+                       epoch=epoch(mode="elements", world_size=1, rank=0, step=0))
+    assert r.epoch_steps == 1
+    assert [int(r.num_positive[0]), int(r.num_negative[0])] == [10, 20]
+    want, _, _ = elements_oracle(raw.tolist(), 64, 0.5, "both", 4, 1, 0, 0, 0, 0)
+    assert r.indices.tolist() == want
+    assert r.labels.dtype == labels.dtype
+    np.testing.assert_array_equal(r.labels[:30], labels[r.indices[:30]])
+    pad = 0 if dtype in (np.bool_, np.uint8) else -1
+    assert (r.labels[30:] == pad).all() and (r.indices[30:] == -1).all()
