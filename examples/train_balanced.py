@@ -10,7 +10,12 @@ their features. The batches come from `gpusampler.data.SampleIterable`, which ke
 `--prefetch` requests in flight ahead of the step being trained, so the model rarely waits;
 `--no-prefetch` asks for each batch when the step needs it instead (same seeds, so the same
 batches and the same model: only the speed differs). `--inline` instead sends a random pool
-of `--pool` rows (labels and features) every step.
+of `--pool` rows (labels and features) every step. `--epochs N` goes through the training
+set in N epochs instead of independent steps (docs/semantics.md "Epochs": ELEMENTS mode
+over the one-row resident dataset): in each epoch every negative comes at most once and
+the positives (the minority) are oversampled in passes, each positive once per pass;
+`--steps` then caps the steps of an epoch. Every rank of a DDP job would get its disjoint
+share (client/README-trainer.md).
   - balanced: positive_fraction 0.5: half of each batch positive when the rows hold enough
               positives (a resident 200k-row set holds ~2,000; an inline pool of 8,192 holds
               ~82, so its batches are about a third positive);
@@ -72,6 +77,8 @@ def train(client: gpusampler.Client, mode: str, x: torch.Tensor, y: torch.Tensor
     name = f"train-{mode}-example"
     if args.inline:
         batches = inline_batches(client, mode, fraction, x, y, args)
+    elif args.epochs:
+        batches = epoch_batches(client, name, fraction, args)
     elif args.no_prefetch:
         # One blocking call per step, when the step asks: the trainer waits for each.
         batches = (
@@ -86,7 +93,9 @@ def train(client: gpusampler.Client, mode: str, x: torch.Tensor, y: torch.Tensor
             client, dataset=name, num_samples=args.batch, steps=args.steps, seed=args.seed,
             positive_fraction=fraction, return_features=True, prefetch=args.prefetch))
     start = time.perf_counter()
+    steps = 0
     for indices, features in batches:
+        steps += 1
         batch_y = y[indices.clamp(min=0)]  # true labels by index (padding masked below)
         valid = indices >= 0  # padding slots (fewer rows than K) carry no sample
         logits = model(features[valid])
@@ -94,8 +103,23 @@ def train(client: gpusampler.Client, mode: str, x: torch.Tensor, y: torch.Tensor
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    model.steps_per_s = args.steps / (time.perf_counter() - start)
+    model.steps_per_s = steps / (time.perf_counter() - start)
+    model.steps = steps
     return model
+
+
+def epoch_batches(client: gpusampler.Client, name: str, fraction: float, args):
+    """`--epochs`: DistributedSampler-style epochs over the dataset's elements. The rank and
+    world size come from torch.distributed or the launcher's environment (rank 0 of 1 when
+    run alone); `set_epoch` reshuffles, and each epoch ends where the server says."""
+    it = SampleIterable(client, dataset=name, num_samples=args.batch, steps=args.steps,
+                        seed=args.seed, positive_fraction=fraction, return_features=True,
+                        prefetch=args.prefetch, epoch_mode="elements",
+                        shuffle_seed=args.seed)
+    for epoch in range(args.epochs):
+        it.set_epoch(epoch)
+        for b in it:
+            yield b.indices, b.features
 
 
 def inline_batches(client: gpusampler.Client, mode: str, fraction: float, x: torch.Tensor,
@@ -141,6 +165,9 @@ def main() -> None:
                         help="batches requested ahead of the training step")
     parser.add_argument("--no-prefetch", action="store_true",
                         help="request each batch when the step needs it (for comparison)")
+    parser.add_argument("--epochs", type=int, default=0,
+                        help="train N epochs over the resident set (each class's members "
+                        "once per pass; --steps caps an epoch) instead of independent steps")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
@@ -169,6 +196,7 @@ def main() -> None:
             results[mode] = evaluate(model, x_test, y_test)
             results[mode]["train_s"] = round(time.perf_counter() - start, 2)
             results[mode]["steps_per_s"] = round(model.steps_per_s, 1)
+            results[mode]["steps"] = model.steps
 
     print(f"{'sampler':<10} {'recall':>7} {'precision':>9} {'f1':>6} {'train_s':>8} "
           f"{'steps/s':>8}")

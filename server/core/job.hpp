@@ -69,6 +69,9 @@ struct Job {
   const float* scores = nullptr;
   std::vector<float> owned_scores;
   int64_t num_classes() const { return static_cast<int64_t>(spec.classes.size()); }
+  // An epoch request (SPEC section 8): this rank's steps in the epoch, for the response;
+  // -1 without an epoch.
+  int64_t epoch_steps = -1;
 
   int64_t num_rows() const { return static_cast<int64_t>(row_offsets.size()) - 1; }
   int64_t num_elements() const { return row_offsets.back(); }

@@ -25,6 +25,7 @@ enum class Code : int {
   kAlreadyExists = 6,
   kResourceExhausted = 8,
   kFailedPrecondition = 9,
+  kOutOfRange = 11,  // an epoch step past the epoch (SPEC section 8)
   kInternal = 13,
   kUnavailable = 14,
   kUnauthenticated = 16,

@@ -504,7 +504,7 @@ bool DatasetRegistry::Delete(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = by_name_.find(name);
   if (it == by_name_.end()) return false;
-  used_ -= it->second.ds->bytes;
+  used_ -= StoredBytes(*it->second.ds);
   gone = std::move(it->second.ds);
   by_name_.erase(it);
   return true;
@@ -515,7 +515,7 @@ bool DatasetRegistry::Drop(const std::string& name, const Dataset* expected) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = by_name_.find(name);
   if (it == by_name_.end() || it->second.ds.get() != expected) return false;
-  used_ -= it->second.ds->bytes;
+  used_ -= StoredBytes(*it->second.ds);
   gone = std::move(it->second.ds);
   by_name_.erase(it);
   return true;
@@ -549,7 +549,7 @@ bool DatasetRegistry::EvictLocked(int64_t bytes, std::vector<std::shared_ptr<con
       }
     }
     if (victim == by_name_.end()) return false;
-    used_ -= victim->second.ds->bytes;
+    used_ -= StoredBytes(*victim->second.ds);
     out->push_back(std::move(victim->second.ds));
     by_name_.erase(victim);
   }
@@ -626,6 +626,34 @@ void DatasetRegistry::Release(int64_t bytes) {
   reserved_ -= bytes;
 }
 
+Status DatasetRegistry::KeepEpochLists(const Dataset& ds, const std::string& key,
+                                       std::shared_ptr<const ClassMembers> lists,
+                                       std::shared_ptr<const ClassMembers>* out) {
+  std::vector<std::shared_ptr<const Dataset>> evicted;
+  Status status = Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = by_name_.find(ds.name);
+    const int64_t bytes = lists->bytes();
+    if (it == by_name_.end() || it->second.ds.get() != &ds) {
+      *out = std::move(lists);  // replaced, deleted or evicted meanwhile: this request only
+    } else if (!EvictLocked(bytes, &evicted)) {
+      status = Status(Code::kResourceExhausted,
+                      "the epoch member lists of dataset '" + ds.name + "' need " +
+                          std::to_string(bytes) + " more bytes, but " + std::to_string(used_) +
+                          " of max_dataset_bytes = " + std::to_string(max_bytes_) +
+                          " are in use (--max-dataset-bytes)",
+                      kDoNotRetry);
+    } else {
+      bool added = false;
+      *out = ds.epoch_index.Keep(key, std::move(lists), &added);
+      if (added) used_ += bytes;
+    }
+  }
+  Evicted(std::move(evicted));
+  return status;
+}
+
 Status DatasetRegistry::Commit(std::shared_ptr<const Dataset> ds, bool replace) {
   std::shared_ptr<const Dataset> gone;  // destroyed outside the lock (device frees)
   std::lock_guard<std::mutex> lock(mu_);
@@ -637,7 +665,7 @@ Status DatasetRegistry::Commit(std::shared_ptr<const Dataset> ds, bool replace) 
                                               "' was created by another upload first (set "
                                               "replace to overwrite it)");
     }
-    used_ -= it->second.ds->bytes;
+    used_ -= StoredBytes(*it->second.ds);
     gone = std::move(it->second.ds);
     it->second.ds = std::move(ds);
     it->second.last_used = ++tick_;

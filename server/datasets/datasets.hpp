@@ -15,6 +15,7 @@
 #include "core/config.hpp"
 #include "core/job.hpp"
 #include "core/status.hpp"
+#include "datasets/epochs.hpp"
 #include "gpusampler/kernels/host_buffer.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 #include "gpusampler/v1/sampler.pb.h"
@@ -57,6 +58,10 @@ struct Dataset final : DatasetStorage {
   };
   std::vector<DeviceCopy> device_copies;
   std::vector<std::string> devices;  // "cpu", or "cuda:N" for each device copy
+  // Epochs (SPEC section 8): per-class member lists, built on first use by an ELEMENTS
+  // request and kept (and charged to the budget, DatasetRegistry::KeepEpochLists) as long as
+  // this version is stored.
+  mutable EpochIndex epoch_index;
 
   const uint8_t* DeviceLabels(int device) const override;
   const uint8_t* DeviceFeatures(int device) const override;
@@ -197,6 +202,13 @@ class DatasetRegistry {
   int64_t max_bytes() const { return max_bytes_; }
   int64_t free_bytes() const;
 
+  // Keeps `lists` in `ds`'s epoch index under `key` when `ds` is still stored, charging their
+  // bytes to the budget (evicting what may be evicted); `*out` is what the request uses.
+  // RESOURCE_EXHAUSTED naming --max-dataset-bytes when they do not fit.
+  Status KeepEpochLists(const Dataset& ds, const std::string& key,
+                        std::shared_ptr<const ClassMembers> lists,
+                        std::shared_ptr<const ClassMembers>* out);
+
   // The repository (SPEC section 6): owned by the registry, which turns eviction on.
   void AttachRepository(std::unique_ptr<Repository> repository);
   Repository* repository() const { return repository_.get(); }
@@ -204,6 +216,8 @@ class DatasetRegistry {
   void SetEvictionHook(std::function<void()> hook) { on_evict_ = std::move(hook); }
 
  private:
+  // A stored dataset's share of the budget: its bytes and its epoch index's.
+  static int64_t StoredBytes(const Dataset& ds) { return ds.bytes + ds.epoch_index.bytes(); }
   struct Entry {
     std::shared_ptr<const Dataset> ds;
     mutable uint64_t last_used = 0;  // tick of the last Find (LRU)

@@ -50,6 +50,16 @@ std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerC
   if (job->dataset) {
     response->set_dataset_sha256(static_cast<const Dataset&>(*job->dataset).sha256);
   }
+  // Epochs (SPEC section 8): ROWS runs as the rows request it resolved to; an ELEMENTS step
+  // is answered here, from the dataset's member lists (O(K); docs/decisions.md).
+  if (job->epoch_steps >= 0) response->set_epoch_steps(job->epoch_steps);
+  if (request.has_epoch() && request.epoch().mode() == v1::EPOCH_MODE_ELEMENTS) {
+    Epoch epoch;
+    if (*status = ParseEpoch(request.epoch(), &epoch); status->ok()) {
+      *status = AnswerElementsStep(svc->datasets(), epoch, *job, response);
+    }
+    return nullptr;  // answered (OK) or refused
+  }
   return job;
 }
 

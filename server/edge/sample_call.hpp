@@ -20,6 +20,8 @@ double SecondsSince(Clock::time_point t);
 // Validates `request` into a Job answering into `response`, and charges the response's
 // bytes (the estimate covers every byte it echoes) to the budget; null with `*status` set
 // when the request is refused (unauthenticated, draining, invalid, over the budget).
+// Null with an OK `*status`: the response is complete already (an ELEMENTS epoch step,
+// answered without the scheduler); the caller only sends it.
 // `*charged` grows by what was charged.
 std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerContext& ctx,
                                 const v1::SampleRequest& request, v1::SampleResponse* response,

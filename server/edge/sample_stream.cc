@@ -161,11 +161,26 @@ void StreamCall::Accept(std::unique_ptr<Slot> slot) {
       raw->job.reset();
     }
   }
+  if (!job && status.ok()) AnsweredAtEdge(raw);  // an ELEMENTS epoch step (PrepareJob)
   if (!status.ok()) {
     raw->done = true;
     raw->status = status;
     state_ = CallState::kStopped;  // the first failure ends the stream
   }
+}
+
+// A slot whose response PrepareJob completed: serialized now, like JobDone's (under mu_).
+void StreamCall::AnsweredAtEdge(Slot* slot) {
+  slot->done = true;
+  slot->status = Status::Ok();
+  SetTotal(&slot->response, slot->arrived);
+  bool own = false;
+  if (!grpc::SerializationTraits<v1::SampleResponse>::Serialize(slot->response, &slot->bytes, &own)
+           .ok()) {
+    slot->status = Status(Code::kInternal, "cannot serialize the response");
+  }
+  slot->response = v1::SampleResponse();
+  slot->request = v1::SampleRequest();
 }
 
 void StreamCall::JobDone(Slot* slot, const Status& status) {

@@ -73,6 +73,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   void Fail(const Status& status);
   void Accept(std::unique_ptr<Slot> slot);
   void JobDone(Slot* slot, const Status& status);
+  void AnsweredAtEdge(Slot* slot);
   Op NextLocked(Slot** slot, Status* status);
   Op StartReadLocked(Slot** slot);
   void CountUnansweredLocked();

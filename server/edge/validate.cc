@@ -505,11 +505,57 @@ Status AttachDataset(std::shared_ptr<const Dataset> ds, bool return_features, Jo
   return Status::Ok();
 }
 
+// ---- An epoch (SPEC section 8) ----
+
+// An epoch names dataset requests only, and never with rows.
+Status CheckEpochFields(const v1::SampleRequest& req) {
+  if (!req.has_epoch()) return Status::Ok();
+  if (req.dataset().empty()) {
+    return InvalidArgument("epoch is set but dataset is not (epochs run over a resident dataset)");
+  }
+  if (req.has_rows()) {
+    return InvalidArgument("epoch and rows are both set (the epoch chooses the rows)");
+  }
+  return Status::Ok();
+}
+
+// The epoch's rows for this step (ROWS), or the check that the dataset has one row
+// (ELEMENTS, answered in AnswerElementsStep); sets job->epoch_steps for ROWS.
+Status EpochRows(const v1::SampleRequest& req, const Dataset& ds, const Limits& limits, Job* job) {
+  Epoch epoch;
+  GPUSAMPLER_RETURN_IF_ERROR(ParseEpoch(req.epoch(), &epoch));
+  if (epoch.mode == EpochMode::kElements) {
+    if (ds.num_rows() != 1) {
+      return InvalidArgument("epoch.mode EPOCH_MODE_ELEMENTS needs a dataset of one row, but '" +
+                             ds.name + "' has " + std::to_string(ds.num_rows()) + " rows");
+    }
+    GPUSAMPLER_RETURN_IF_ERROR(CheckElementsSpec(job->spec));
+    return DatasetRows(req, ds, limits, job);
+  }
+  std::vector<int64_t> rows;
+  GPUSAMPLER_RETURN_IF_ERROR(RowsEpochStep(epoch, ds.num_rows(), &rows, &job->epoch_steps));
+  v1::Tensor named;
+  named.set_dtype(v1::DTYPE_INT64);
+  named.add_shape(static_cast<int64_t>(rows.size()));
+  named.set_data(rows.data(), rows.size() * 8);
+  // Exactly a `rows` request from here on (the epoch's contract).
+  job->row_offsets.assign(1, 0);
+  job->row_source.clear();
+  GPUSAMPLER_RETURN_IF_ERROR(NamedDatasetRows(named, ds, limits, job));
+  if (job->num_elements() > limits.max_elements) {
+    return LimitExceeded("the epoch step's dataset rows have " +
+                         std::to_string(job->num_elements()) + " elements, over max_elements = " +
+                         std::to_string(limits.max_elements) + " (--max-elements)");
+  }
+  return CheckRowLengths(*job, "dataset", limits);
+}
+
 // A request that names a resident dataset: its rows become the job's rows, read in place
 // from the dataset, which the job keeps alive. A request naming none is left as it is.
 Status ResolveDataset(const v1::SampleRequest& req, const Limits& limits,
                       const DatasetRegistry* datasets, Job* job) {
   GPUSAMPLER_RETURN_IF_ERROR(CheckDatasetFields(req));
+  GPUSAMPLER_RETURN_IF_ERROR(CheckEpochFields(req));
   if (req.dataset().empty()) return Status::Ok();
   // With a repository, a dataset this replica lacks is loaded from it first (SPEC section 6).
   Status found(Code::kNotFound, "dataset '" + req.dataset().substr(0, 140) +
@@ -518,7 +564,8 @@ Status ResolveDataset(const v1::SampleRequest& req, const Limits& limits,
   if (!ds) return found;
   GPUSAMPLER_RETURN_IF_ERROR(CheckLabelsRepresentable(job->spec, ds->label_dtype,
                                                       "dataset '" + ds->name + "' label dtype"));
-  GPUSAMPLER_RETURN_IF_ERROR(DatasetRows(req, *ds, limits, job));
+  GPUSAMPLER_RETURN_IF_ERROR(req.has_epoch() ? EpochRows(req, *ds, limits, job)
+                                             : DatasetRows(req, *ds, limits, job));
   const Dataset& stored = *ds;
   GPUSAMPLER_RETURN_IF_ERROR(AttachDataset(std::move(ds), req.return_features(), job));
   GPUSAMPLER_RETURN_IF_ERROR(DatasetScores(req, limits, stored, AnyWeighted(job->spec), job));

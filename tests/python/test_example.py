@@ -41,3 +41,18 @@ def test_prefetch_changes_speed_not_batches(server):
         assert a.pop("steps_per_s") > 0 and b.pop("steps_per_s") > 0
         a.pop("train_s"), b.pop("train_s")
         assert a == b, (mode, a, b)
+
+
+def test_train_balanced_epochs(server):
+    """--epochs: two epochs of ELEMENTS steps (each capped by --steps), balanced still beats
+    uniform, and every epoch runs its steps."""
+    env = dict(os.environ, PYTHONPATH=str(REPO / "client" / "python"))
+    result = subprocess.run(
+        [PYTHON, str(REPO / "examples" / "train_balanced.py"), "--quick", "--json",
+         "--epochs", "2", "--target", server.target],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    # --quick: 80 steps (fewer than either epoch has: 232 balanced, 117 uniform) per epoch.
+    assert results["balanced"]["steps"] == results["uniform"]["steps"] == 160, results
+    assert results["balanced"]["recall"] > results["uniform"]["recall"] + 0.3, results

@@ -40,6 +40,7 @@ from gpusampler.client import (  # noqa: E402
     ServerInfo,
     Timing,
 )
+from gpusampler._epochs import Epoch  # noqa: E402
 from gpusampler.errors import (  # noqa: E402
     AlreadyExistsError,
     CancelledError,
@@ -63,6 +64,7 @@ __all__ = [
     "Class",
     "Client",
     "DatasetInfo",
+    "Epoch",
     "NotFoundError",
     "AlreadyExistsError",
     "FailedPreconditionError",

@@ -60,6 +60,8 @@ class SampleResult:
     dataset_sha256: str = ""
     #: With ``classes``: int32 ``[B, C]`` (``[C]`` for 1-D labels), m_c per row; else None.
     num_per_class: Optional[Array] = None
+    #: Epoch requests (``epoch=``): this rank's steps in the epoch; 0 otherwise.
+    epoch_steps: int = 0
 
 
 def sample_result(r: pb.SampleResponse, kinds: _tensors.Kinds, round_trip_us: int) -> SampleResult:
@@ -86,6 +88,7 @@ def sample_result(r: pb.SampleResponse, kinds: _tensors.Kinds, round_trip_us: in
         dataset_sha256=r.dataset_sha256,
         num_per_class=_tensors.from_wire(r.num_per_class, label_kind)
         if r.HasField("num_per_class") else None,
+        epoch_steps=int(r.epoch_steps),
     )
 
 

@@ -111,6 +111,7 @@ class Client(ClientBase):
         fill_order: Optional[Sequence[int]] = None,
         scores: Any = None,
         timeout: Optional[float] = None,
+        epoch: Any = None,
     ) -> SampleResult:
         """As ``gpusampler.Client.sample``, awaited."""
         request, kinds, timeout = self._sample_request(locals())

@@ -69,6 +69,7 @@ class Client(ClientBase):
         fill_order: Optional[Sequence[int]] = None,
         scores: Any = None,
         timeout: Optional[float] = None,
+        epoch: Any = None,
     ) -> SampleResult:
         """Samples ``num_samples`` elements from every row of ``labels``.
 
@@ -103,6 +104,12 @@ class Client(ClientBase):
             return_features: with ``dataset``, also return the K feature rows of each
                 output row (gathered where the dataset is kept).
             timeout: deadline in seconds; defaults to the client's.
+            epoch: with ``dataset`` (and without ``rows``), answer this rank's step of an
+                epoch (docs/semantics.md, "Epochs"): a ``gpusampler.Epoch`` or a dict of its fields
+                (``mode="rows"|"elements"``, ``shuffle_seed``, ``epoch``, ``world_size``,
+                ``rank``, ``step``, ``rows_per_step``, ``drop_last``). The result's
+                ``epoch_steps`` is this rank's steps in the epoch; a step past it is
+                InvalidArgumentError with code OUT_OF_RANGE.
 
         Every argument is checked before anything is sent: integers must be integers
         (``num_samples=2.5`` or ``"256"`` is a TypeError), and each message names its

@@ -74,6 +74,15 @@ Seeds (what makes runs repeatable): step ``i`` (0-based) on rank ``r`` samples w
 - each rank yields ``steps`` batches (``steps=None``: without end).
 
 Use ``DataLoader(..., batch_size=None)``: every item is already a batch.
+
+Epochs (``epoch_mode="rows"`` or ``"elements"``, docs/semantics.md): instead of independent
+steps, each rank gets its disjoint share of a fixed permutation of the dataset, like
+``torch.utils.data.DistributedSampler``, and the server keeps no state, so any replica (or a
+restarted one) answers any step with the same bytes. ``set_epoch(e)`` before each pass, as
+with DistributedSampler; iteration stops at the end of the epoch (the first answer says how
+many steps this rank has). ``shuffle_seed`` (default 0) keys the permutation and must be
+the same on every rank; ``rows_per_step`` and ``drop_last`` are ROWS's. DataLoader workers
+split a rank's steps as above. ``client/README-trainer.md`` says what each rank sees.
 """
 
 from __future__ import annotations
@@ -87,12 +96,15 @@ import weakref
 from typing import (Any, Callable, Dict, Generator, Iterator, Mapping, NamedTuple, Optional,
                     Sequence, Tuple, Union)
 
+import grpc
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from gpusampler import _tensors
 from gpusampler._args import check_bool, check_int
+from gpusampler._epochs import MODES as _EPOCH_MODES
 from gpusampler.client import Client, SampleResult
+from gpusampler.errors import GpuSamplerError
 
 _MASK = (1 << 64) - 1
 
@@ -117,6 +129,7 @@ class Batch(NamedTuple):
     dataset_sha256: str  #: the dataset version that answered ("" for inline requests)
     #: with ``classes``: int32 [B, C] or [C], m_c per row (docs/semantics.md, "Classes")
     num_per_class: Optional[torch.Tensor] = None
+    epoch_steps: int = 0  #: with epoch_mode: this rank's steps in the epoch
 
 
 # ---------------------------------------------------------------------------- ranks
@@ -309,6 +322,13 @@ class SampleIterable(IterableDataset):
             in the building process, and carried into every DataLoader worker (the
             ``rank`` and ``world_size`` attributes). A world size above 1 with no rank
             raises ValueError.
+        epoch_mode: ``"rows"`` or ``"elements"``: epochs (docs/semantics.md, "Epochs") instead of
+            independent steps; needs ``dataset`` (and no ``rows``). Each rank yields its
+            share of epoch ``set_epoch(e)`` and stops at the epoch's end (``steps``, when
+            given, caps it further).
+        shuffle_seed: keys the epoch's permutation; the same on every rank (default 0).
+        rows_per_step, drop_last: ROWS: dataset rows per step, and DistributedSampler's
+            ``drop_last``.
         **spec: the other ``Client.sample`` arguments (``positive_fraction``, ``fill``,
             ``positive_label``, ``negative_label``; or ``classes``, ``fill_order`` and
             ``scores``, sent with every step).
@@ -331,6 +351,10 @@ class SampleIterable(IterableDataset):
         pin_memory: bool = False,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        epoch_mode: Optional[str] = None,
+        shuffle_seed: int = 0,
+        rows_per_step: int = 1,
+        drop_last: bool = False,
         **spec: Any,
     ) -> None:
         super().__init__()
@@ -370,6 +394,45 @@ class SampleIterable(IterableDataset):
         else:
             request.update(labels=labels, features=features, row_splits=row_splits)
         self._request = request
+        self._init_epochs(epoch_mode, shuffle_seed, rows_per_step, drop_last, dataset, rows)
+
+    # ------------------------------------------------------------------------ epochs
+    def _init_epochs(self, mode: Optional[str], shuffle_seed: int, rows_per_step: int,
+                     drop_last: bool, dataset: Optional[str], rows: Any) -> None:
+        self.epoch_mode = mode
+        self.epoch = 0
+        #: this rank's steps in the epoch, once an answer said it (None before)
+        self.epoch_steps: Optional[int] = None
+        if mode is None:
+            return
+        if mode not in _EPOCH_MODES:
+            raise ValueError(f"epoch_mode must be one of {sorted(_EPOCH_MODES)}, got {mode!r}")
+        if dataset is None or rows is not None:
+            raise TypeError("epoch_mode needs dataset=... and no rows= (the epoch chooses "
+                            "the rows)")
+        if self.world_size is None:
+            raise ValueError("epoch_mode needs the world size: set WORLD_SIZE, initialise "
+                             "torch.distributed, or pass world_size=")
+        self._epoch = dict(mode=mode, shuffle_seed=check_int("shuffle_seed", shuffle_seed, 0,
+                                                             _MASK),
+                           world_size=self.world_size, rank=self.rank,
+                           rows_per_step=check_int("rows_per_step", rows_per_step, 1),
+                           drop_last=check_bool("drop_last", drop_last))
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration goes through (as DistributedSampler's set_epoch):
+        it keys the permutation, so every epoch is a different order."""
+        self.epoch = check_int("epoch", epoch, 0, (1 << 32) - 1)
+        self.epoch_steps = None
+
+    def _step_request(self, step: int) -> Dict[str, Any]:
+        """sample()'s arguments for step ``step`` of this rank (and, with epochs, of the
+        current epoch; the sample seed then mixes the epoch in)."""
+        if self.epoch_mode is None:
+            return dict(self._request, seed=self.seed_for(self.seed, self.rank, step))
+        seed = self.seed_for(self.seed, self.rank, (self.epoch << 32) | step)
+        return dict(self._request, seed=seed,
+                    epoch=dict(self._epoch, epoch=self.epoch, step=step))
 
     #: what the prefetch thread runs: "unary" (one ``Client.sample`` call after the other)
     #: or "stream" (one SampleStream, ``prefetch`` requests in flight); the batches are the
@@ -383,6 +446,8 @@ class SampleIterable(IterableDataset):
                            ^ (step & _MASK))
 
     def __len__(self) -> int:
+        if self.epoch_mode is not None and self.epoch_steps is not None:
+            return self.epoch_steps if self.steps is None else min(self.steps, self.epoch_steps)
         if self.steps is None:
             raise TypeError("SampleIterable(steps=None) has no length")
         return self.steps
@@ -401,7 +466,9 @@ class SampleIterable(IterableDataset):
     def __iter__(self) -> Iterator[Batch]:
         if self.prefetch == 0:
             return self._blocking_batches()
-        produce = self._stream_batches if self._producer == "stream" else self._blocking_batches
+        # Epochs end where the server says: one call at a time learns it first.
+        stream = self._producer == "stream" and self.epoch_mode is None
+        produce = self._stream_batches if stream else self._blocking_batches
         return _PrefetchIterator(produce(self._steps()), self.prefetch)
 
     def _blocking_batches(self, steps: Optional[Iterator[int]] = None
@@ -412,8 +479,18 @@ class SampleIterable(IterableDataset):
         client = Client(self._target, **self._options)
         try:
             for step in steps:
-                seed = self.seed_for(self.seed, self.rank, step)
-                yield self._batch(client.sample(**dict(self._request, seed=seed)), step)
+                if self.epoch_steps is not None and step >= self.epoch_steps:
+                    return  # the end of the epoch
+                try:
+                    result = client.sample(**self._step_request(step))
+                except GpuSamplerError as e:
+                    # A worker whose first step is past a short epoch: nothing to yield.
+                    if self.epoch_mode is not None and e.code == grpc.StatusCode.OUT_OF_RANGE:
+                        return
+                    raise
+                if self.epoch_mode is not None:
+                    self.epoch_steps = result.epoch_steps
+                yield self._batch(result, step)
         finally:
             client.close()
 
@@ -424,7 +501,7 @@ class SampleIterable(IterableDataset):
         def requests() -> Iterator[Dict[str, Any]]:
             for step in steps:
                 pending.append(step)
-                yield dict(self._request, seed=self.seed_for(self.seed, self.rank, step))
+                yield self._step_request(step)
 
         client = Client(self._target, **self._options)
         try:
@@ -451,6 +528,7 @@ class SampleIterable(IterableDataset):
             step=step,
             dataset_sha256=r.dataset_sha256,
             num_per_class=None if r.num_per_class is None else tensor(r.num_per_class),
+            epoch_steps=r.epoch_steps,
         )
 
 

@@ -16,6 +16,9 @@ DTYPE_INT64: DType
 DTYPE_INT8: DType
 DTYPE_UINT8: DType
 DTYPE_UNSPECIFIED: DType
+EPOCH_MODE_ELEMENTS: EpochMode
+EPOCH_MODE_ROWS: EpochMode
+EPOCH_MODE_UNSPECIFIED: EpochMode
 FILL_POLICY_BOTH: FillPolicy
 FILL_POLICY_NEGATIVES_ONLY: FillPolicy
 FILL_POLICY_NONE: FillPolicy
@@ -100,6 +103,26 @@ class DeviceInfo(_message.Message):
     name: str
     def __init__(self, name: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., id: _Optional[str] = ...) -> None: ...
 
+class EpochSpec(_message.Message):
+    __slots__ = ["drop_last", "epoch", "mode", "rank", "rows_per_step", "shuffle_seed", "step", "world_size"]
+    DROP_LAST_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    ROWS_PER_STEP_FIELD_NUMBER: _ClassVar[int]
+    SHUFFLE_SEED_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    drop_last: bool
+    epoch: int
+    mode: EpochMode
+    rank: int
+    rows_per_step: int
+    shuffle_seed: int
+    step: int
+    world_size: int
+    def __init__(self, shuffle_seed: _Optional[int] = ..., epoch: _Optional[int] = ..., world_size: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., mode: _Optional[_Union[EpochMode, str]] = ..., rows_per_step: _Optional[int] = ..., drop_last: bool = ...) -> None: ...
+
 class GetServerInfoRequest(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
@@ -139,8 +162,9 @@ class ListDatasetsResponse(_message.Message):
     def __init__(self, datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ...) -> None: ...
 
 class SampleRequest(_message.Message):
-    __slots__ = ["dataset", "features", "labels", "request_id", "return_features", "row_splits", "rows", "scores", "seed", "spec"]
+    __slots__ = ["dataset", "epoch", "features", "labels", "request_id", "return_features", "row_splits", "rows", "scores", "seed", "spec"]
     DATASET_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +175,7 @@ class SampleRequest(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     dataset: str
+    epoch: EpochSpec
     features: Tensor
     labels: Tensor
     request_id: str
@@ -160,12 +185,13 @@ class SampleRequest(_message.Message):
     scores: Tensor
     seed: int
     spec: SamplingSpec
-    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[SamplingSpec, _Mapping]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., row_splits: _Optional[_Union[Tensor, _Mapping]] = ..., seed: _Optional[int] = ..., dataset: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., return_features: bool = ..., scores: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[SamplingSpec, _Mapping]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., row_splits: _Optional[_Union[Tensor, _Mapping]] = ..., seed: _Optional[int] = ..., dataset: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., return_features: bool = ..., scores: _Optional[_Union[Tensor, _Mapping]] = ..., epoch: _Optional[_Union[EpochSpec, _Mapping]] = ...) -> None: ...
 
 class SampleResponse(_message.Message):
-    __slots__ = ["dataset_sha256", "device", "features", "indices", "labels", "num_negative", "num_per_class", "num_positive", "request_id", "seed", "timing"]
+    __slots__ = ["dataset_sha256", "device", "epoch_steps", "features", "indices", "labels", "num_negative", "num_per_class", "num_positive", "request_id", "seed", "timing"]
     DATASET_SHA256_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_STEPS_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     INDICES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +203,7 @@ class SampleResponse(_message.Message):
     TIMING_FIELD_NUMBER: _ClassVar[int]
     dataset_sha256: str
     device: str
+    epoch_steps: int
     features: Tensor
     indices: Tensor
     labels: Tensor
@@ -186,7 +213,7 @@ class SampleResponse(_message.Message):
     request_id: str
     seed: int
     timing: ServerTiming
-    def __init__(self, request_id: _Optional[str] = ..., indices: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., num_positive: _Optional[_Union[Tensor, _Mapping]] = ..., num_negative: _Optional[_Union[Tensor, _Mapping]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., timing: _Optional[_Union[ServerTiming, _Mapping]] = ..., dataset_sha256: _Optional[str] = ..., num_per_class: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., indices: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., num_positive: _Optional[_Union[Tensor, _Mapping]] = ..., num_negative: _Optional[_Union[Tensor, _Mapping]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., timing: _Optional[_Union[ServerTiming, _Mapping]] = ..., dataset_sha256: _Optional[str] = ..., num_per_class: _Optional[_Union[Tensor, _Mapping]] = ..., epoch_steps: _Optional[int] = ...) -> None: ...
 
 class SamplingSpec(_message.Message):
     __slots__ = ["classes", "fill_order", "fill_policy", "negative_label", "num_samples", "positive_fraction", "positive_label"]
@@ -251,4 +278,7 @@ class FillPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class Selection(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class EpochMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
