@@ -110,8 +110,8 @@ void BuildLut(const RowContext& x, ClassScratch* s) {
 
 // Pass 3 over one chunk: each kept member goes to its class's region for the chunk.
 template <typename Code>
-void CandidateRange(const RowContext& x, const Code* codes, int64_t chunk, const ClassScratch& s,
-                    ClassCandidate* cand, int64_t* found) {
+void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chunk,
+                    const ClassScratch& s, ClassCandidate* cand, int64_t* found) {
   const RowDesc& row = *x.row;
   const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
   bool need_u = false, need_u2 = false;
@@ -124,8 +124,8 @@ void CandidateRange(const RowContext& x, const Code* codes, int64_t chunk, const
   alignas(64) uint32_t u2[kTileElements] = {};
   for (int64_t tile = begin; tile < end; tile += kTileElements) {
     const int64_t tile_end = std::min(end, tile + kTileElements);
-    if (need_u) KeyTile(row.seed, row.row_in_request, kSelectionStream, tile, u);
-    if (need_u2) KeyTile(row.seed, row.row_in_request, kWeightStream, tile, u2);
+    if (need_u) KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
+    if (need_u2) KeyTile(isa, row.seed, row.row_in_request, kWeightStream, tile, u2);
     for (int64_t i = tile; i < tile_end; ++i) {
       const int32_t code = codes[i];
       if (code == 0) continue;
@@ -277,7 +277,8 @@ class ClassRowSampler {
     for (;;) {
       s_.chunk_found.assign(static_cast<size_t>(x_.chunks * nc), 0);
       Split(pool_, x_.chunks, [&](int64_t ch) {
-        CandidateRange(x_, codes, ch, s_, s_.cand.data(), s_.chunk_found.data() + ch * nc);
+        CandidateRange(x_, options_.isa, codes, ch, s_, s_.cand.data(),
+                       s_.chunk_found.data() + ch * nc);
       });
       s_.found.assign(static_cast<size_t>(nc), 0);
       bool missed = false;
@@ -329,7 +330,8 @@ class ClassRowSampler {
       alignas(64) uint32_t v[kTileElements];
       for (int64_t j = b; j < e; j += kTileElements) {
         const int64_t n = std::min<int64_t>(kTileElements, e - j);
-        KeysOfElements(row_.seed, row_.row_in_request, kOrderStream, s_.selected.data() + j, n, v);
+        KeysOfElements(options_.isa, row_.seed, row_.row_in_request, kOrderStream,
+                       s_.selected.data() + j, n, v);
         for (int64_t q = 0; q < n; ++q) s_.items[j + q] = PackKey(v[q], s_.selected[j + q]);
       }
     });

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu/isa.hpp"
 #include "cpu/thread_pool.hpp"
 #include "gpusampler/kernels/gather.hpp"
 #include "gpusampler/kernels/types.hpp"
@@ -35,10 +36,12 @@ struct ClassScratch {
   std::vector<int16_t> lut;  // class + 1 of every byte value (1-byte label dtypes)
 };
 
-// Options of the class path (CpuBackendOptions' candidate margins).
+// Options of the class path: CpuBackendOptions' candidate margins, and the instruction set of
+// the key tiles (tests force each one; every ISA gives the same bytes).
 struct ClassPathOptions {
   double candidate_sigmas = 4.0;
   double candidate_slack = 16.0;
+  Isa isa = ActiveIsa();
 };
 
 // Samples `row` (class_table >= 0) of `batch` into its output slots, counts and
