@@ -24,6 +24,7 @@
 
 #include "cpu/filter_tiles.hpp"
 #include "cpu/key_tiles.hpp"
+#include "cpu/radix_sort.hpp"
 #include "gpusampler/kernels/classes.hpp"
 #include "gpusampler/kernels/philox.hpp"
 
@@ -76,35 +77,58 @@ inline bool ScoreOk(const RowContext& x, int32_t cls, int64_t i) {
   return ScoreAdmits(sel, score);
 }
 
-// Pass 1 over [begin, end): codes and per-code counts. One-byte labels look their class up in a
-// 256-entry table (built once per row); wider labels binary-search the merged ranges.
+// The class (+ 1, 0: none) of every label value in [lo, lo + size), when the ranges, cut to
+// the dtype's values, span at most kMaxLutValues: the class-code pass then looks a label up
+// without the binary search's unpredictable branches (every one-byte dtype qualifies).
+struct LabelLut {
+  bool on = false;
+  int64_t lo = 0;
+  uint64_t size = 0;
+  const int16_t* table = nullptr;
+};
+constexpr int64_t kMaxLutValues = int64_t{1} << 16;
+
+template <typename T>
+LabelLut BuildLut(const RowContext& x, ClassScratch* s) {
+  LabelLut lut;
+  const int32_t num_ranges = x.table.header->num_ranges;
+  if (num_ranges == 0) return lut;
+  const int64_t lo = std::max<int64_t>(x.table.ranges[0].lo, std::numeric_limits<T>::min());
+  const int64_t hi = std::min<int64_t>(x.table.ranges[num_ranges - 1].hi,
+                                       static_cast<int64_t>(std::numeric_limits<T>::max()));
+  if (hi < lo || static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) >= kMaxLutValues) {
+    return lut;
+  }
+  lut.size = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) + 1;
+  s->lut.resize(lut.size);
+  for (uint64_t j = 0; j < lut.size; ++j) {
+    s->lut[j] = static_cast<int16_t>(
+        ClassOfLabel(x.table.ranges, num_ranges, lo + static_cast<int64_t>(j)) + 1);
+  }
+  lut.on = true;
+  lut.lo = lo;
+  lut.table = s->lut.data();
+  return lut;
+}
+
+// Pass 1 over [begin, end): codes and per-code counts.
 template <typename T, typename Code>
-void CodeRange(const RowContext& x, const T* labels, const int16_t* lut, int64_t begin, int64_t end,
-               Code* codes, int64_t* counts) {
+void CodeRange(const RowContext& x, const T* labels, const LabelLut& lut, int64_t begin,
+               int64_t end, Code* codes, int64_t* counts) {
   const bool need_scores = (x.table.header->flags & kClassesNeedScores) != 0;
   for (int64_t i = begin; i < end; ++i) {
     int32_t cls;
-    if constexpr (sizeof(T) == 1) {
-      cls = lut[static_cast<uint8_t>(labels[i])] - 1;
+    const int64_t label = static_cast<int64_t>(labels[i]);
+    if (lut.on) {
+      // Modular: off < size exactly when lo <= label < lo + size.
+      const uint64_t off = static_cast<uint64_t>(label) - static_cast<uint64_t>(lut.lo);
+      cls = (off < lut.size ? lut.table[off < lut.size ? off : 0] : 0) - 1;
     } else {
-      cls =
-          ClassOfLabel(x.table.ranges, x.table.header->num_ranges, static_cast<int64_t>(labels[i]));
+      cls = ClassOfLabel(x.table.ranges, x.table.header->num_ranges, label);
     }
     if (need_scores && cls >= 0 && !ScoreOk(x, cls, i)) cls = -1;
     codes[i] = static_cast<Code>(cls + 1);
     ++counts[cls + 1];
-  }
-}
-
-template <typename T>
-void BuildLut(const RowContext& x, ClassScratch* s) {
-  s->lut.assign(256, 0);
-  if constexpr (sizeof(T) == 1) {
-    for (int b = 0; b < 256; ++b) {
-      const int64_t v = static_cast<int64_t>(static_cast<T>(static_cast<uint8_t>(b)));
-      s->lut[b] =
-          static_cast<int16_t>(ClassOfLabel(x.table.ranges, x.table.header->num_ranges, v) + 1);
-    }
   }
 }
 
@@ -169,6 +193,19 @@ void SelectFront(ClassCandidate* first, ClassCandidate* last, int64_t take, Less
   std::nth_element(first, first + take, last, less);
 }
 
+// Sorts n items ascending: a radix sort by the high word (v), then each run of equal v (about
+// n^2 / 2^33 per row) by the whole item.
+void SortItems(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp) {
+  SortByHighWord(items, n, tmp);
+  for (int64_t j = 1; j < n; ++j) {
+    if ((items[j] >> 32) != (items[j - 1] >> 32)) continue;
+    int64_t end = j + 1;
+    while (end < n && (items[end] >> 32) == (items[j] >> 32)) ++end;
+    std::sort(items + (j - 1), items + end);
+    j = end - 1;
+  }
+}
+
 class ClassRowSampler {
  public:
   ClassRowSampler(const Batch& batch, const RowDesc& row, RowStores stores,
@@ -216,9 +253,9 @@ class ClassRowSampler {
     const uint8_t* label_bytes = batch_.labels + row_.label_offset;
     DispatchLabels(row_.label_dtype, label_bytes, [&](const auto* labels) {
       using T = std::remove_cv_t<std::remove_pointer_t<decltype(labels)>>;
-      BuildLut<T>(x_, &s_);
+      const LabelLut lut = BuildLut<T>(x_, &s_);
       Split(pool_, x_.chunks, [&](int64_t c) {
-        CodeRange(x_, labels, s_.lut.data(), x_.begin(c), x_.begin(c + 1), codes,
+        CodeRange(x_, labels, lut, x_.begin(c), x_.begin(c + 1), codes,
                   s_.chunk_counts.data() + c * width);
       });
     });
@@ -335,7 +372,7 @@ class ClassRowSampler {
         for (int64_t q = 0; q < n; ++q) s_.items[j + q] = PackKey(v[q], s_.selected[j + q]);
       }
     });
-    std::sort(s_.items.begin(), s_.items.begin() + total);
+    SortItems(s_.items.data(), total, &s_.tmp);
   }
 
   void WriteOutputs() {

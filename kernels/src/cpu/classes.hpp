@@ -28,12 +28,12 @@ struct ClassScratch {
   std::vector<int64_t> region;        // [C][chunk]: first candidate slot
   std::vector<ClassCandidate> cand;   // every class's candidates, by class then chunk
   std::vector<uint32_t> selected;     // indices of the selection, class after class
-  std::vector<uint64_t> items;        // v << 32 | i of the selection
+  std::vector<uint64_t> items, tmp;   // v << 32 | i of the selection; sort scratch
   // Per class of the row: members n, quotas m, first selection slot, candidate bound, mode.
   std::vector<int64_t> n, m, first, found;
   std::vector<uint64_t> bound;
   std::vector<uint8_t> mode;
-  std::vector<int16_t> lut;  // class + 1 of every byte value (1-byte label dtypes)
+  std::vector<int16_t> lut;  // class + 1 of a window of label values (classes.cc LabelLut)
 };
 
 // Options of the class path: CpuBackendOptions' candidate margins, and the instruction set of

@@ -136,6 +136,10 @@ Case RandomClassCase(std::mt19937_64& gen, int num_classes, std::vector<int64_t>
                                                     : (small ? std::min<int64_t>(hi, 127) : hi);
   // Ranges may run past the dtype (a small dtype with many classes needs them to).
   c.spec.classes = RandomClassLabels(gen, num_classes, lo, hi);
+  // A far range: the labels' window is then too wide for the class-code pass's lookup table,
+  // so the binary search over the ranges runs.
+  const bool far = DTypeSize(c.dtype) >= 4 && gen() % 3 == 0;
+  if (far) c.spec.classes[0].labels.push_back({1000000, 1000010});
   RandomShares(gen, k, &c.spec.classes);
   bool weighted = false, uniform_only = true;
   for (auto& cls : c.spec.classes) {
@@ -159,7 +163,10 @@ Case RandomClassCase(std::mt19937_64& gen, int num_classes, std::vector<int64_t>
   const bool scores = !uniform_only || gen() % 2 == 0;
   for (int64_t n : lengths) {
     std::vector<int64_t> row(static_cast<size_t>(n));
-    for (auto& x : row) x = gen() % 8 == 0 ? -1 : Uniform(gen, lo, hi_label);
+    for (auto& x : row) {
+      x = gen() % 8 == 0 ? -1 : Uniform(gen, lo, hi_label);
+      if (far && gen() % 10 == 0) x = 1000005;
+    }
     c.rows.push_back(std::move(row));
     if (scores) c.scores.push_back(RandomScores(gen, n, !weighted));
   }
