@@ -10,6 +10,9 @@
 #        SIZES        cells as "B:N" pairs, space or comma separated
 #                     (default: B=1 x N=1e3..1e7 and B=32 x N=1e3..1e6)
 #        QUICK=1      smoke test: N in {1e3, 1e4} at B=1 and B=32
+#        CLASSES=1    (cpu; or --classes) also time the class path (SPEC section 7) per cell:
+#                     binary-as-classes (lowering off) vs binary, 8 and 64 classes, WEIGHTED
+#                     negatives vs uniform (gpusampler-bench --classes), in a second table
 #        ITERS_SCALE  multiply the per-cell iteration counts (default 1)
 #        GPUSAMPLER_BENCH  path of the bench binary (default build/bin/gpusampler-bench)
 #        PYTHON       interpreter with torch (default /usr/bin/python3)
@@ -22,7 +25,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 cmdline="$(printf '%q ' "$0" "$@")"
 cmdline="${cmdline% }"
-for v in QUICK SIZES THREADS ITERS_SCALE GPUSAMPLER_BENCH PYTHON COMPILE_PYTHON; do
+for v in QUICK CLASSES SIZES THREADS ITERS_SCALE GPUSAMPLER_BENCH PYTHON COMPILE_PYTHON; do
   if [[ -n "${!v:-}" ]]; then cmdline="$v=$(printf '%q' "${!v}") $cmdline"; fi
 done
 
@@ -35,6 +38,7 @@ raw=""
 sizes="${SIZES:-}"
 iters_scale="${ITERS_SCALE:-1}"
 compile_py="${COMPILE_PYTHON:-}"
+classes="${CLASSES:-0}"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --backend) [[ $# -ge 2 ]] || die "--backend needs a value"; backend="$2"; shift 2 ;;
@@ -49,6 +53,7 @@ while [[ $# -gt 0 ]]; do
     --iters-scale=*) iters_scale="${1#*=}"; shift ;;
     --compile-python) [[ $# -ge 2 ]] || die "--compile-python needs a value"; compile_py="$2"; shift 2 ;;
     --compile-python=*) compile_py="${1#*=}"; shift ;;
+    --classes) classes=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -122,6 +127,8 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 gs_json="$tmp/gpusampler.jsonl"
 pt_json="$tmp/pytorch.jsonl"
+cls_json="$tmp/classes.jsonl"
+: >"$cls_json"
 : >"$gs_json"
 : >"$pt_json"
 
@@ -144,6 +151,14 @@ for cell in $sizes; do
   lines="$(printf '%s\n' "$out" | grep '^[[:space:]]*{' || true)"
   [[ -n "$lines" ]] || die "gpusampler-bench printed no JSON line for rows=$b n=$n"
   printf '%s\n' "$lines" >>"$gs_json"
+  if [[ "$classes" == 1 && "$backend" == cpu ]]; then
+    for mode in binary binary-as-classes 8 64 weighted-neg; do
+      cls_cmd=("$bench" --backend cpu --rows "$b" --n "$n" --k "$k" --dim 16 --label-dtype int64
+               --threads "$threads" --iters "$iters" --json --classes "$mode")
+      out="$("${cls_cmd[@]}")" || die "gpusampler-bench failed: $(printf '%q ' "${cls_cmd[@]}")"
+      printf '%s\n' "$out" | grep '^[[:space:]]*{' >>"$cls_json" || true
+    done
+  fi
 
   pt_cmd=("$py" "$baselines" --sampler all --device "$pt_device" --rows "$b" --n "$n" --k "$k"
           --dim 16 --threads "$threads" --iters "$iters" --warmup "$warmup" --seed 0 --json)
@@ -285,3 +300,33 @@ if skipped and not ran_compiled:
     print()
     print(f"torch.compile(topk): skipped ({'; '.join(skipped)}).")
 PYEOF
+
+if [[ -s "$cls_json" ]]; then
+  echo
+  echo "## The class path (SPEC section 7), gpusampler median ms"
+  echo
+  echo "\`gpusampler-bench ... --classes MODE\`: binary (section 1), binary-as-classes (the same spec as two classes, lowering off), 8 / 64 UNIFORM classes of one label each (labels uniform over them), weighted-neg (binary-as-classes with WEIGHTED negatives, scores uniform in (0, 1])."
+  echo
+  "$py" - "$cls_json" <<'PYEOF'
+import json
+import sys
+
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+modes = ["binary", "binary-as-classes", "8", "64", "weighted-neg"]
+cells = []
+for r in recs:
+    c = (int(r["rows"]), int(r["n"]), int(r["k"]))
+    if c not in cells:
+        cells.append(c)
+med = {((int(r["rows"]), int(r["n"]), int(r["k"])), r["classes"]): float(r["median_ms"]) for r in recs}
+head = ["rows", "n", "k"] + modes + ["as-classes / binary", "weighted-neg / as-classes"]
+print("| " + " | ".join(head) + " |")
+print("|" + "|".join("---:" for _ in head) + "|")
+for c in cells:
+    v = [med.get((c, m)) for m in modes]
+    ratio = lambda a, b: "n/a" if a is None or b is None or b <= 0 else f"{a / b:.2f}x"
+    row = [str(x) for x in c] + ["n/a" if x is None else f"{x:.4g}" for x in v]
+    row += [ratio(v[1], v[0]), ratio(v[4], v[1])]
+    print("| " + " | ".join(row) + " |")
+PYEOF
+fi

@@ -6,8 +6,13 @@
 //
 //   gpusampler-bench --backend cpu|cuda|cuda-sim --rows B --n N --k K --dim D
 //                    --label-dtype int64 --threads T --iters I [--warmup W] [--seed S] [--json]
-//                    [--floor]
+//                    [--floor] [--classes binary|binary-as-classes|8|64|weighted-neg]
 //
+// --classes (cpu; default binary) times the class path (SPEC section 7): binary-as-classes is
+// the binary spec written as classes with the lowering off; 8 and 64 are that many UNIFORM
+// classes of one label each (labels uniform over them, K / C each, the last the rest, all in
+// the fill order); weighted-neg is binary-as-classes with WEIGHTED negatives (scores uniform in
+// (0, 1]). Labels for 8 and 64 are uniform over [0, C).
 // cuda-sim is the CUDA pipeline run on the host (slow; its time is not a GPU's): what it
 // reports is the model of the GPU's work of the last timed Sample (Backend::last_launch_stats):
 // kernel launches, global-memory bytes read and written, feature-row bytes
@@ -69,6 +74,7 @@ struct Options {
   uint64_t seed = 1;
   bool json = false;
   bool floor = false;
+  std::string classes = "binary";
 };
 
 [[noreturn]] void Usage(const char* why) {
@@ -76,7 +82,8 @@ struct Options {
                "gpusampler-bench: %s\n"
                "usage: gpusampler-bench --backend cpu|cuda|cuda-sim --rows B --n N --k K --dim D\n"
                "       --label-dtype bool|int8|uint8|int16|int32|int64 --threads T --iters I\n"
-               "       [--warmup W] [--seed S] [--json] [--floor]\n",
+               "       [--warmup W] [--seed S] [--json] [--floor]\n"
+               "       [--classes binary|binary-as-classes|8|64|weighted-neg]\n",
                why);
   std::exit(2);
 }
@@ -111,6 +118,8 @@ Options Parse(int argc, char** argv) {
       o.seed = std::stoull(value());
     else if (flag == "--json")
       o.json = true;
+    else if (flag == "--classes")
+      o.classes = value();
     else if (flag == "--floor")
       o.floor = true;
     else if (flag == "--help" || flag == "-h")
@@ -125,8 +134,47 @@ Options Parse(int argc, char** argv) {
   if (o.backend != "cpu" && o.backend != "cuda" && o.backend != "cuda-sim") {
     Usage("--backend is cpu, cuda or cuda-sim");
   }
+  if (o.classes != "binary" && o.classes != "binary-as-classes" && o.classes != "8" &&
+      o.classes != "64" && o.classes != "weighted-neg") {
+    Usage("--classes is binary, binary-as-classes, 8, 64 or weighted-neg");
+  }
+  if (o.classes != "binary" && o.backend != "cpu") Usage("--classes needs --backend cpu");
   if (o.floor && o.backend != "cpu") Usage("--floor measures the CPU floor; use --backend cpu");
   return o;
+}
+
+// The spec of --classes (the binary spec unchanged for "binary"); returns how many label
+// values the labels are drawn from.
+int64_t ClassSpecFor(const Options& o, gk::SamplingSpec* spec) {
+  if (o.classes == "binary") return 2;
+  auto one_label = [](int64_t v) {
+    gk::ClassSpec c;
+    c.labels = {{v, v}};
+    return c;
+  };
+  if (o.classes == "binary-as-classes" || o.classes == "weighted-neg") {
+    gk::ClassSpec pos = one_label(1), neg = one_label(0);
+    pos.share = gk::Share::kFraction;
+    pos.fraction = 0.5;
+    neg.share = gk::Share::kRest;
+    if (o.classes == "weighted-neg") neg.selection = gk::Selection::kWeighted;
+    spec->classes = {pos, neg};
+    spec->fill_order = {1, 0};
+    return 2;
+  }
+  const int64_t num_classes = std::stoll(o.classes);
+  for (int64_t c = 0; c < num_classes; ++c) {
+    gk::ClassSpec cls = one_label(c);
+    if (c + 1 < num_classes) {
+      cls.share = gk::Share::kCount;
+      cls.count = o.k / num_classes;
+    } else {
+      cls.share = gk::Share::kRest;
+    }
+    spec->classes.push_back(cls);
+    spec->fill_order.push_back(static_cast<int32_t>(c));
+  }
+  return num_classes;
 }
 
 double Percentile(std::vector<double> v, double p) {
@@ -268,15 +316,22 @@ int main(int argc, char** argv) {
 
   gk::SamplingSpec spec;
   spec.num_samples = o.k;
+  const int64_t label_values = ClassSpecFor(o, &spec);
+  const bool with_scores = o.classes == "weighted-neg";
   gk::BatchBuilder builder;
-  builder.AddRequest(spec, o.seed, dtype, std::vector<int64_t>(o.rows, o.n), feature_row_bytes);
+  builder.set_lower_binary(false);
+  builder.AddRequest(spec, o.seed, dtype, std::vector<int64_t>(o.rows, o.n), feature_row_bytes,
+                     with_scores);
 
   std::mt19937_64 gen(o.seed);
   Bytes labels(builder.label_bytes() + 1);
   for (int64_t e = 0; e < o.rows * o.n; ++e) {
-    const int64_t v = static_cast<int64_t>(gen() & 1);
+    const int64_t v = static_cast<int64_t>(gen() % static_cast<uint64_t>(label_values));
     std::memcpy(labels.data() + e * item, &v, item);
   }
+  std::vector<float> scores(static_cast<size_t>(builder.total_scores()) + 1);
+  for (auto& x : scores) x = static_cast<float>((gen() >> 40) + 1) * 0x1p-24f;
+  std::vector<int32_t> num_per_class(static_cast<size_t>(builder.total_class_outputs()) + 1);
   Bytes features(builder.feature_bytes() + 1);
   for (auto& b : features) b = static_cast<uint8_t>(gen());
   std::vector<int64_t> out_idx(builder.total_slots());
@@ -340,6 +395,9 @@ int main(int argc, char** argv) {
   batch.out_features = out_feat.data();
   batch.out_num_positive = num_pos.data();
   batch.out_num_negative = num_neg.data();
+  batch.class_tables = builder.class_tables().data();
+  batch.scores = scores.data();
+  batch.out_num_per_class = num_per_class.data();
   const std::vector<gk::LaunchRequest> requests = {request};
 
   auto run_once = [&] {
@@ -414,18 +472,20 @@ int main(int argc, char** argv) {
         "{\"impl\": \"gpusampler\", \"backend\": \"%s\", \"device\": \"%s\", \"rows\": %lld, "
         "\"n\": %lld, \"k\": %lld, \"dim\": %lld, \"label_dtype\": \"%s\", \"threads\": %d, "
         "\"iters\": %d, \"warmup\": %d, \"median_ms\": %.6f, \"p90_ms\": %.6f, "
-        "\"min_ms\": %.6f, \"inputs\": \"%s\", \"timed\": \"sample+feature gather\"%s%s%s}\n",
+        "\"min_ms\": %.6f, \"inputs\": \"%s\", \"classes\": \"%s\", "
+        "\"timed\": \"sample+feature gather\"%s%s%s}\n",
         o.backend.c_str(), backend.name().c_str(), static_cast<long long>(o.rows),
         static_cast<long long>(o.n), static_cast<long long>(o.k), static_cast<long long>(o.dim),
         o.label_dtype.c_str(), o.threads, o.iters, o.warmup, median, p90,
-        *std::min_element(ms.begin(), ms.end()), memory, floor_json, stats_json, isa_json.c_str());
+        *std::min_element(ms.begin(), ms.end()), memory, o.classes.c_str(), floor_json, stats_json,
+        isa_json.c_str());
   } else {
     std::printf(
         "%s rows=%lld n=%lld k=%lld dim=%lld %s threads=%d iters=%d: median %.4f ms, "
-        "p90 %.4f ms (inputs in %s memory)\n",
+        "p90 %.4f ms (inputs in %s memory, classes %s)\n",
         backend.name().c_str(), static_cast<long long>(o.rows), static_cast<long long>(o.n),
         static_cast<long long>(o.k), static_cast<long long>(o.dim), o.label_dtype.c_str(),
-        o.threads, o.iters, median, p90, memory);
+        o.threads, o.iters, median, p90, memory, o.classes.c_str());
     if (o.backend == "cpu") {
       std::printf("isa %s (%s)\n", gk::cpu::KeyIsaName(), gk::cpu::IsaChoice());
     }

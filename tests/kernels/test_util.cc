@@ -372,6 +372,132 @@ Result Reference(const Case& c) {
   return res;
 }
 
+Result ReferenceClasses(const Case& c) {
+  Result res;
+  const auto& classes = c.spec.classes;
+  const int64_t num_classes = static_cast<int64_t>(classes.size());
+  const int64_t k = c.spec.num_samples;
+  // Targets (step 1): counts, fractions in IEEE double, then the rest.
+  std::vector<int64_t> target(static_cast<size_t>(num_classes), 0);
+  int64_t others = 0;
+  for (int64_t j = 0; j < num_classes; ++j) {
+    const ClassSpec& cs = classes[j];
+    if (cs.share == Share::kCount) target[j] = cs.count;
+    if (cs.share == Share::kFraction) {
+      target[j] = static_cast<int64_t>(std::floor(static_cast<double>(k) * cs.fraction));
+    }
+    if (cs.share != Share::kRest) others += target[j];
+  }
+  for (int64_t j = 0; j < num_classes; ++j) {
+    if (classes[j].share == Share::kRest) target[j] = k - others;
+  }
+  for (size_t r = 0; r < c.rows.size(); ++r) {
+    const auto& labels = c.rows[r];
+    const uint32_t row = static_cast<uint32_t>(r);
+    auto stored = [&](int64_t v) {
+      uint8_t buf[8];
+      EncodeLabel(c.dtype, v, buf);
+      return DecodeLabel(c.dtype, buf);
+    };
+    struct Member {
+      int64_t i;
+      uint32_t u;
+      float score;
+    };
+    std::vector<std::vector<Member>> members(static_cast<size_t>(num_classes));
+    for (int64_t i = 0; i < static_cast<int64_t>(labels.size()); ++i) {
+      const int64_t x = stored(labels[i]);
+      const float score = c.scores.empty() ? std::nanf("") : c.scores[r][i];
+      for (int64_t j = 0; j < num_classes; ++j) {
+        bool in = false;
+        for (const LabelRange& range : classes[j].labels)
+          in = in || (range.lo <= x && x <= range.hi);
+        if (!in) continue;
+        const Selection sel = classes[j].selection;
+        if (sel == Selection::kWeighted && !(score > 0.0f)) break;
+        if ((sel == Selection::kHardest || sel == Selection::kMixed) && std::isnan(score)) break;
+        members[j].push_back(
+            {i, ElementKey(c.seed, row, kSelectionStream, static_cast<uint64_t>(i)), score});
+        break;
+      }
+    }
+    // Quotas (steps 2 and 3).
+    std::vector<int64_t> m(static_cast<size_t>(num_classes));
+    int64_t left = k;
+    for (int64_t j = 0; j < num_classes; ++j) {
+      m[j] = std::min<int64_t>(static_cast<int64_t>(members[j].size()), target[j]);
+      left -= m[j];
+    }
+    for (int32_t j : c.spec.fill_order) {
+      const int64_t e = std::min<int64_t>(static_cast<int64_t>(members[j].size()) - m[j], left);
+      m[j] += e;
+      left -= e;
+    }
+    auto by_u = [](const Member& a, const Member& b) {
+      return a.u < b.u || (a.u == b.u && a.i < b.i);
+    };
+    // Largest score first as IEEE values (-0.0 == +0.0), ties by (u, i).
+    auto by_score = [&](const Member& a, const Member& b) {
+      if (a.score != b.score) return a.score > b.score;
+      return by_u(a, b);
+    };
+    std::vector<std::pair<uint32_t, int64_t>> chosen;
+    for (int64_t j = 0; j < num_classes; ++j) {
+      std::vector<Member> ms = members[j];
+      const Selection sel = classes[j].selection;
+      int64_t hard = 0;
+      if (sel == Selection::kHardest) hard = m[j];
+      if (sel == Selection::kMixed) {
+        hard =
+            static_cast<int64_t>(std::floor(static_cast<double>(m[j]) * classes[j].hard_fraction));
+      }
+      if (sel == Selection::kWeighted) {
+        auto key = [&](const Member& a) {
+          const uint32_t u2 = ElementKey(c.seed, row, kWeightStream, static_cast<uint64_t>(a.i));
+          return WeightedKeyBits(WeightedE(a.u, u2), a.score);
+        };
+        std::sort(ms.begin(), ms.end(), [&](const Member& a, const Member& b) {
+          const uint64_t ka = key(a), kb = key(b);
+          return ka < kb || (ka == kb && a.i < b.i);
+        });
+      } else {
+        std::sort(ms.begin(), ms.end(), by_score);
+        std::sort(ms.begin() + hard, ms.end(), by_u);
+        if (sel == Selection::kUniform) std::sort(ms.begin(), ms.end(), by_u);
+      }
+      for (int64_t t = 0; t < m[j]; ++t) {
+        const int64_t i = ms[t].i;
+        chosen.emplace_back(ElementKey(c.seed, row, kOrderStream, static_cast<uint64_t>(i)), i);
+      }
+    }
+    std::sort(chosen.begin(), chosen.end());
+    std::vector<int64_t> idx(static_cast<size_t>(k), -1), lab(static_cast<size_t>(k));
+    std::vector<uint8_t> feat(static_cast<size_t>(k * c.feature_row_bytes), 0);
+    const int64_t pad = (c.dtype == DType::kUInt8 || c.dtype == DType::kBool) ? 0 : -1;
+    for (int64_t s = 0; s < k; ++s) {
+      if (s < static_cast<int64_t>(chosen.size())) {
+        const int64_t i = chosen[s].second;
+        idx[s] = i;
+        lab[s] = stored(labels[i]);
+        for (int64_t b = 0; b < c.feature_row_bytes; ++b) {
+          feat[s * c.feature_row_bytes + b] = FeatureByte(row, i, b);
+        }
+      } else {
+        lab[s] = pad;
+      }
+    }
+    res.indices.push_back(std::move(idx));
+    res.labels.push_back(std::move(lab));
+    res.features.push_back(std::move(feat));
+    res.num_positive.push_back(num_classes <= 2 ? static_cast<int32_t>(m[0]) : 0);
+    res.num_negative.push_back(num_classes == 2 ? static_cast<int32_t>(m[1]) : 0);
+    std::vector<int32_t> per_class;
+    for (int64_t j = 0; j < num_classes; ++j) per_class.push_back(static_cast<int32_t>(m[j]));
+    res.num_per_class.push_back(std::move(per_class));
+  }
+  return res;
+}
+
 std::vector<int64_t> RandomLabels(int64_t n, double p_pos, double p_neg, uint64_t seed,
                                   int64_t pos_label, int64_t neg_label) {
   std::mt19937_64 gen(seed);

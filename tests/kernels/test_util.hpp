@@ -52,6 +52,12 @@ LaunchStats LastStats(const std::string& backend);
 // Philox, quotas re-derived here from the spec text.
 Result Reference(const Case& c);
 
+// Brute force from SPEC section 7 for a case with spec.classes: membership by the spec's own
+// (unmerged) ranges and the scores, targets and quotas re-derived from the text, full sorts
+// per class (UNIFORM (u, i), WEIGHTED (E / w, i), HARDEST by score then (u, i), MIXED both),
+// then (v, i). Shares only Philox and WeightedE / WeightedKeyBits with the backends.
+Result ReferenceClasses(const Case& c);
+
 // Labels with P(positive) = p_pos, P(negative) = p_neg, the rest -1.
 std::vector<int64_t> RandomLabels(int64_t n, double p_pos, double p_neg, uint64_t seed,
                                   int64_t pos_label = 1, int64_t neg_label = 0);

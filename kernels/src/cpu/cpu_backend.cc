@@ -6,6 +6,8 @@
 //   3. select the quota's smallest (u, i) among the candidates (nth_element, no sort);
 //   4. order the selected set by (v, i) with a stable radix sort on v over index order.
 // Rows are spread over the pool; a row of at least split_row_elements is also split.
+// Rows with a class table (SPEC section 7) take the class path (classes.cc); one batch may
+// mix both kinds.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -15,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu/classes.hpp"
 #include "cpu/filter_tiles.hpp"
 #include "cpu/key_tiles.hpp"
 #include "cpu/radix_sort.hpp"
@@ -46,6 +49,7 @@ struct Scratch {
   std::vector<Counts> chunk_counts, got;
   std::vector<int64_t> pos_at, neg_at;
   std::vector<int64_t> bucket_count, bucket_start;
+  cpu::ClassScratch classes;  // the class path's buffers
 };
 
 // Stores `value` in the label dtype of `item` bytes (little-endian low bytes).
@@ -322,6 +326,13 @@ class CpuBackend final : public Backend {
   // Samples one row; with `pool`, its passes are split over the pool's threads.
   void SampleRow(const Batch& batch, const RowDesc& row, RowStores stores, Scratch* s,
                  ThreadPool* pool) {
+    if (row.class_table >= 0) {
+      cpu::ClassPathOptions options;
+      options.candidate_sigmas = options_.candidate_sigmas;
+      options.candidate_slack = options_.candidate_slack;
+      cpu::SampleClassRow(batch, row, stores, options, &s->classes, pool);
+      return;
+    }
     const RowSplit split(row.length, pool);
     const uint8_t* label_bytes = batch.labels + row.label_offset;
     // 1. Class counts, per chunk (the chunk counts size the filter's output regions).

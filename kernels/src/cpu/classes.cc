@@ -1,0 +1,425 @@
+// The class path of the CPU backend (SPEC section 7). Per row:
+//   1. the class-code pass: the only pass that reads the labels (and the scores, for
+//      membership). Each element gets a code, class + 1 or 0 for "no class", and each chunk
+//      counts its elements per code. Codes are one byte when the row has at most 255 classes
+//      and two bytes with 256 (a uint8 code + membership bitmap would also fit 256 classes,
+//      but every later pass would then read two arrays; 256 classes is the rare edge, and
+//      two-byte codes keep one array and one branch-free lookup);
+//   2. quotas (ClassQuotas) from the counts;
+//   3. the candidate pass reads the codes (and the scores of ranked and weighted members),
+//      generates u (and u2 for WEIGHTED) per key tile and keeps, per class: every member when
+//      the class keeps all of itself; for UNIFORM, members whose u is below CandidateBound
+//      (rerun without the bound when it misses, so the result stays exact); for WEIGHTED the
+//      64-bit key bits of E / w; for HARDEST and MIXED HardestKey << 32 | u;
+//   4. per class, nth_element selection on (key, i) (no full sort); MIXED selects its h
+//      hardest, then the smallest (u, i) of the rest;
+//   5. the selection ordered by (v, i), labels and feature rows gathered, padding.
+#include "cpu/classes.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "cpu/filter_tiles.hpp"
+#include "cpu/key_tiles.hpp"
+#include "cpu/radix_sort.hpp"
+#include "gpusampler/kernels/classes.hpp"
+#include "gpusampler/kernels/philox.hpp"
+
+namespace gpusampler::kernels::cpu {
+namespace {
+
+constexpr uint64_t kKeepAll = uint64_t{1} << 32;
+
+// What the candidate pass keeps of a class.
+enum Mode : uint8_t {
+  kSkip = 0,      // m_c == 0: nothing
+  kAll = 1,       // m_c == n_c: every member, no key
+  kUniform = 2,   // u below the class's bound
+  kWeighted = 3,  // WeightedKeyBits
+  kRanked = 4,    // HardestKey << 32 | u (HARDEST and MIXED)
+};
+
+// The row's fixed inputs, shared by the passes.
+struct RowContext {
+  const RowDesc* row;
+  ClassTableView table;
+  int32_t num_classes;
+  const float* scores;  // null: the row has none (non-UNIFORM classes then have no members)
+  int64_t chunks;
+  int64_t chunk_len;
+  int64_t begin(int64_t c) const { return std::min(row->length, c * chunk_len); }
+};
+
+template <typename Fn>
+void Split(ThreadPool* pool, int64_t count, Fn&& fn) {
+  if (pool != nullptr && count > 1) {
+    pool->ParallelFor(count, [&](int64_t c, int) { fn(c); });
+  } else {
+    for (int64_t c = 0; c < count; ++c) fn(c);
+  }
+}
+
+template <typename Fn>
+void DispatchLabels(DType dtype, const uint8_t* bytes, Fn&& fn) {
+  if (!WithLabelWords(dtype, bytes, fn)) {
+    throw Error(Error::Code::kInvalidArgument,
+                std::string("label dtype ") + Traits(dtype).name + " is not an integer type");
+  }
+}
+
+inline bool ScoreOk(const RowContext& x, int32_t cls, int64_t i) {
+  const int32_t sel = x.table.classes[cls].selection;
+  if (static_cast<Selection>(sel) == Selection::kUniform) return true;
+  const float score = x.scores != nullptr ? x.scores[i] : std::numeric_limits<float>::quiet_NaN();
+  return ScoreAdmits(sel, score);
+}
+
+// The class (+ 1, 0: none) of every label value in [lo, lo + size), when the ranges, cut to
+// the dtype's values, span at most kMaxLutValues: the class-code pass then looks a label up
+// without the binary search's unpredictable branches (every one-byte dtype qualifies).
+struct LabelLut {
+  bool on = false;
+  int64_t lo = 0;
+  uint64_t size = 0;
+  const int16_t* table = nullptr;
+};
+constexpr int64_t kMaxLutValues = int64_t{1} << 16;
+
+template <typename T>
+LabelLut BuildLut(const RowContext& x, ClassScratch* s) {
+  LabelLut lut;
+  const int32_t num_ranges = x.table.header->num_ranges;
+  if (num_ranges == 0) return lut;
+  const int64_t lo = std::max<int64_t>(x.table.ranges[0].lo, std::numeric_limits<T>::min());
+  const int64_t hi = std::min<int64_t>(x.table.ranges[num_ranges - 1].hi,
+                                       static_cast<int64_t>(std::numeric_limits<T>::max()));
+  if (hi < lo || static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) >= kMaxLutValues) {
+    return lut;
+  }
+  lut.size = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) + 1;
+  s->lut.resize(lut.size);
+  for (uint64_t j = 0; j < lut.size; ++j) {
+    s->lut[j] = static_cast<int16_t>(
+        ClassOfLabel(x.table.ranges, num_ranges, lo + static_cast<int64_t>(j)) + 1);
+  }
+  lut.on = true;
+  lut.lo = lo;
+  lut.table = s->lut.data();
+  return lut;
+}
+
+// Pass 1 over [begin, end): codes and per-code counts.
+template <typename T, typename Code>
+void CodeRange(const RowContext& x, const T* labels, const LabelLut& lut, int64_t begin,
+               int64_t end, Code* codes, int64_t* counts) {
+  const bool need_scores = (x.table.header->flags & kClassesNeedScores) != 0;
+  for (int64_t i = begin; i < end; ++i) {
+    int32_t cls;
+    const int64_t label = static_cast<int64_t>(labels[i]);
+    if (lut.on) {
+      // Modular: off < size exactly when lo <= label < lo + size.
+      const uint64_t off = static_cast<uint64_t>(label) - static_cast<uint64_t>(lut.lo);
+      cls = (off < lut.size ? lut.table[off < lut.size ? off : 0] : 0) - 1;
+    } else {
+      cls = ClassOfLabel(x.table.ranges, x.table.header->num_ranges, label);
+    }
+    if (need_scores && cls >= 0 && !ScoreOk(x, cls, i)) cls = -1;
+    codes[i] = static_cast<Code>(cls + 1);
+    ++counts[cls + 1];
+  }
+}
+
+// Pass 3 over one chunk: each kept member goes to its class's region for the chunk.
+template <typename Code>
+void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chunk,
+                    const ClassScratch& s, ClassCandidate* cand, int64_t* found) {
+  const RowDesc& row = *x.row;
+  const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
+  bool need_u = false, need_u2 = false;
+  for (int32_t c = 0; c < x.num_classes; ++c) {
+    need_u = need_u || s.mode[c] >= kUniform;
+    need_u2 = need_u2 || s.mode[c] == kWeighted;
+  }
+  const int64_t* region = s.region.data();
+  alignas(64) uint32_t u[kTileElements] = {};
+  alignas(64) uint32_t u2[kTileElements] = {};
+  for (int64_t tile = begin; tile < end; tile += kTileElements) {
+    const int64_t tile_end = std::min(end, tile + kTileElements);
+    if (need_u) KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
+    if (need_u2) KeyTile(isa, row.seed, row.row_in_request, kWeightStream, tile, u2);
+    for (int64_t i = tile; i < tile_end; ++i) {
+      const int32_t code = codes[i];
+      if (code == 0) continue;
+      const int32_t c = code - 1;
+      const uint32_t key_u = u[i - tile];
+      uint64_t key = 0;
+      switch (s.mode[c]) {
+        case kSkip:
+          continue;
+        case kAll:
+          break;
+        case kUniform:
+          if (key_u >= s.bound[c]) continue;
+          key = key_u;
+          break;
+        case kWeighted:
+          key = WeightedKeyBits(WeightedE(key_u, u2[i - tile]), x.scores[i]);
+          break;
+        default:  // kRanked
+          key = (uint64_t{HardestKey(x.scores[i])} << 32) | key_u;
+          break;
+      }
+      cand[region[c * x.chunks + chunk] + found[c]++] = {key, static_cast<uint32_t>(i), 0};
+    }
+  }
+}
+
+bool Less(const ClassCandidate& a, const ClassCandidate& b) {
+  return a.key < b.key || (a.key == b.key && a.index < b.index);
+}
+
+bool LessLow(const ClassCandidate& a, const ClassCandidate& b) {
+  const uint32_t ua = static_cast<uint32_t>(a.key), ub = static_cast<uint32_t>(b.key);
+  return ua < ub || (ua == ub && a.index < b.index);
+}
+
+// Moves the first `take` of [first, last) in `less` order to the front (any order).
+template <typename Less>
+void SelectFront(ClassCandidate* first, ClassCandidate* last, int64_t take, Less less) {
+  if (take <= 0 || take >= last - first) return;
+  std::nth_element(first, first + take, last, less);
+}
+
+// Sorts n items ascending: a radix sort by the high word (v), then each run of equal v (about
+// n^2 / 2^33 per row) by the whole item.
+void SortItems(uint64_t* items, int64_t n, std::vector<uint64_t>* tmp) {
+  SortByHighWord(items, n, tmp);
+  for (int64_t j = 1; j < n; ++j) {
+    if ((items[j] >> 32) != (items[j - 1] >> 32)) continue;
+    int64_t end = j + 1;
+    while (end < n && (items[end] >> 32) == (items[j] >> 32)) ++end;
+    std::sort(items + (j - 1), items + end);
+    j = end - 1;
+  }
+}
+
+class ClassRowSampler {
+ public:
+  ClassRowSampler(const Batch& batch, const RowDesc& row, RowStores stores,
+                  const ClassPathOptions& options, ClassScratch* s, ThreadPool* pool)
+      : batch_(batch), row_(row), stores_(stores), options_(options), s_(*s), pool_(pool) {
+    x_.row = &row;
+    x_.table = ViewClassTable(batch.class_tables + row.class_table);
+    x_.num_classes = x_.table.header->num_classes;
+    x_.scores = row.score_offset >= 0 && batch.scores != nullptr ? batch.scores + row.score_offset
+                                                                 : nullptr;
+    x_.chunks = pool != nullptr ? pool->size() : 1;
+    x_.chunk_len = ((row.length + x_.chunks - 1) / x_.chunks + kTileElements - 1) / kTileElements *
+                   kTileElements;
+    if (x_.chunk_len == 0) x_.chunk_len = kTileElements;
+  }
+
+  void Run() {
+    if (x_.num_classes > 255) {
+      RunWithCodes<uint16_t>();
+    } else {
+      RunWithCodes<uint8_t>();
+    }
+  }
+
+ private:
+  template <typename Code>
+  void RunWithCodes() {
+    const int32_t nc = x_.num_classes;
+    const size_t need = static_cast<size_t>(row_.length) * sizeof(Code);
+    if (s_.codes.size() < need) s_.codes.resize(need);
+    Code* codes = reinterpret_cast<Code*>(s_.codes.data());
+    ClassCodes(codes);
+    Quotas();
+    PlanCandidates();
+    FindCandidates(codes);
+    Split(pool_, nc, [&](int64_t c) { SelectClass(static_cast<int32_t>(c)); });
+    OrderSelection();
+    WriteOutputs();
+  }
+
+  template <typename Code>
+  void ClassCodes(Code* codes) {
+    const int64_t width = x_.num_classes + 1;
+    s_.chunk_counts.assign(static_cast<size_t>(x_.chunks * width), 0);
+    const uint8_t* label_bytes = batch_.labels + row_.label_offset;
+    DispatchLabels(row_.label_dtype, label_bytes, [&](const auto* labels) {
+      using T = std::remove_cv_t<std::remove_pointer_t<decltype(labels)>>;
+      const LabelLut lut = BuildLut<T>(x_, &s_);
+      Split(pool_, x_.chunks, [&](int64_t c) {
+        CodeRange(x_, labels, lut, x_.begin(c), x_.begin(c + 1), codes,
+                  s_.chunk_counts.data() + c * width);
+      });
+    });
+  }
+
+  void Quotas() {
+    const int32_t nc = x_.num_classes;
+    s_.n.assign(static_cast<size_t>(nc), 0);
+    s_.m.assign(static_cast<size_t>(nc), 0);
+    for (int64_t ch = 0; ch < x_.chunks; ++ch) {
+      for (int32_t c = 0; c < nc; ++c) s_.n[c] += s_.chunk_counts[ch * (nc + 1) + c + 1];
+    }
+    ClassQuotas(x_.table.classes, nc, x_.table.fill, x_.table.header->num_fill, row_.num_samples,
+                s_.n.data(), s_.m.data());
+    s_.first.assign(static_cast<size_t>(nc) + 1, 0);
+    for (int32_t c = 0; c < nc; ++c) s_.first[c + 1] = s_.first[c] + s_.m[c];
+    if (s_.selected.size() < static_cast<size_t>(s_.first[nc])) s_.selected.resize(s_.first[nc]);
+  }
+
+  // Modes, bounds and each (class, chunk)'s candidate region, sized by its member count.
+  void PlanCandidates() {
+    const int32_t nc = x_.num_classes;
+    s_.mode.assign(static_cast<size_t>(nc), kSkip);
+    s_.bound.assign(static_cast<size_t>(nc), kKeepAll);
+    s_.region.assign(static_cast<size_t>(nc * x_.chunks), 0);
+    int64_t at = 0;
+    for (int32_t c = 0; c < nc; ++c) {
+      const int64_t n = s_.n[c], m = s_.m[c];
+      const auto sel = static_cast<Selection>(x_.table.classes[c].selection);
+      uint8_t mode = kSkip;
+      if (m == 0) {
+        mode = kSkip;
+      } else if (m == n) {
+        mode = kAll;
+      } else if (sel == Selection::kUniform) {
+        mode = kUniform;
+        s_.bound[c] = CandidateBound(n, m, options_.candidate_sigmas, options_.candidate_slack);
+      } else if (sel == Selection::kWeighted) {
+        mode = kWeighted;
+      } else {
+        mode = kRanked;
+      }
+      s_.mode[c] = mode;
+      for (int64_t ch = 0; ch < x_.chunks; ++ch) {
+        s_.region[c * x_.chunks + ch] = at;
+        if (mode != kSkip) at += s_.chunk_counts[ch * (nc + 1) + c + 1];
+      }
+    }
+    if (static_cast<int64_t>(s_.cand.size()) < at) s_.cand.resize(static_cast<size_t>(at));
+  }
+
+  // The candidate pass; a UNIFORM class whose bound kept fewer than m_c reruns without one.
+  template <typename Code>
+  void FindCandidates(const Code* codes) {
+    const int32_t nc = x_.num_classes;
+    for (;;) {
+      s_.chunk_found.assign(static_cast<size_t>(x_.chunks * nc), 0);
+      Split(pool_, x_.chunks, [&](int64_t ch) {
+        CandidateRange(x_, options_.isa, codes, ch, s_, s_.cand.data(),
+                       s_.chunk_found.data() + ch * nc);
+      });
+      s_.found.assign(static_cast<size_t>(nc), 0);
+      bool missed = false;
+      for (int32_t c = 0; c < nc; ++c) {
+        for (int64_t ch = 0; ch < x_.chunks; ++ch) s_.found[c] += s_.chunk_found[ch * nc + c];
+        if (s_.mode[c] == kUniform && s_.found[c] < s_.m[c]) {
+          s_.bound[c] = kKeepAll;
+          missed = true;
+        }
+      }
+      if (!missed) return;
+    }
+  }
+
+  // Closes the gaps between the class's chunk regions, then selects its m_c into
+  // s_.selected[first_c, first_c + m_c).
+  void SelectClass(int32_t c) {
+    if (s_.mode[c] == kSkip) return;
+    const int32_t nc = x_.num_classes;
+    ClassCandidate* base = s_.cand.data() + s_.region[c * x_.chunks];
+    int64_t f = 0;
+    for (int64_t ch = 0; ch < x_.chunks; ++ch) {
+      const int64_t n = s_.chunk_found[ch * nc + c];
+      const ClassCandidate* src = s_.cand.data() + s_.region[c * x_.chunks + ch];
+      if (src != base + f) std::memmove(base + f, src, static_cast<size_t>(n) * sizeof(*src));
+      f += n;
+    }
+    const int64_t m = s_.m[c];
+    ClassCandidate* end = base + f;
+    if (s_.mode[c] == kUniform || s_.mode[c] == kWeighted) {
+      SelectFront(base, end, m, Less);
+    } else if (s_.mode[c] == kRanked) {
+      const bool mixed = static_cast<Selection>(x_.table.classes[c].selection) == Selection::kMixed;
+      const int64_t h = mixed ? HardQuota(m, x_.table.classes[c].hard_fraction) : m;
+      SelectFront(base, end, h, Less);
+      SelectFront(base + h, end, m - h, LessLow);
+    }
+    uint32_t* out = s_.selected.data() + s_.first[c];
+    for (int64_t j = 0; j < m; ++j) out[j] = base[j].index;
+  }
+
+  // s_.items[0, M): v << 32 | i of every selected element, sorted.
+  void OrderSelection() {
+    const int64_t total = s_.first.empty() ? 0 : s_.first.back();
+    if (static_cast<int64_t>(s_.items.size()) < total) s_.items.resize(total);
+    const int64_t per = std::max<int64_t>(kTileElements, (total + x_.chunks - 1) / x_.chunks);
+    Split(pool_, (total + per - 1) / per, [&](int64_t t) {
+      const int64_t b = t * per, e = std::min(total, b + per);
+      alignas(64) uint32_t v[kTileElements];
+      for (int64_t j = b; j < e; j += kTileElements) {
+        const int64_t n = std::min<int64_t>(kTileElements, e - j);
+        KeysOfElements(options_.isa, row_.seed, row_.row_in_request, kOrderStream,
+                       s_.selected.data() + j, n, v);
+        for (int64_t q = 0; q < n; ++q) s_.items[j + q] = PackKey(v[q], s_.selected[j + q]);
+      }
+    });
+    SortItems(s_.items.data(), total, &s_.tmp);
+  }
+
+  void WriteOutputs() {
+    const int64_t k = row_.num_samples;
+    const int64_t total = s_.first.back();
+    const size_t item = static_cast<size_t>(DTypeSize(row_.label_dtype));
+    int64_t* out_idx = batch_.out_indices + row_.out_slot;
+    uint8_t* out_lab = batch_.out_labels + row_.out_label_offset;
+    const uint8_t* in_lab = batch_.labels + row_.label_offset;
+    const int64_t pad = Traits(row_.label_dtype).padding_label;
+    for (int64_t slot = 0; slot < k; ++slot) {
+      if (slot < total) {
+        const uint32_t i = PackedIndex(s_.items[slot]);
+        out_idx[slot] = i;
+        std::memcpy(out_lab + slot * item, in_lab + i * item, item);
+      } else {
+        out_idx[slot] = -1;
+        std::memcpy(out_lab + slot * item, &pad, item);  // little-endian low bytes
+      }
+    }
+    if (row_.feature_row_bytes > 0) {
+      GatherRows(out_idx, nullptr, k, row_.feature_row_bytes, batch_.features + row_.feature_offset,
+                 batch_.out_features + row_.out_feature_offset, stores_);
+    }
+    const int64_t r = &row_ - batch_.rows;
+    const int32_t nc = x_.num_classes;
+    for (int32_t c = 0; c < nc; ++c) {
+      batch_.out_num_per_class[row_.out_class_offset + c] = static_cast<int32_t>(s_.m[c]);
+    }
+    batch_.out_num_positive[r] = nc <= 2 ? static_cast<int32_t>(s_.m[0]) : 0;
+    batch_.out_num_negative[r] = nc == 2 ? static_cast<int32_t>(s_.m[1]) : 0;
+  }
+
+  const Batch& batch_;
+  const RowDesc& row_;
+  const RowStores stores_;
+  const ClassPathOptions options_;
+  ClassScratch& s_;
+  ThreadPool* const pool_;
+  RowContext x_;
+};
+
+}  // namespace
+
+void SampleClassRow(const Batch& batch, const RowDesc& row, RowStores stores,
+                    const ClassPathOptions& options, ClassScratch* s, ThreadPool* pool) {
+  ClassRowSampler(batch, row, stores, options, s, pool).Run();
+}
+
+}  // namespace gpusampler::kernels::cpu
