@@ -51,43 +51,54 @@ Expect Reference(const std::vector<ClassSpec>& classes, const std::vector<int32_
   std::vector<int64_t> n(c_count), m(c_count);
   for (int c = 0; c < c_count; ++c) n[c] = static_cast<int64_t>(members[c].size());
   ClassQuotas(view.classes, c_count, view.fill, view.header->num_fill, k, n.data(), m.data());
-  auto u = [&](int64_t i) { return ElementKey(seed, r, kSelectionStream, i); };
-  auto uniform = [&](int64_t a, int64_t b) {
-    return std::make_pair(u(a), a) < std::make_pair(u(b), b);
+  // Keys computed once per member; each rule's order is (key, i) as a pair.
+  using Keyed = std::pair<uint64_t, int64_t>;
+  auto u = [&](int64_t i) {
+    return ElementKey(seed, r, kSelectionStream, static_cast<uint64_t>(i));
   };
-  auto hardest = [&](int64_t a, int64_t b) {
-    const uint64_t ka = (uint64_t{HardestKey(row.scores[a])} << 32) | u(a);
-    const uint64_t kb = (uint64_t{HardestKey(row.scores[b])} << 32) | u(b);
-    return std::make_pair(ka, a) < std::make_pair(kb, b);
+  auto hardest = [&](int64_t i) {
+    return Keyed{(uint64_t{HardestKey(row.scores[i])} << 32) | u(i), i};
   };
+  auto uniform = [&](int64_t i) { return Keyed{u(i), i}; };
   auto weighted = [&](int64_t i) {
-    return WeightedKeyBits(WeightedE(u(i), ElementKey(seed, r, kWeightStream, i)), row.scores[i]);
+    const uint32_t u2 = ElementKey(seed, r, kWeightStream, static_cast<uint64_t>(i));
+    return Keyed{WeightedKeyBits(WeightedE(u(i), u2), row.scores[i]), i};
   };
-  std::vector<int64_t> selected;
+  auto smallest = [](std::vector<Keyed> x, int64_t count) {
+    std::partial_sort(x.begin(), x.begin() + count, x.end());
+    x.resize(static_cast<size_t>(count));
+    return x;
+  };
+  std::vector<Keyed> selected;  // (v, i)
+  auto take = [&](const std::vector<Keyed>& x) {
+    for (const Keyed& e : x) {
+      selected.push_back(
+          {ElementKey(seed, r, kOrderStream, static_cast<uint64_t>(e.second)), e.second});
+    }
+  };
   for (int c = 0; c < c_count; ++c) {
-    std::vector<int64_t> x = members[c];
     const auto sel = static_cast<Selection>(view.classes[c].selection);
-    if (sel == Selection::kUniform) std::sort(x.begin(), x.end(), uniform);
-    if (sel == Selection::kHardest) std::sort(x.begin(), x.end(), hardest);
-    if (sel == Selection::kWeighted) {
-      std::sort(x.begin(), x.end(), [&](int64_t a, int64_t b) {
-        return std::make_pair(weighted(a), a) < std::make_pair(weighted(b), b);
-      });
+    std::vector<Keyed> x;
+    for (int64_t i : members[c]) {
+      x.push_back(sel == Selection::kUniform    ? uniform(i)
+                  : sel == Selection::kWeighted ? weighted(i)
+                                                : hardest(i));
     }
-    if (sel == Selection::kMixed) {
-      const int64_t h = HardQuota(m[c], view.classes[c].hard_fraction);
-      std::sort(x.begin(), x.end(), hardest);
-      std::sort(x.begin() + h, x.end(), uniform);
+    if (sel != Selection::kMixed) {
+      take(smallest(std::move(x), m[c]));
+      continue;
     }
-    selected.insert(selected.end(), x.begin(), x.begin() + m[c]);
+    const int64_t h = HardQuota(m[c], view.classes[c].hard_fraction);
+    std::sort(x.begin(), x.end());
+    std::vector<Keyed> hard(x.begin(), x.begin() + h), rest;
+    for (size_t j = static_cast<size_t>(h); j < x.size(); ++j) rest.push_back(uniform(x[j].second));
+    take(hard);
+    take(smallest(std::move(rest), m[c] - h));
   }
-  auto v = [&](int64_t i) { return ElementKey(seed, r, kOrderStream, i); };
-  std::sort(selected.begin(), selected.end(), [&](int64_t a, int64_t b) {
-    return std::make_pair(v(a), a) < std::make_pair(v(b), b);
-  });
+  std::sort(selected.begin(), selected.end());
   Expect e;
   e.indices.assign(static_cast<size_t>(k), -1);
-  std::copy(selected.begin(), selected.end(), e.indices.begin());
+  for (size_t j = 0; j < selected.size(); ++j) e.indices[j] = selected[j].second;
   e.per_class.assign(m.begin(), m.end());
   return e;
 }
