@@ -223,7 +223,9 @@ struct ClassQuotaBody {
         const int64_t m = b.SLoad(&sh.m[c]);
         const int64_t n = b.SLoad(&sh.n[c]);
         const ClassEntry entry = b.SLoad(&sh.classes[c]);
-        b.Store(p.out_num_per_class + row.out_class_offset + c, static_cast<int32_t>(m));
+        if (p.out_num_per_class != nullptr) {
+          b.Store(p.out_num_per_class + row.out_class_offset + c, static_cast<int32_t>(m));
+        }
         const bool mixed = entry.selection == static_cast<int32_t>(Selection::kMixed);
         const int64_t h = mixed ? HardQuota(m, entry.hard_fraction) : m;
         ClassPairState* pair = p.pairs + first_pair + c;
