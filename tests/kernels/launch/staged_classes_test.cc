@@ -246,6 +246,30 @@ TEST(StagedClassesTest, TwoClassesGiveNumPositiveAndNegativeAndLoweringIsPerRequ
   ExpectRows(out[1], rows, spec, 3, "class path");
 }
 
+TEST(StagedClassesTest, TwelveClassesSomeCountedInGlobalAtomics) {
+  // Classes from kSharedClasses (8) on are histogrammed with global atomics.
+  StagedLaunch launch(kSimDevice, milliseconds(120000));
+  SamplingSpec spec;
+  spec.num_samples = 150;
+  const Selection rules[] = {Selection::kUniform, Selection::kWeighted, Selection::kHardest,
+                             Selection::kMixed};
+  for (int c = 0; c < 12; ++c) {
+    ClassSpec x;
+    x.labels = {{c, c}};
+    x.share = c == 11 ? Share::kRest : Share::kCount;
+    x.count = 4 + c;
+    x.selection = rules[c % 4];
+    x.has_hard_fraction = x.selection == Selection::kMixed;
+    x.hard_fraction = 0.5;
+    spec.classes.push_back(x);
+  }
+  spec.fill_order = {10, 2, 9};
+  const std::vector<Row> rows = {MakeRow(9000, 13, 41), MakeRow(200, 13, 42),
+                                 MakeRow(30000, 12, 43)};
+  const Built b = Concat(rows);
+  ExpectRows(launch.Run({ClassRequest(b, spec, 8)})[0], rows, spec, 8, "twelve");
+}
+
 TEST(StagedClassesTest, ReservedLaunchIsOneCapturedGraph) {
   StagedLaunch launch(kSimDevice, milliseconds(120000));
   SamplingSpec spec;
