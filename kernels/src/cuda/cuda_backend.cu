@@ -181,12 +181,13 @@ void CudaBackend::Sample(const Batch& batch) {
   const pipeline::Layout layout = pipeline::MakeLayout(shape);
   // Grows only when the caller did not Reserve() enough (tests, benchmarks); the server's
   // worker always has. A batch of small rows needs no arena at all.
-  if (layout.bytes > 0 && shape.num_large > 0) Reserve(BytesNeeded(layout.bytes));
+  const bool arena = shape.num_large > 0 || shape.num_class_rows > 0;
+  if (layout.bytes > 0 && arena) Reserve(BytesNeeded(layout.bytes));
 
   pipeline::CudaExec exec(stream_);
   pipeline::Enqueue(exec, shape, layout, static_cast<uint8_t*>(d_arena_),
                     pipeline::ParamsOf(batch));
-  if (shape.num_large > 0) {
+  if (arena) {
     error_flags_ = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(d_arena_) + layout.error);
   }
 }

@@ -1,5 +1,6 @@
 #include "launch/graph_cache.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "pipeline/params.hpp"
@@ -8,8 +9,20 @@ namespace gpusampler::kernels {
 
 // Launches of one stage set capture the same graph topology.
 size_t GraphCache::SetOf(const std::vector<RowDesc>& rows) {
+  // (class rows: the class path, whose round count follows the longest class row's index
+  // digits)
   size_t c = 0;
-  for (const RowDesc& row : rows) c |= row.length <= pipeline::kSmallRowMax ? 1 : 2;
+  int64_t class_length = -1;
+  for (const RowDesc& row : rows) {
+    if (row.class_table >= 0) {
+      class_length = std::max(class_length, row.length);
+    } else {
+      c |= row.length <= pipeline::kSmallRowMax ? 1 : 2;
+    }
+  }
+  if (class_length >= 0) {
+    c += 4 * static_cast<size_t>((pipeline::IndexBits(class_length) + 7) / 8);
+  }
   return c;
 }
 

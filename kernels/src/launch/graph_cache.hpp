@@ -38,12 +38,13 @@ class GraphCache {
   void set_enabled(bool on) { enabled_ = on; }
 
  private:
-  // The pipeline's stage set for these rows (1: fused rows only, 2: large rows only, 3: both).
+  // The pipeline's stage set for these rows: bit 1 fused rows, bit 2 large binary rows, plus
+  // 4 x the class path's index digits (0 without class rows, else 1-4: its round count).
   static size_t SetOf(const std::vector<RowDesc>& rows);
 
   std::string name_;
   bool enabled_ = true;
-  std::array<std::unique_ptr<StreamGraph>, 4> graphs_;
+  std::array<std::unique_ptr<StreamGraph>, 20> graphs_;
 };
 
 }  // namespace gpusampler::kernels

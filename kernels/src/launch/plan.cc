@@ -69,6 +69,9 @@ void SizeRegions(LaunchPlan* plan) {
   reg.olab = Section(plan->out_label_bytes);
   reg.counts = Section(plan->num_rows * 4);
   reg.feat = Section(plan->out_feature_bytes);
+  reg.tables = Section(plan->class_table_bytes);
+  reg.scores = Section(plan->total_scores * 4);
+  reg.classes = Section(plan->total_class_outputs * 4);
 }
 
 Regions RegionsFor(const StagedSizes& sizes) {
@@ -82,6 +85,9 @@ Regions RegionsFor(const StagedSizes& sizes) {
   r.olab = Section(sizes.slots * 8 + slack);
   r.counts = Section(sizes.rows * 4);
   r.feat = Section(sizes.feature_bytes + (sizes.feature_bytes > 0 ? slack : 0));
+  r.tables = Section(sizes.class_table_bytes);
+  r.scores = Section(sizes.scores * 4);
+  r.classes = Section(sizes.class_outputs * 4);
   return r;
 }
 

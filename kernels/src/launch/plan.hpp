@@ -29,10 +29,15 @@ inline int64_t Part(int64_t bytes) { return (bytes + kPart - 1) / kPart * kPart;
 
 // The byte sizes of a launch's two regions, section by section.
 struct Regions {
-  size_t rows = 0, labels = 0;                     // in: row table, staged labels
-  size_t idx = 0, olab = 0, counts = 0, feat = 0;  // out: indices, labels, 2 x counts, features
-  size_t in() const { return rows + labels; }
-  size_t out() const { return idx + olab + 2 * counts + feat; }
+  size_t rows = 0, labels = 0, tables = 0, scores = 0;  // in: row table, staged labels, class
+                                                        // tables, staged scores
+  size_t idx = 0, olab = 0, counts = 0, classes = 0, feat = 0;  // out: indices, labels,
+                                                                // 2 x counts, num_per_class,
+                                                                // features
+  size_t in() const { return rows + labels + tables + scores; }
+  size_t out() const { return idx + olab + 2 * counts + classes + feat; }
+  size_t classes_at() const { return idx + olab + 2 * counts; }
+  size_t feat_at() const { return classes_at() + classes; }
 };
 
 struct LaunchPlan {
@@ -45,6 +50,10 @@ struct LaunchPlan {
   int64_t out_label_bytes = 0;
   int64_t out_feature_bytes = 0;   // features the kernels write
   int64_t host_feature_bytes = 0;  // features gathered on the host afterwards
+  bool any_classes = false;        // some request has spec.classes (BatchBuilder rows)
+  int64_t class_table_bytes = 0;
+  int64_t total_scores = 0;
+  int64_t total_class_outputs = 0;
   struct Request {
     int64_t first_row = 0;
     int64_t first_slot = 0;

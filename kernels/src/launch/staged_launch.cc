@@ -41,6 +41,62 @@ bool StagedLaunch::faulted() const { return launcher_ && launcher_->faulted(); }
 
 void StagedLaunch::set_use_graphs(bool on) { graphs_->set_enabled(on); }
 
+void StagedLaunch::PlanClasses(const std::vector<LaunchRequest>& requests, Plan* plan) {
+  plan->any_classes = false;
+  for (const LaunchRequest& q : requests) plan->any_classes |= !q.spec.classes.empty();
+  if (!plan->any_classes) return;
+  classes_ = BatchBuilder{};
+  std::vector<int64_t> lengths;
+  for (const LaunchRequest& q : requests) {
+    lengths.resize(static_cast<size_t>(q.num_rows));
+    for (int64_t r = 0; r < q.num_rows; ++r) {
+      lengths[static_cast<size_t>(r)] = q.row_offsets[r + 1] - q.row_offsets[r];
+    }
+    classes_.set_lower_binary(q.lower_binary);
+    // (compiles and validates the classes: Error(kInvalidArgument) naming the field)
+    classes_.AddRequest(q.spec, q.seed, q.label_dtype, lengths, q.feature_row_bytes,
+                        !q.spec.classes.empty() && q.scores != nullptr);
+  }
+  plan->class_table_bytes = static_cast<int64_t>(classes_.class_tables().size());
+  plan->total_scores = classes_.total_scores();
+  plan->total_class_outputs = classes_.total_class_outputs();
+}
+
+void StagedLaunch::StageScores(const std::vector<LaunchRequest>& requests, float* h_scores) const {
+  const std::vector<RowDesc>& rows = classes_.rows();
+  size_t at = 0;
+  for (const LaunchRequest& q : requests) {
+    for (int64_t r = 0; r < q.num_rows; ++r, ++at) {
+      const RowDesc& row = rows[at];
+      if (row.score_offset < 0 || row.length == 0) continue;
+      const int64_t start = q.row_start != nullptr ? q.row_start[r] : q.row_offsets[r];
+      std::memcpy(h_scores + row.score_offset, q.scores + start,
+                  static_cast<size_t>(row.length) * sizeof(float));
+    }
+  }
+}
+
+// A lowered request ran as binary rows: its num_per_class from num_positive / num_negative.
+void StagedLaunch::LoweredClassCounts(const Plan& plan, uint8_t* out) const {
+  if (!plan.any_classes) return;
+  const Regions& reg = plan.regions;
+  const auto* pos = reinterpret_cast<const int32_t*>(out + reg.idx + reg.olab);
+  const auto* neg = reinterpret_cast<const int32_t*>(out + reg.idx + reg.olab + reg.counts);
+  auto* per_class = reinterpret_cast<int32_t*>(out + reg.classes_at());
+  const auto& infos = classes_.requests();
+  for (size_t j = 0; j < infos.size(); ++j) {
+    const BatchBuilder::RequestClasses& info = infos[j];
+    if (!info.lowered) continue;
+    const int64_t first = plan.requests[j].first_row;
+    const int64_t rows =
+        (j + 1 < infos.size() ? plan.requests[j + 1].first_row : plan.num_rows) - first;
+    for (int64_t r = 0; r < rows; ++r) {
+      BatchBuilder::LoweredCounts(info, pos[first + r], neg[first + r],
+                                  per_class + info.out_class_offset + r * info.num_classes);
+    }
+  }
+}
+
 void StagedLaunch::Reserve(const StagedSizes& sizes) {
   if (!launcher_) return;
   Grow(SizesOf(RegionsFor(sizes), sizes.rows, sizes.elements, sizes.slots));
@@ -62,6 +118,7 @@ const std::vector<LaunchOutput>& StagedLaunch::Run(const std::vector<LaunchReque
   Plan plan;
   plan.requests.resize(requests.size());
   for (size_t j = 0; j < requests.size(); ++j) PlanRequest(j, requests[j], device, &plan);
+  PlanClasses(requests, &plan);
   SizeRegions(&plan);
 
   stats_ = StagedStats{};
@@ -83,6 +140,29 @@ uintptr_t LowestOf(const std::vector<uintptr_t>& addresses) {
 
 // The rows of every request, with their offsets from the launch's base pointers: labels from
 // `label_base` (a staged request's from `staged`), features from `feature_base`.
+// The class fields of the rows (and the binary fields of lowered requests) from BatchBuilder's
+// rows, which are in the same order.
+void MergeClassRows(const std::vector<LaunchRequest>& requests, const BatchBuilder& classes,
+                    std::vector<RowDesc>* rows) {
+  const std::vector<RowDesc>& built = classes.rows();
+  size_t at = 0;
+  for (const LaunchRequest& q : requests) {
+    for (int64_t r = 0; r < q.num_rows; ++r, ++at) {
+      if (q.spec.classes.empty()) continue;
+      RowDesc& row = (*rows)[at];
+      const RowDesc& b = built[at];
+      row.target = b.target;
+      row.positive_label = b.positive_label;
+      row.negative_label = b.negative_label;
+      row.fill = b.fill;
+      row.class_table = b.class_table;
+      row.num_classes = b.num_classes;
+      row.score_offset = b.score_offset;
+      row.out_class_offset = b.out_class_offset;
+    }
+  }
+}
+
 void FillRows(const std::vector<LaunchRequest>& requests,
               const std::vector<uintptr_t>& in_place_labels, uintptr_t staged, uintptr_t label_base,
               uintptr_t feature_base, const std::vector<const uint8_t*>& in_place_features,
@@ -148,7 +228,12 @@ Batch StagedLaunch::BatchOf(const Plan& plan, const Bases& bases, const RowDesc*
   batch.out_labels = out + reg.idx;
   batch.out_num_positive = reinterpret_cast<int32_t*>(out + reg.idx + reg.olab);
   batch.out_num_negative = reinterpret_cast<int32_t*>(out + reg.idx + reg.olab + reg.counts);
-  batch.out_features = out + reg.idx + reg.olab + 2 * reg.counts;
+  batch.out_features = out + reg.feat_at();
+  batch.out_num_per_class =
+      plan.total_class_outputs > 0 ? reinterpret_cast<int32_t*>(out + reg.classes_at()) : nullptr;
+  batch.class_table_bytes = plan.class_table_bytes;
+  batch.total_class_outputs = plan.total_class_outputs;
+  batch.total_scores = plan.total_scores;
   batch.total_elements = plan.total_elements;
   batch.total_slots = plan.total_slots;
   batch.max_length = plan.max_length;
@@ -182,6 +267,7 @@ StagedLaunch::Bases StagedLaunch::PlaceRows(const std::vector<LaunchRequest>& re
   bases.features = LowestOf(feature_sources);
   FillRows(requests, label_src, staged, bases.labels, bases.features, feature_src, stage_at,
            olab_at, ofeat_at, &rows_);
+  if (plan.any_classes) MergeClassRows(requests, classes_, &rows_);
   return bases;
 }
 
@@ -190,8 +276,15 @@ void StagedLaunch::RunHost(const std::vector<LaunchRequest>& requests, Plan& pla
   const Bases bases = PlaceRows(requests, plan, 0);
   host_out_.resize(reg.out() + kSection);
   uint8_t* out = host_out_.data();
-  const Batch batch = BatchOf(plan, bases, rows_.data(), rows_.data(), out);
+  Batch batch = BatchOf(plan, bases, rows_.data(), rows_.data(), out);
+  if (plan.any_classes) {
+    batch.class_tables = classes_.class_tables().data();
+    host_scores_.resize(static_cast<size_t>(plan.total_scores));
+    StageScores(requests, host_scores_.data());
+    batch.scores = plan.total_scores > 0 ? host_scores_.data() : nullptr;
+  }
   if (plan.num_rows > 0) host_backend_->Sample(batch);
+  LoweredClassCounts(plan, out);
   Carve(requests, plan, out);
 }
 
@@ -236,7 +329,8 @@ void ThrowOnErrorFlags(const std::string& name, uint32_t flags) {
   throw Error(Error::Code::kInternal,
               name + ": the launch raised device error flags " + std::to_string(flags) +
                   " (1: Pass2 found more boundary candidates than counted, 2: Boundary had " +
-                  "more candidates than a block holds); its results are not used");
+                  "more candidates than a block holds, 4: the class path selected more than K); "
+                  "its results are not used");
 }
 
 }  // namespace
@@ -257,13 +351,28 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
   // Staging: the row table, then the labels of the requests read from the host.
   if (plan.num_rows > 0) std::memcpy(h_in, rows_.data(), rows_.size() * sizeof(RowDesc));
   StageLabels(requests, plan, h_in + reg.rows);
-  // One upload (tables and staged labels are adjacent), the kernels, one download of every
-  // output up to the last section in use.
-  const size_t upload = reg.rows + static_cast<size_t>(plan.staged_label_bytes);
-  const size_t download =
-      reg.idx + reg.olab + 2 * reg.counts + static_cast<size_t>(plan.out_feature_bytes);
-  const Batch batch =
-      BatchOf(plan, bases, reinterpret_cast<const RowDesc*>(d_in), rows_.data(), d_out);
+  // Classes: the compiled tables and the scores after the labels.
+  if (plan.any_classes) {
+    std::memcpy(h_in + reg.rows + reg.labels, classes_.class_tables().data(),
+                classes_.class_tables().size());
+    StageScores(requests, reinterpret_cast<float*>(h_in + reg.rows + reg.labels + reg.tables));
+  }
+  // One upload (row table, staged labels, class tables and scores are adjacent), the
+  // kernels, one download of every output up to the last section in use.
+  const size_t upload = plan.total_scores > 0
+                            ? reg.rows + reg.labels + reg.tables +
+                                  static_cast<size_t>(plan.total_scores) * sizeof(float)
+                        : plan.class_table_bytes > 0
+                            ? reg.rows + reg.labels + static_cast<size_t>(plan.class_table_bytes)
+                            : reg.rows + static_cast<size_t>(plan.staged_label_bytes);
+  const size_t download = reg.feat_at() + static_cast<size_t>(plan.out_feature_bytes);
+  Batch batch = BatchOf(plan, bases, reinterpret_cast<const RowDesc*>(d_in), rows_.data(), d_out);
+  if (plan.any_classes) {
+    batch.class_tables = d_in + reg.rows + reg.labels;
+    batch.scores = plan.total_scores > 0
+                       ? reinterpret_cast<const float*>(d_in + reg.rows + reg.labels + reg.tables)
+                       : nullptr;
+  }
 
   void* stream = launcher_->stream();
   Backend& backend = launcher_->backend();
@@ -288,6 +397,7 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
   uint32_t flags = 0;
   if (d_flags != nullptr) std::memcpy(&flags, h_flags, sizeof(flags));
   ThrowOnErrorFlags(name_, flags);
+  LoweredClassCounts(plan, h_out);
 
   stats_.graph = graphed;
   stats_.stream_ops = ops_before >= 0 && ops_after >= 0 ? ops_after - ops_before : -1;
@@ -312,8 +422,15 @@ void StagedLaunch::Carve(const std::vector<LaunchRequest>& requests, const Plan&
     o.num_positive = reinterpret_cast<const int32_t*>(out + reg.idx + reg.olab) + pr.first_row;
     o.num_negative =
         reinterpret_cast<const int32_t*>(out + reg.idx + reg.olab + reg.counts) + pr.first_row;
-    if (pr.out_feature_at >= 0)
-      o.features = out + reg.idx + reg.olab + 2 * reg.counts + pr.out_feature_at;
+    if (pr.out_feature_at >= 0) o.features = out + reg.feat_at() + pr.out_feature_at;
+    if (plan.any_classes) {
+      const BatchBuilder::RequestClasses& info = classes_.requests()[j];
+      if (info.num_classes > 0) {
+        o.num_classes = info.num_classes;
+        o.num_per_class =
+            reinterpret_cast<const int32_t*>(out + reg.classes_at()) + info.out_class_offset;
+      }
+    }
   }
 }
 

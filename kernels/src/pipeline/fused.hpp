@@ -53,7 +53,7 @@ struct FusedBody {
   GPUSAMPLER_HD void operator()(B& b, int64_t block) const {
     Shared& sh = b.template SharedAs<Shared>();
     const RowDesc row = LoadRow(b, sh, block);
-    if (row.length > p.small_max) return;
+    if (row.length > p.small_max || row.class_table >= 0) return;  // (class rows: classes_*.hpp)
     KeyItems<B> keys;
     ClassKeys(b, sh, row, keys);
     TakeQuotas(b, sh, row, block);

@@ -32,6 +32,8 @@
 
 #include "pipeline/boundary.hpp"
 #include "pipeline/bucket_sort.hpp"
+#include "pipeline/classes_keys.hpp"
+#include "pipeline/classes_select.hpp"
 #include "pipeline/fused.hpp"
 #include "pipeline/params.hpp"
 #include "pipeline/pass1.hpp"
@@ -42,18 +44,9 @@
 
 namespace gpusampler::kernels::pipeline {
 
-// The launch sequence, for either executor:
-//   exec.Launch(body, blocks)           one kernel of `blocks` blocks of kThreads threads
+// The large binary rows' stages.
 template <class Exec>
-void Enqueue(Exec& exec, const Shape& shape, const Layout& layout, uint8_t* arena,
-             const Params& base) {
-  Params p = base;
-  exec.Scratch(arena + layout.scratch, layout.bytes - layout.scratch);
-  p.num_rows = shape.num_rows;
-  p.small_max = shape.small_max;
-  p.tile_elements = shape.tile_elements;
-  if (shape.num_small > 0) exec.Launch(FusedBody{p}, shape.num_rows);
-  if (shape.num_large == 0) return;
+void EnqueueLarge(Exec& exec, const Shape& shape, const Layout& layout, uint8_t* arena, Params p) {
   Bind(shape, layout, arena, &p);
   PrepareBody prepare{p, reinterpret_cast<uint64_t*>(arena + layout.zero_begin),
                       static_cast<int64_t>((layout.zero_end - layout.zero_begin) / 8),
@@ -67,6 +60,50 @@ void Enqueue(Exec& exec, const Shape& shape, const Layout& layout, uint8_t* aren
     exec.Launch(ScatterBody{p}, shape.num_slot_tiles);
     exec.Launch(BucketSortBody{p}, int64_t{shape.num_large} << shape.order_bits);
   }
+}
+
+// The class rows' stages (after the binary ones: their arrays alias). Two phases of radix
+// select rounds (phase 1 only selects for MIXED classes; its blocks exit early elsewhere),
+// then Scatter and BucketSort over the class rows' selected keys.
+template <class Exec>
+void EnqueueClasses(Exec& exec, const Shape& shape, const Layout& layout, uint8_t* arena,
+                    Params p) {
+  BindClasses(shape, layout, arena, &p);
+  PrepareBody prepare{p, reinterpret_cast<uint64_t*>(arena + layout.class_zero_begin),
+                      static_cast<int64_t>((layout.class_zero_end - layout.class_zero_begin) / 8),
+                      shape.class_prepare_blocks, /*classes=*/true};
+  exec.Launch(prepare, shape.class_prepare_blocks);
+  exec.Launch(ClassKeysBody{p}, shape.class_tiles);
+  exec.Launch(ClassQuotaBody{p}, shape.num_class_rows);
+  const int rounds = kClassKeyRounds + shape.class_index_digits;
+  for (int phase = 0; phase < kClassPhases; ++phase) {
+    if (phase > 0) exec.Launch(ClassPhaseBody{p}, shape.num_class_rows);
+    for (int r = 0; r < rounds; ++r) {
+      const int32_t hi = ClassRoundHi(r, shape.class_index_digits);
+      exec.Launch(ClassHistBody{p, hi}, shape.class_tiles);
+      exec.Launch(ClassPickBody{p, hi}, shape.num_class_rows);
+    }
+    exec.Launch(ClassCollectBody{p, phase, phase + 1 < kClassPhases}, shape.class_tiles);
+  }
+  if (shape.class_slot_tiles > 0) {
+    exec.Launch(ScatterBody{p}, shape.class_slot_tiles);
+    exec.Launch(BucketSortBody{p}, int64_t{shape.num_class_rows} << shape.class_order_bits);
+  }
+}
+
+// The launch sequence, for either executor:
+//   exec.Launch(body, blocks)           one kernel of `blocks` blocks of kThreads threads
+template <class Exec>
+void Enqueue(Exec& exec, const Shape& shape, const Layout& layout, uint8_t* arena,
+             const Params& base) {
+  Params p = base;
+  exec.Scratch(arena + layout.scratch, layout.bytes - layout.scratch);
+  p.num_rows = shape.num_rows;
+  p.small_max = shape.small_max;
+  p.tile_elements = shape.tile_elements;
+  if (shape.num_small > 0) exec.Launch(FusedBody{p}, shape.num_rows);
+  if (shape.num_large > 0) EnqueueLarge(exec, shape, layout, arena, p);
+  if (shape.num_class_rows > 0) EnqueueClasses(exec, shape, layout, arena, p);
 }
 
 }  // namespace gpusampler::kernels::pipeline

@@ -9,21 +9,24 @@
 
 namespace gpusampler::kernels::pipeline {
 
-// Large-row tables and zeroed counters. Block 0 writes every LargeRowState field that is
-// not written later (bases, tile starts, zeroed cursors); every block zeroes a share of the
-// histograms [zero_begin, zero_end) (passed as words), which the states do not overlap.
+// Large-row tables and zeroed counters (`classes`: the class rows', for the class path, with
+// their first (row, class) pair; else the large binary rows'). Block 0 writes every LargeRowState
+// field that is not written later (bases, tile starts, zeroed cursors); every block zeroes a share
+// of the histograms [zero_begin, zero_end) (passed as words), which the states do not overlap.
 struct PrepareBody {
   Params p;
   uint64_t* zero = nullptr;
   int64_t zero_words = 0;
   int64_t blocks = 1;
+  bool classes = false;
   struct Shared {
+    int32_t pairs[kThreads];
     int32_t flag[kThreads];
     int32_t tiles[kThreads];
     int32_t slot_tiles[kThreads];
     int64_t elems[kThreads];
     int64_t slots[kThreads];
-    int32_t base_large, base_tiles, base_slot_tiles;
+    int32_t base_large, base_tiles, base_slot_tiles, base_pairs;
     int64_t base_elems, base_slots;
   };
   template <class B>
@@ -40,6 +43,7 @@ struct PrepareBody {
         b.SStore(&sh.base_large, 0);
         b.SStore(&sh.base_tiles, 0);
         b.SStore(&sh.base_slot_tiles, 0);
+        b.SStore(&sh.base_pairs, 0);
         b.SStore(&sh.base_elems, int64_t{0});
         b.SStore(&sh.base_slots, int64_t{0});
       }
@@ -64,13 +68,15 @@ struct PrepareBody {
   GPUSAMPLER_HD void SizeChunk(B& b, Shared& sh, int64_t chunk) const {
     b.Threads([&](int t) {
       const int64_t j = chunk + t;
-      int32_t flag = 0, tiles = 0, slot_tiles = 0;
+      int32_t flag = 0, tiles = 0, slot_tiles = 0, pairs = 0;
       int64_t elems = 0, slots = 0;
       if (j < p.num_rows) {
         const int64_t n = b.Load(&p.rows[j].length);
         const int64_t k = b.Load(&p.rows[j].num_samples);
-        if (n > p.small_max) {
+        const bool class_row = b.Load(&p.rows[j].class_table) >= 0;
+        if (classes ? class_row : (n > p.small_max && !class_row)) {
           flag = 1;
+          pairs = classes ? b.Load(&p.rows[j].num_classes) : 0;
           tiles = static_cast<int32_t>((n + p.tile_elements - 1) / p.tile_elements);
           slot_tiles = static_cast<int32_t>((k + kSlotTile - 1) / kSlotTile);
           elems = n;
@@ -78,6 +84,7 @@ struct PrepareBody {
         }
       }
       b.SStore(&sh.flag[t], flag);
+      b.SStore(&sh.pairs[t], pairs);
       b.SStore(&sh.tiles[t], tiles);
       b.SStore(&sh.slot_tiles[t], slot_tiles);
       b.SStore(&sh.elems[t], elems);
@@ -96,6 +103,7 @@ struct PrepareBody {
       int32_t base_large = b.SLoad(&sh.base_large);
       int32_t base_tiles = b.SLoad(&sh.base_tiles);
       int32_t base_slot_tiles = b.SLoad(&sh.base_slot_tiles);
+      int32_t base_pairs = b.SLoad(&sh.base_pairs);
       int64_t base_elems = b.SLoad(&sh.base_elems);
       int64_t base_slots = b.SLoad(&sh.base_slots);
       for (int k = 0; k < kThreads; ++k) {
@@ -105,6 +113,7 @@ struct PrepareBody {
         b.Store(&st->row, static_cast<int32_t>(chunk + k));
         b.Store(&st->first_tile, base_tiles);
         b.Store(&st->first_slot_tile, base_slot_tiles);
+        b.Store(&st->first_pair, base_pairs);
         b.Store(&st->cand_base, base_elems);
         b.Store(&st->sel_base, base_slots);
         b.Store(&st->cand_cursor[0], 0ull);
@@ -112,12 +121,14 @@ struct PrepareBody {
         b.Store(&st->sel_cursor, 0ull);
         base_tiles += b.SLoad(&sh.tiles[k]);
         base_slot_tiles += b.SLoad(&sh.slot_tiles[k]);
+        base_pairs += b.SLoad(&sh.pairs[k]);
         base_elems += b.SLoad(&sh.elems[k]);
         base_slots += b.SLoad(&sh.slots[k]);
       }
       b.SStore(&sh.base_large, base_large);
       b.SStore(&sh.base_tiles, base_tiles);
       b.SStore(&sh.base_slot_tiles, base_slot_tiles);
+      b.SStore(&sh.base_pairs, base_pairs);
       b.SStore(&sh.base_elems, base_elems);
       b.SStore(&sh.base_slots, base_slots);
     });

@@ -49,4 +49,31 @@ void CudaElementKeys(const std::vector<KeyQuery>& queries, std::vector<uint32_t>
   cudaFree(d_v);
 }
 
+void CudaWeightedKeys(const std::vector<WeightedKeyQuery>& queries,
+                      std::vector<WeightedKeyResult>* out) {
+  const int n = static_cast<int>(queries.size());
+  std::vector<pipeline::WeightedProbe> probes;
+  for (const auto& q : queries) {
+    probes.push_back(
+        pipeline::WeightedProbe{q.seed, q.i, q.row, q.score, q.u, q.u2, q.given ? 1 : 0, 0});
+  }
+  pipeline::WeightedProbe* d_q = nullptr;
+  pipeline::WeightedProbeOut* d_o = nullptr;
+  Check(cudaMalloc(&d_q, n * sizeof(pipeline::WeightedProbe)), "cudaMalloc");
+  Check(cudaMalloc(&d_o, n * sizeof(pipeline::WeightedProbeOut)), "cudaMalloc");
+  Check(cudaMemcpy(d_q, probes.data(), n * sizeof(pipeline::WeightedProbe), cudaMemcpyHostToDevice),
+        "copy");
+  pipeline::CudaExec exec(nullptr);
+  exec.Launch(pipeline::WeightedKeysBody{d_q, n, d_o},
+              (n + pipeline::kThreads - 1) / pipeline::kThreads);
+  Check(cudaDeviceSynchronize(), "kernel");
+  std::vector<pipeline::WeightedProbeOut> o(n);
+  Check(cudaMemcpy(o.data(), d_o, n * sizeof(pipeline::WeightedProbeOut), cudaMemcpyDeviceToHost),
+        "copy");
+  out->clear();
+  for (const auto& x : o) out->push_back(WeightedKeyResult{x.u, x.u2, x.e_bits, x.key_bits});
+  cudaFree(d_q);
+  cudaFree(d_o);
+}
+
 }  // namespace gpusampler::kernels

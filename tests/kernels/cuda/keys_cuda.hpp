@@ -21,4 +21,20 @@ bool CudaKeysAvailable();
 void CudaElementKeys(const std::vector<KeyQuery>& queries, std::vector<uint32_t>* u,
                      std::vector<uint32_t>* v);
 
+// Synchronizes: the pipeline's WeightedKeysBody over `probes` on the current device.
+struct WeightedKeyQuery {
+  uint64_t seed;
+  uint32_t row;
+  uint64_t i;
+  float score;
+  bool given;  // u and u2 below, not the element's Philox words
+  uint32_t u, u2;
+};
+struct WeightedKeyResult {
+  uint32_t u, u2;
+  uint64_t e_bits, key_bits;
+};
+void CudaWeightedKeys(const std::vector<WeightedKeyQuery>& queries,
+                      std::vector<WeightedKeyResult>* out);
+
 }  // namespace gpusampler::kernels

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "gpusampler/kernels/backend.hpp"
+#include "gpusampler/kernels/batch_builder.hpp"
 #include "gpusampler/kernels/device.hpp"
 
 namespace gpusampler::kernels {
@@ -110,6 +111,11 @@ struct StagedSizes {
   int64_t elements = 0;       // label elements staged from the host (at most 8 bytes each)
   int64_t slots = 0;          // output slots
   int64_t feature_bytes = 0;  // output feature bytes (all slots)
+  // Classes (SPEC section 7): scores staged (one per element), compiled class-table bytes
+  // (classes.hpp's ClassTableBytes per request with classes), num_per_class entries.
+  int64_t scores = 0;
+  int64_t class_table_bytes = 0;
+  int64_t class_outputs = 0;
 };
 
 class StagedLaunch {
@@ -168,6 +174,11 @@ class StagedLaunch {
   bool LaunchWork(const std::vector<RowDesc>& rows, const std::function<void()>& work);
   void Carve(const std::vector<LaunchRequest>& requests, const Plan& plan, const uint8_t* out);
   void GatherHostFeatures(const std::vector<LaunchRequest>& requests, const Plan& plan);
+  // Classes: the requests' class tables and class rows (BatchBuilder), their scores staged
+  // at the rows' score offsets, and the lowered requests' num_per_class.
+  void PlanClasses(const std::vector<LaunchRequest>& requests, Plan* plan);
+  void StageScores(const std::vector<LaunchRequest>& requests, float* h_scores) const;
+  void LoweredClassCounts(const Plan& plan, uint8_t* out) const;
 
   std::unique_ptr<Backend> host_backend_;
   std::unique_ptr<CudaLauncher> launcher_;
@@ -180,6 +191,8 @@ class StagedLaunch {
   std::vector<uint8_t> host_out_;
   std::vector<uint8_t> host_features_;
   std::vector<RowDesc> rows_;
+  BatchBuilder classes_;            // the class fields of rows_ (when any request has classes)
+  std::vector<float> host_scores_;  // host backends: the staged scores
   std::vector<LaunchOutput> outputs_;
   StagedStats stats_;
 };
