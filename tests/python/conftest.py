@@ -51,13 +51,14 @@ def require_binary(path: Path) -> None:
         )
 
 
-def start_server(workdir: Path, extra: Optional[List[str]] = None, device: str = "cpu") -> Server:
+def start_server(workdir: Path, extra: Optional[List[str]] = None, device: str = "cpu",
+                 address: str = "127.0.0.1:0") -> Server:
     require_binary(SERVER_BIN)
     workdir.mkdir(parents=True, exist_ok=True)
     port_file = workdir / "ports"
     log = workdir / "server.log"
     cmd = [
-        str(SERVER_BIN), "--device", device, "--address", "127.0.0.1:0",
+        str(SERVER_BIN), "--device", device, "--address", address,
         "--metrics-address", "127.0.0.1:0", "--port-file", str(port_file),
     ] + (extra or [])
     with open(log, "wb") as log_file:
@@ -68,7 +69,8 @@ def start_server(workdir: Path, extra: Optional[List[str]] = None, device: str =
             text = port_file.read_text()
             if text.endswith("\n"):
                 grpc_port, metrics_port = (int(x) for x in text.split())
-                return Server(f"127.0.0.1:{grpc_port}", metrics_port, proc, log)
+                host = address.rsplit(":", 1)[0]
+                return Server(f"{host}:{grpc_port}", metrics_port, proc, log)
         if proc.poll() is not None:
             pytest.fail(f"gpusampler-server exited with {proc.returncode} before serving:\n"
                         f"{log.read_text(errors='replace')}", pytrace=False)

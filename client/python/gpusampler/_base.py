@@ -179,15 +179,25 @@ class ClientBase:
 
     def _repository_unknown(self) -> bool:
         """Whether the dataset calls must first ask a server whether it has a shared
-        repository (several addresses, and none has said yet)."""
-        return len(self._connection.targets) >= 2 and self._repository is None
+        repository (several addresses, or one DNS name of several addresses, and none has
+        said yet)."""
+        if self._repository is not None:
+            return False
+        return (len(self._connection.targets) >= 2 or
+                self._connection.resolved_stubs() is not None)
 
     def _targets(self) -> Targets:
         """Where a dataset call goes, once the repository question is settled: any one
         replica (one address, or servers sharing a dataset repository), else every address
-        given, each with its own stub."""
-        if len(self._connection.targets) < 2 or self._repository:
+        given, each with its own stub. One DNS name (a headless Service) that resolves to
+        several addresses counts as those addresses: without a repository each replica
+        behind it keeps its own copy, and the round_robin sample calls reach all of them."""
+        if self._repository:
             return [(_datasets.ANY, self._connection.stub())]
+        if len(self._connection.targets) < 2:
+            resolved = self._connection.resolved_stubs()
+            return resolved if resolved is not None else [(_datasets.ANY,
+                                                           self._connection.stub())]
         return self._connection.address_stubs()
 
     def _outcomes(self, targets: Targets, results: Sequence[Any]) -> _datasets.Outcomes[Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import json
+import socket
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import grpc
@@ -103,6 +104,27 @@ def credentials(tls: bool, root_certificates: Optional[bytes], private_key: Opti
     return None
 
 
+def dns_host_port(target: str) -> Optional[Tuple[str, int]]:
+    """(host, port) of a target that names a host by DNS ("name:port", "dns:///name:port");
+    None for IP literals, other schemes (ipv4:, ipv6:, unix:) and targets without a port."""
+    if target.startswith("dns:///"):
+        target = target[len("dns:///"):]
+    elif ":" in target.split("/")[0] and target.split(":", 1)[0] in ("ipv4", "ipv6", "unix",
+                                                                     "unix-abstract", "vsock",
+                                                                     "dns"):
+        return None
+    if target.startswith("["):
+        return None  # an IPv6 literal
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        return host, int(port)
+
+
 class Connection:
     """A client's channels and stubs. Calls rotate over the channels; the dataset calls
     that must reach every address given get one stub per address (``address_stubs``)."""
@@ -121,6 +143,8 @@ class Connection:
         # (made on first use, when several IP literals share one balanced channel).
         self._address_channels: List[Any] = []
         self._address_stubs: Optional[List[Any]] = None
+        # A single DNS target's addresses (resolved_stubs), one channel each, kept by address.
+        self._resolved: Dict[str, Tuple[Any, Any]] = {}
 
     def _new_channel(self, target: str) -> Any:
         if self._credentials is not None:
@@ -137,7 +161,45 @@ class Connection:
 
     def channels(self) -> List[Any]:
         """Every channel opened, for closing."""
-        return self._channels + self._address_channels
+        return self._channels + self._address_channels + [c for c, _ in self._resolved.values()]
+
+    def resolved_stubs(self) -> Optional[List[Tuple[str, Any]]]:
+        """When the client has one target and it is a DNS name of several addresses (a
+        headless Service over the replicas): each address with a stub that reaches it alone,
+        resolved now (replicas come and go). None for one address, an IP literal, a unix
+        socket, a target gRPC resolves itself in another scheme, or a name that does not
+        resolve here (the call then fails on its own channel, with gRPC's message)."""
+        if len(self.targets) != 1:
+            return None
+        hostport = dns_host_port(self.targets[0])
+        if hostport is None:
+            return None
+        host, port = hostport
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            return None
+        addresses: List[str] = []
+        for family, _, _, _, sockaddr in infos:
+            ip = str(sockaddr[0])
+            address = (f"ipv6:[{ip}]:{port}" if family == socket.AF_INET6 else f"ipv4:{ip}:{port}")
+            if address not in addresses:
+                addresses.append(address)
+        if len(addresses) < 2:
+            return None
+        out: List[Tuple[str, Any]] = []
+        for address in addresses:
+            if address not in self._resolved:
+                # TLS: the certificate names the DNS name, not the address.
+                options = list(self._options)
+                if self._credentials is not None:
+                    options.append(("grpc.ssl_target_name_override", host))
+                channel = (self._api.secure_channel(address, self._credentials, options=options)
+                           if self._credentials is not None else
+                           self._api.insecure_channel(address, options=options))
+                self._resolved[address] = (channel, pb_grpc.SamplerStub(channel))
+            out.append((address.split(":", 1)[1], self._resolved[address][1]))
+        return out
 
     def address_stubs(self) -> List[Tuple[str, Any]]:
         """Every address given, with a stub that reaches that address alone."""
