@@ -6,13 +6,14 @@
 //
 //   gpusampler-bench --backend cpu|cuda|cuda-sim --rows B --n N --k K --dim D
 //                    --label-dtype int64 --threads T --iters I [--warmup W] [--seed S] [--json]
-//                    [--floor] [--classes binary|binary-as-classes|8|64|weighted-neg]
+//                    [--floor] [--classes binary|binary-as-classes|8|64|weighted-neg|hardest-neg]
 //
 // --classes (cpu; default binary) times the class path (SPEC section 7): binary-as-classes is
 // the binary spec written as classes with the lowering off; 8 and 64 are that many UNIFORM
 // classes of one label each (labels uniform over them, K / C each, the last the rest, all in
 // the fill order); weighted-neg is binary-as-classes with WEIGHTED negatives (scores uniform in
-// (0, 1]). Labels for 8 and 64 are uniform over [0, C).
+// (0, 1]), hardest-neg the same with HARDEST negatives. Labels for 8 and 64 are uniform over
+// [0, C).
 // cuda-sim is the CUDA pipeline run on the host (slow; its time is not a GPU's): what it
 // reports is the model of the GPU's work of the last timed Sample (Backend::last_launch_stats):
 // kernel launches, global-memory bytes read and written, feature-row bytes
@@ -83,7 +84,7 @@ struct Options {
                "usage: gpusampler-bench --backend cpu|cuda|cuda-sim --rows B --n N --k K --dim D\n"
                "       --label-dtype bool|int8|uint8|int16|int32|int64 --threads T --iters I\n"
                "       [--warmup W] [--seed S] [--json] [--floor]\n"
-               "       [--classes binary|binary-as-classes|8|64|weighted-neg]\n",
+               "       [--classes binary|binary-as-classes|8|64|weighted-neg|hardest-neg]\n",
                why);
   std::exit(2);
 }
@@ -135,8 +136,8 @@ Options Parse(int argc, char** argv) {
     Usage("--backend is cpu, cuda or cuda-sim");
   }
   if (o.classes != "binary" && o.classes != "binary-as-classes" && o.classes != "8" &&
-      o.classes != "64" && o.classes != "weighted-neg") {
-    Usage("--classes is binary, binary-as-classes, 8, 64 or weighted-neg");
+      o.classes != "64" && o.classes != "weighted-neg" && o.classes != "hardest-neg") {
+    Usage("--classes is binary, binary-as-classes, 8, 64, weighted-neg or hardest-neg");
   }
   if (o.classes != "binary" && o.backend != "cpu") Usage("--classes needs --backend cpu");
   if (o.floor && o.backend != "cpu") Usage("--floor measures the CPU floor; use --backend cpu");
@@ -152,12 +153,14 @@ int64_t ClassSpecFor(const Options& o, gk::SamplingSpec* spec) {
     c.labels = {{v, v}};
     return c;
   };
-  if (o.classes == "binary-as-classes" || o.classes == "weighted-neg") {
+  if (o.classes == "binary-as-classes" || o.classes == "weighted-neg" ||
+      o.classes == "hardest-neg") {
     gk::ClassSpec pos = one_label(1), neg = one_label(0);
     pos.share = gk::Share::kFraction;
     pos.fraction = 0.5;
     neg.share = gk::Share::kRest;
     if (o.classes == "weighted-neg") neg.selection = gk::Selection::kWeighted;
+    if (o.classes == "hardest-neg") neg.selection = gk::Selection::kHardest;
     spec->classes = {pos, neg};
     spec->fill_order = {1, 0};
     return 2;
@@ -317,7 +320,7 @@ int main(int argc, char** argv) {
   gk::SamplingSpec spec;
   spec.num_samples = o.k;
   const int64_t label_values = ClassSpecFor(o, &spec);
-  const bool with_scores = o.classes == "weighted-neg";
+  const bool with_scores = o.classes == "weighted-neg" || o.classes == "hardest-neg";
   gk::BatchBuilder builder;
   builder.set_lower_binary(false);
   builder.AddRequest(spec, o.seed, dtype, std::vector<int64_t>(o.rows, o.n), feature_row_bytes,
