@@ -212,6 +212,16 @@ void WriteElementsAnswer(const Dataset& ds, const Job& job, const std::vector<in
             std::string(reinterpret_cast<const char*>(&pos), 4));
   SetTensor(response->mutable_num_negative(), DType::kInt32, {1},
             std::string(reinterpret_cast<const char*>(&neg), 4));
+  // num_per_class (section 7): m_c of every class, with classes only, shaped like the
+  // answer's batch dim ([C], or [1, C] with row_splits); absent for the binary spec.
+  if (!binary) {
+    std::vector<int32_t> per_class(quotas.begin(), quotas.end());
+    std::vector<int64_t> cshape;
+    if (!job.drop_batch_dim) cshape.push_back(1);
+    cshape.push_back(static_cast<int64_t>(c));
+    SetTensor(response->mutable_num_per_class(), DType::kInt32, cshape,
+              std::string(reinterpret_cast<const char*>(per_class.data()), c * 4));
+  }
   response->set_seed(job.seed);
   response->set_device(ds.devices.empty() ? "cpu" : ds.devices.front());
 }

@@ -530,6 +530,11 @@ Status EpochRows(const v1::SampleRequest& req, const Dataset& ds, const Limits& 
                              ds.name + "' has " + std::to_string(ds.num_rows()) + " rows");
     }
     GPUSAMPLER_RETURN_IF_ERROR(CheckElementsSpec(job->spec));
+    if (req.has_scores()) {
+      return InvalidArgument(
+          "scores is set with epoch.mode EPOCH_MODE_ELEMENTS: an ELEMENTS step selects by its "
+          "permutation only, so it takes no scores (send the request without scores)");
+    }
     return DatasetRows(req, ds, limits, job);
   }
   std::vector<int64_t> rows;

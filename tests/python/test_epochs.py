@@ -221,15 +221,17 @@ def feistel_via_server(c, line, name: str):
 
 feistel_via_server.uploaded = set()
 
-# The lines a server can reach: ROWS datasets of n rows and ELEMENTS classes 0 and 1 of
-# n members; tag 2 needs a third class (ClassSpec on the wire) and n = 2^31 - 1 rows does
-# not fit a dataset; those are checked by the oracle above and by feistel_test.cc.
+# The lines reached with the binary spec: ROWS datasets of n rows and ELEMENTS classes 0
+# and 1 of n members. Tag 2 needs a third class: those lines go through the server with
+# three wire classes below (test_feistel_tag2_lines_through_server_with_three_classes).
+# The n = 2^31 - 1 lines stay unit-test-only (the oracle above and feistel_test.cc): a
+# dataset of 2^31 - 1 rows does not fit a test server.
 REACHABLE = [x for x in FEISTEL if (x["tag"] in (0, 1) and x["n"] <= 70000)
              or (x["tag"] == 0xFFFF and x["pass"] == 0 and x["n"] <= 2000)]
 
 
 def test_feistel_lines_through_server(backend):
-    assert len(REACHABLE) == 18  # of 34: tag 2 (8 lines) and n = 2^31 - 1 (8) are not
+    assert len(REACHABLE) == 18  # of 34: tag 2 (8 lines, below) and n = 2^31 - 1 (8) not
     feistel_via_server.uploaded = set()
     name = "ep-feistel-" + ("sim" if backend.info().backend == "cuda-sim" else "cpu")
     for line in REACHABLE:
@@ -663,3 +665,271 @@ def test_elements_label_dtypes_and_padding(backend, dtype):
     np.testing.assert_array_equal(r.labels[:30], labels[r.indices[:30]])
     pad = 0 if dtype in (np.bool_, np.uint8) else -1
     assert (r.labels[30:] == pad).all() and (r.indices[30:] == -1).all()
+
+
+# ------------------------------------------------------------------------------ classes (SPEC 7)
+# ELEMENTS with `spec.classes` from the wire: the classes are section 8's class indices and
+# tags, the quotas section 7's with n_c the class sizes. The oracle below is written from
+# those two sections' text: a class is (ranges, share), share ("count", t), ("fraction", f)
+# or ("rest", None).
+def classes_quotas(n: Sequence[int], k: int, shares, fill_order: Sequence[int]) -> List[int]:
+    targets = [0] * len(shares)
+    for c, (kind, value) in enumerate(shares):
+        if kind == "count":
+            targets[c] = value
+        elif kind == "fraction":
+            targets[c] = math.floor(k * value)
+    for c, (kind, _) in enumerate(shares):
+        if kind == "rest":
+            targets[c] = k - sum(t for j, t in enumerate(targets) if j != c)
+    m = [min(n[c], targets[c]) for c in range(len(shares))]
+    left = k - sum(m)
+    for c in fill_order:
+        e = min(n[c] - m[c], left)
+        m[c] += e
+        left -= e
+    return m
+
+
+def classes_oracle(labels: Sequence[int], k: int, classes, fill_order: Sequence[int], seed: int,
+                   world: int, rank: int, step: int, epoch: int, shuffle_seed: int):
+    """(indices [K] with -1 padding, [m_c], epoch_steps) of an ELEMENTS step with classes."""
+    members = [[i for i, x in enumerate(labels) if any(lo <= x <= hi for lo, hi in ranges)]
+               for ranges, _ in classes]
+    m = classes_quotas([len(x) for x in members], k, [s for _, s in classes], fill_order)
+    g_total = max([len(members[c]) // m[c] for c in range(len(m)) if m[c] > 0], default=0)
+    steps = g_total // world
+    if step >= steps:
+        return None, m, steps
+    g = step * world + rank
+    chosen = []
+    for c in range(len(m)):
+        if m[c] == 0:
+            continue
+        n = len(members[c])
+        period = n // m[c] * m[c]
+        for q in range(g * m[c], (g + 1) * m[c]):
+            chosen.append(members[c][feistel(n, c, q // period, epoch, shuffle_seed, q % period)])
+    chosen.sort(key=lambda i: (order_key(seed, i), i))
+    return chosen + [-1] * (k - len(chosen)), m, steps
+
+
+def wire_classes(classes) -> List[gpusampler.Class]:
+    out = []
+    for ranges, (kind, value) in classes:
+        share = {"rest": True} if kind == "rest" else {kind: value}
+        out.append(gpusampler.Class(list(ranges), **share))
+    return out
+
+
+# Labels 0..9; three classes (tags 0, 1, 2), one of them two ranges; label 4 is in no class.
+THREE = [([(0, 1)], ("count", 3)), ([(5, 5), (8, 9)], ("fraction", 0.25)),
+         ([(2, 3), (6, 7)], ("rest", None))]
+
+
+def classes_dataset(seed: int = 31, n: int = 600) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.choice(10, size=n, p=[0.02, 0.03, 0.2, 0.2, 0.1, 0.05, 0.1, 0.1, 0.1, 0.1]
+                      ).astype(np.int16)
+
+
+def test_elements_three_wire_classes(backend):
+    labels = classes_dataset()
+    backend.create_dataset("ep-cls3", labels, replace=True)
+    k, world, fill_order = 16, 3, [2, 0]
+    members = [np.flatnonzero(np.isin(labels, [v for lo, hi in r for v in range(lo, hi + 1)]))
+               for r, _ in THREE]
+    seen = [Counter() for _ in THREE]
+    steps = None
+    for rank in range(world):
+        step = 0
+        while True:
+            want, m, want_steps = classes_oracle(labels.tolist(), k, THREE, fill_order, 5, world,
+                                                 rank, step, 2, 13)
+            e = epoch(mode="elements", world_size=world, rank=rank, step=step, epoch=2,
+                      shuffle_seed=13)
+            if want is None:
+                with pytest.raises(gpusampler.GpuSamplerError) as err:
+                    backend.sample(dataset="ep-cls3", num_samples=k, seed=5,
+                                   classes=wire_classes(THREE), fill_order=fill_order, epoch=e)
+                assert err.value.code == grpc.StatusCode.OUT_OF_RANGE
+                assert f"epoch_steps = {want_steps}" in err.value.details
+                break
+            r = backend.sample(dataset="ep-cls3", num_samples=k, seed=5,
+                               classes=wire_classes(THREE), fill_order=fill_order, epoch=e)
+            assert r.epoch_steps == want_steps
+            assert r.indices.tolist() == want, (rank, step)
+            # num_per_class is m_c ([C] for a dataset without row_splits); with three
+            # classes num_positive / num_negative are zeros (section 7).
+            assert r.num_per_class.dtype == np.int32 and r.num_per_class.tolist() == m
+            assert int(r.num_positive[0]) == 0 and int(r.num_negative[0]) == 0
+            valid = r.indices >= 0
+            np.testing.assert_array_equal(r.labels[valid], labels[r.indices[valid]])
+            idx = r.indices[valid].tolist()
+            assert len(set(idx)) == len(idx) == sum(m)
+            for c in range(3):
+                seen[c].update(i for i in idx if i in set(members[c].tolist()))
+            step += 1
+        steps = step if steps is None else steps
+        assert step == steps  # every rank the same count
+    assert steps > 0
+    m = classes_quotas([x.size for x in members], k, [s for _, s in THREE], fill_order)
+    setter = max(range(3), key=lambda c: members[c].size // m[c] if m[c] else -1)
+    # The class that sets G gives each member at most once in the epoch; nothing outside
+    # the classes (label 4) is ever selected.
+    assert max(seen[setter].values()) == 1
+    assert not any(labels[i] == 4 for c in range(3) for i in seen[c])
+
+
+def test_elements_one_and_two_wire_classes_counts(backend):
+    labels = classes_dataset(seed=37)
+    backend.create_dataset("ep-cls12", labels, replace=True)
+    backend.create_dataset("ep-cls12-split", labels, row_splits=np.array([0, labels.size]),
+                           replace=True)
+    e = epoch(mode="elements", world_size=2, rank=1, step=1, epoch=0, shuffle_seed=3)
+    one = [([(2, 3)], ("count", 6))]
+    two = [([(8, 9)], ("fraction", 0.25)), ([(0, 7)], ("rest", None))]
+    for classes, fill_order in ((one, []), (two, [1, 0])):
+        want, m, steps = classes_oracle(labels.tolist(), 12, classes, fill_order, 7, 2, 1, 1, 0, 3)
+        r = backend.sample(dataset="ep-cls12", num_samples=12, seed=7,
+                           classes=wire_classes(classes), fill_order=fill_order, epoch=e)
+        assert r.indices.tolist() == want and r.epoch_steps == steps
+        assert r.num_per_class.shape == (len(classes),) and r.num_per_class.tolist() == m
+        # m_0 / m_1 with two classes, m_0 / 0 with one.
+        assert int(r.num_positive[0]) == m[0]
+        assert int(r.num_negative[0]) == (m[1] if len(m) == 2 else 0)
+        # row_splits [0, N]: answered as [1, K], num_per_class [1, C].
+        s = backend.sample(dataset="ep-cls12-split", num_samples=12, seed=7,
+                           classes=wire_classes(classes), fill_order=fill_order, epoch=e)
+        assert s.indices.shape == (1, 12) and s.indices[0].tolist() == want
+        assert s.num_per_class.shape == (1, len(classes)) and s.num_per_class[0].tolist() == m
+    # The binary spec: no num_per_class, as for any binary request.
+    r = backend.sample(dataset="ep-cls12", num_samples=12, seed=7, positive_label=9,
+                       negative_label=2, epoch=e)
+    assert r.num_per_class is None
+
+
+def test_elements_binary_written_as_classes_same_bytes(backend):
+    """Section 7: the binary spec written as classes [positives: fraction f, negatives:
+    rest] with fill_order [1, 0] is the same ELEMENTS answer (num_per_class aside)."""
+    labels, features = elements_dataset(seed=41)
+    backend.create_dataset("ep-cls-bin", labels, features, replace=True)
+    for step in range(3):
+        e = epoch(mode="elements", world_size=2, rank=0, step=step, epoch=1, shuffle_seed=8)
+        a = backend.sample(dataset="ep-cls-bin", num_samples=32, seed=9, positive_fraction=0.25,
+                           return_features=True, epoch=e)
+        b = backend.sample(dataset="ep-cls-bin", num_samples=32, seed=9, return_features=True,
+                           classes=[gpusampler.Class(1, fraction=0.25),
+                                    gpusampler.Class(0, rest=True)],
+                           fill_order=[1, 0], epoch=e)
+        same_answer(a, b)
+        assert a.epoch_steps == b.epoch_steps
+        assert b.num_per_class.tolist() == [int(a.num_positive[0]), int(a.num_negative[0])]
+
+
+def test_elements_refuses_ranked_selections_and_scores(client):
+    labels = classes_dataset(seed=43)
+    client.create_dataset("ep-cls-err", labels, replace=True)
+    scores = np.random.default_rng(1).random(labels.size).astype(np.float32) + 0.5
+    client.create_dataset("ep-cls-err-scored", labels, scores=scores, replace=True)
+    e = epoch(mode="elements", world_size=1, rank=0, step=0)
+    inv = grpc.StatusCode.INVALID_ARGUMENT
+    for name in ("ep-cls-err", "ep-cls-err-scored"):
+        for sel, extra in (("weighted", {}), ("hardest", {}), ("mixed", {"hard_fraction": 0.5})):
+            classes = [gpusampler.Class(0, count=2),
+                       gpusampler.Class(2, rest=True, selection=sel, **extra)]
+            with pytest.raises(gpusampler.GpuSamplerError) as err:
+                client.sample(dataset=name, num_samples=8, classes=classes, epoch=e,
+                              scores=scores if name == "ep-cls-err" else None)
+            assert err.value.code == inv, err.value.details
+            assert "spec.classes[1].selection" in err.value.details, err.value.details
+            assert "EPOCH_MODE_ELEMENTS" in err.value.details
+    # scores sent with an ELEMENTS step: refused naming `scores`, with classes (UNIFORM) or
+    # the binary spec.
+    for kw in ({"classes": [gpusampler.Class(0, count=2), gpusampler.Class(2, rest=True)]}, {}):
+        with pytest.raises(gpusampler.GpuSamplerError) as err:
+            client.sample(dataset="ep-cls-err", num_samples=8, scores=scores, epoch=e, **kw)
+        assert err.value.code == inv, err.value.details
+        assert err.value.details.startswith("scores"), err.value.details
+        assert "EPOCH_MODE_ELEMENTS" in err.value.details
+    # A dataset's stored scores are not sent: its UNIFORM ELEMENTS steps are those of the
+    # same labels without scores.
+    uniform = [gpusampler.Class(0, count=2), gpusampler.Class(2, rest=True)]
+    a = client.sample(dataset="ep-cls-err-scored", num_samples=8, seed=2, classes=uniform,
+                      epoch=e)
+    b = client.sample(dataset="ep-cls-err", num_samples=8, seed=2, classes=uniform, epoch=e)
+    same_answer(a, b)
+    np.testing.assert_array_equal(a.num_per_class, b.num_per_class)
+
+
+# The feistel.jsonl lines of tag 2 (a third class) through the server: three wire classes,
+# class 2 (label 2) at indices 0..n-1 with count 1, class 0 (label 0) with count 1 and more
+# members than any global step of the line needs (it sets G), class 1 (label 1) with count
+# 0. Global step pass * n + x then returns class 2's member pi(n, 2, pass)(x) = index pi(x).
+# The n = 2^31 - 1 lines stay unit-test-only (the oracle above and feistel_test.cc): a
+# dataset of 2^31 - 1 rows or elements does not fit a test server.
+TAG2 = [x for x in FEISTEL if x["tag"] == 2]
+
+
+def test_feistel_tag2_lines_through_server_with_three_classes(backend):
+    assert len(TAG2) == 8 and all(x["n"] <= 70000 for x in TAG2)
+    assert len(REACHABLE) + len(TAG2) + sum(x["n"] == 2**31 - 1 for x in FEISTEL) == len(FEISTEL)
+    name = "ep-feistel-tag2-" + ("sim" if backend.info().backend == "cuda-sim" else "cpu")
+    uploaded = None
+    for line in TAG2:
+        n, pas = line["n"], line["pass"]
+        key = (n, pas)
+        if key != uploaded:
+            labels = np.array([2] * n + [0] * ((pas + 1) * n + 2) + [1] * 5, np.int8)
+            backend.create_dataset(name, labels, replace=True)
+            uploaded = key
+        classes = [gpusampler.Class(0, count=1), gpusampler.Class(1, count=0),
+                   gpusampler.Class(2, count=1)]
+        r = backend.sample(dataset=name, num_samples=2, seed=3, classes=classes,
+                           epoch=epoch(mode="elements", world_size=1, rank=0,
+                                       step=pas * n + line["x"], epoch=line["epoch"],
+                                       shuffle_seed=line["shuffle_seed"]))
+        assert r.num_per_class.tolist() == [1, 0, 1]
+        picked = [int(i) for i in r.indices if 0 <= i < n]
+        assert len(picked) == 1, r.indices
+        assert picked[0] == line["pi"], line
+
+
+def test_golden_elements_lines_use_no_classes():
+    """epochs_golden.jsonl's ELEMENTS lines are binary-spec lines (test_golden_elements);
+    none names classes, so there is no classes golden line to replay here."""
+    assert all("classes" not in g for g in GOLDEN)
+
+
+# ------------------------------------------------------------------------------ ROWS + classes
+def test_rows_with_classes_and_stored_scores_equal_rows_request(backend):
+    """A ROWS step with a WEIGHTED class over a dataset's stored scores answers exactly the
+    `rows` request of the step's rows (SPEC section 8), num_per_class included."""
+    rng = np.random.default_rng(47)
+    lengths = rng.integers(5, 40, size=23)
+    splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    labels = rng.integers(0, 4, size=int(splits[-1])).astype(np.int32)
+    scores = rng.random(labels.size).astype(np.float32)
+    scores[rng.random(labels.size) < 0.1] = 0.0  # no WEIGHTED members
+    features = rng.standard_normal((labels.size, 3)).astype(np.float32)
+    backend.create_dataset("ep-rows-cls", labels, features, row_splits=splits, scores=scores,
+                           replace=True)
+    classes = [gpusampler.Class([1, 2], count=5, selection="weighted"),
+               gpusampler.Class(3, fraction=0.25, selection="hardest"),
+               gpusampler.Class(0, rest=True)]
+    common = dict(dataset="ep-rows-cls", num_samples=12, seed=21, classes=classes,
+                  fill_order=[2, 0], return_features=True)
+    for rank in range(2):
+        want_steps = None
+        for step in range(3):
+            rows, steps = rows_oracle(23, 2, rank, step, 4, False, 6, 99)
+            r = backend.sample(**common, epoch=epoch(mode="rows", world_size=2, rank=rank,
+                                                     step=step, rows_per_step=4, epoch=6,
+                                                     shuffle_seed=99))
+            assert r.epoch_steps == steps
+            want_steps = steps
+            q = backend.sample(**common, rows=np.array(rows, np.int64))
+            same_answer(r, q)
+            assert r.num_per_class.shape == (len(rows), 3)
+            np.testing.assert_array_equal(r.num_per_class, q.num_per_class)
+        assert want_steps == 3  # 23 rows over 2 ranks: 12 each, 3 steps of 4

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "datasets/datasets.hpp"
+#include "edge/validate.hpp"
 #include "gpusampler/kernels/philox.hpp"
 
 namespace gpusampler::server {
@@ -331,6 +332,73 @@ TEST(EpochsTest, MemberListsCountTowardTheBudget) {
   EXPECT_EQ(registry.bytes(), 5000);
   EXPECT_TRUE(registry.Delete("d"));
   EXPECT_EQ(registry.bytes(), 0);
+}
+
+// At the edge (ValidateRequest, as the server runs it): an ELEMENTS step refuses a class
+// that is not UNIFORM and `scores` sent with the request, each naming the field; a ROWS
+// step takes both (it is a `rows` request).
+TEST(EpochsTest, EdgeRefusesRankedSelectionsAndSentScoresInElements) {
+  DatasetRegistry registry(int64_t{1} << 20);
+  DatasetBuilder builder(&registry, Limits());
+  v1::DatasetChunk chunk;
+  chunk.set_name("d");
+  const std::vector<int64_t> labels = {0, 1, 2, 1, 0, 2, 1, 0};
+  chunk.mutable_labels()->set_dtype(v1::DTYPE_INT64);
+  chunk.mutable_labels()->add_shape(8);
+  chunk.mutable_labels()->set_data(labels.data(), labels.size() * 8);
+  ASSERT_TRUE(builder.Add(chunk).ok());
+  std::shared_ptr<const Dataset> stored;
+  ASSERT_TRUE(builder.Commit(&stored).ok());
+  auto request = [](v1::Selection selection, bool scores, v1::EpochMode mode) {
+    v1::SampleRequest req;
+    req.set_dataset("d");
+    v1::SamplingSpec* spec = req.mutable_spec();
+    spec->set_num_samples(4);
+    for (int64_t c = 0; c < 3; ++c) {
+      v1::ClassSpec* cls = spec->add_classes();
+      v1::LabelRange* r = cls->add_labels();
+      r->set_lo(c);
+      r->set_hi(c);
+      if (c < 2) {
+        cls->set_count(1);
+      } else {
+        cls->set_rest(true);
+        cls->set_selection(selection);
+      }
+    }
+    if (scores) {
+      const std::vector<float> s(8, 1.0f);
+      req.mutable_scores()->set_dtype(v1::DTYPE_FLOAT32);
+      req.mutable_scores()->add_shape(8);
+      req.mutable_scores()->set_data(s.data(), s.size() * sizeof(float));
+    }
+    v1::EpochSpec* e = req.mutable_epoch();
+    e->set_mode(mode);
+    e->set_world_size(1);
+    e->set_rows_per_step(1);
+    return req;
+  };
+  Job ok;
+  Status s = ValidateRequest(request(v1::SELECTION_UNIFORM, false, v1::EPOCH_MODE_ELEMENTS),
+                             Limits(), &ok, &registry);
+  EXPECT_TRUE(s.ok()) << s.message();
+  for (const v1::Selection sel : {v1::SELECTION_WEIGHTED, v1::SELECTION_HARDEST}) {
+    Job job;
+    s = ValidateRequest(request(sel, true, v1::EPOCH_MODE_ELEMENTS), Limits(), &job, &registry);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument);
+    EXPECT_NE(s.message().find("spec.classes[2].selection"), std::string::npos) << s.message();
+  }
+  Job sent;
+  s = ValidateRequest(request(v1::SELECTION_UNIFORM, true, v1::EPOCH_MODE_ELEMENTS), Limits(),
+                      &sent, &registry);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("scores", 0), 0u) << s.message();
+  EXPECT_NE(s.message().find("EPOCH_MODE_ELEMENTS"), std::string::npos) << s.message();
+  Job rows;
+  s = ValidateRequest(request(v1::SELECTION_WEIGHTED, true, v1::EPOCH_MODE_ROWS), Limits(), &rows,
+                      &registry);
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_NE(rows.scores, nullptr);
 }
 
 }  // namespace
