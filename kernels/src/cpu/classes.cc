@@ -119,29 +119,64 @@ LabelLut BuildLut(const RowContext& x, ClassScratch* s) {
 constexpr int kMaxCodes = 257;  // 256 classes + "none"
 constexpr int kCountLanes = 4;
 
+// Pass 1's loop, with the table lookup or search and the score test chosen outside it, and
+// every input in a local: the codes are bytes, which may alias anything, so the compiler
+// would otherwise reload the table's fields after every store. Element i counts in lane
+// i % 4: with few classes, one counter per code would make every element wait for the
+// previous one's store (a store-to-load chain). A chunk is < 2^32 elements.
+template <bool kLut, bool kNeedScores, typename T, typename Code>
+void CodeLoop(const RowContext& x, const T* labels, const LabelLut& lut, int64_t begin, int64_t end,
+              Code* codes, uint32_t (*lanes)[kMaxCodes]) {
+  const uint64_t lut_lo = static_cast<uint64_t>(lut.lo), lut_size = lut.size;
+  const int16_t* lut_table = lut.table;
+  const ClassRange* ranges = x.table.ranges;
+  const int32_t num_ranges = x.table.header->num_ranges;
+  auto code_of = [&](int64_t i) {
+    const int64_t label = static_cast<int64_t>(labels[i]);
+    int32_t cls;
+    if constexpr (kLut) {
+      // Modular: off < size exactly when lo <= label < lo + size.
+      const uint64_t off = static_cast<uint64_t>(label) - lut_lo;
+      cls = (off < lut_size ? lut_table[off < lut_size ? off : 0] : 0) - 1;
+    } else {
+      cls = ClassOfLabel(ranges, num_ranges, label);
+    }
+    if constexpr (kNeedScores) {
+      if (cls >= 0 && !ScoreOk(x, cls, i)) cls = -1;
+    }
+    return cls + 1;
+  };
+  int64_t i = begin;
+  for (; i + kCountLanes <= end; i += kCountLanes) {
+    for (int q = 0; q < kCountLanes; ++q) {
+      const int32_t code = code_of(i + q);
+      codes[i + q] = static_cast<Code>(code);
+      ++lanes[q][code];
+    }
+  }
+  for (; i < end; ++i) {
+    const int32_t code = code_of(i);
+    codes[i] = static_cast<Code>(code);
+    ++lanes[0][code];
+  }
+}
+
 // Pass 1 over [begin, end): codes and per-code counts.
 template <typename T, typename Code>
 void CodeRange(const RowContext& x, const T* labels, const LabelLut& lut, int64_t begin,
                int64_t end, Code* codes, int64_t* counts) {
   const bool need_scores = (x.table.header->flags & kClassesNeedScores) != 0;
   const int64_t width = x.num_classes + 1;
-  // Element i counts in lane i % 4: with few classes, one counter per code would make every
-  // element wait for the previous one's store (a store-to-load chain). A chunk is < 2^32.
   uint32_t lanes[kCountLanes][kMaxCodes];
   for (auto& lane : lanes) std::memset(lane, 0, static_cast<size_t>(width) * sizeof(uint32_t));
-  for (int64_t i = begin; i < end; ++i) {
-    int32_t cls;
-    const int64_t label = static_cast<int64_t>(labels[i]);
-    if (lut.on) {
-      // Modular: off < size exactly when lo <= label < lo + size.
-      const uint64_t off = static_cast<uint64_t>(label) - static_cast<uint64_t>(lut.lo);
-      cls = (off < lut.size ? lut.table[off < lut.size ? off : 0] : 0) - 1;
-    } else {
-      cls = ClassOfLabel(x.table.ranges, x.table.header->num_ranges, label);
-    }
-    if (need_scores && cls >= 0 && !ScoreOk(x, cls, i)) cls = -1;
-    codes[i] = static_cast<Code>(cls + 1);
-    ++lanes[i % kCountLanes][cls + 1];
+  if (lut.on && !need_scores) {
+    CodeLoop<true, false>(x, labels, lut, begin, end, codes, lanes);
+  } else if (lut.on) {
+    CodeLoop<true, true>(x, labels, lut, begin, end, codes, lanes);
+  } else if (!need_scores) {
+    CodeLoop<false, false>(x, labels, lut, begin, end, codes, lanes);
+  } else {
+    CodeLoop<false, true>(x, labels, lut, begin, end, codes, lanes);
   }
   for (const auto& lane : lanes) {
     for (int64_t c = 0; c < width; ++c) counts[c] += lane[c];
