@@ -75,13 +75,6 @@ void DispatchLabels(DType dtype, const uint8_t* bytes, Fn&& fn) {
   }
 }
 
-inline bool ScoreOk(const RowContext& x, int32_t cls, int64_t i) {
-  const int32_t sel = x.table.classes[cls].selection;
-  if (static_cast<Selection>(sel) == Selection::kUniform) return true;
-  const float score = x.scores != nullptr ? x.scores[i] : std::numeric_limits<float>::quiet_NaN();
-  return ScoreAdmits(sel, score);
-}
-
 // The class (+ 1, 0: none) of every label value in [lo, lo + size), when the ranges, cut to
 // the dtype's values, span at most kMaxLutValues: the class-code pass then looks a label up
 // without the binary search's unpredictable branches (every one-byte dtype qualifies).
@@ -131,6 +124,11 @@ void CodeLoop(const RowContext& x, const T* labels, const LabelLut& lut, int64_t
   const int16_t* lut_table = lut.table;
   const ClassRange* ranges = x.table.ranges;
   const int32_t num_ranges = x.table.header->num_ranges;
+  const float* scores = x.scores;
+  int32_t selection[kMaxCodes];
+  if constexpr (kNeedScores) {
+    for (int32_t c = 0; c < x.num_classes; ++c) selection[c] = x.table.classes[c].selection;
+  }
   auto code_of = [&](int64_t i) {
     const int64_t label = static_cast<int64_t>(labels[i]);
     int32_t cls;
@@ -142,7 +140,10 @@ void CodeLoop(const RowContext& x, const T* labels, const LabelLut& lut, int64_t
       cls = ClassOfLabel(ranges, num_ranges, label);
     }
     if constexpr (kNeedScores) {
-      if (cls >= 0 && !ScoreOk(x, cls, i)) cls = -1;
+      if (cls >= 0 && static_cast<Selection>(selection[cls]) != Selection::kUniform) {
+        const float score = scores != nullptr ? scores[i] : std::numeric_limits<float>::quiet_NaN();
+        if (!ScoreAdmits(selection[cls], score)) cls = -1;
+      }
     }
     return cls + 1;
   };
@@ -268,14 +269,20 @@ void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chu
   }
 }
 
-bool Less(const ClassCandidate& a, const ClassCandidate& b) {
-  return a.key < b.key || (a.key == b.key && a.index < b.index);
-}
+// Function objects, not functions: nth_element then inlines the comparison (a function
+// pointer was an indirect call per comparison).
+struct Less {
+  bool operator()(const ClassCandidate& a, const ClassCandidate& b) const {
+    return a.key < b.key || (a.key == b.key && a.index < b.index);
+  }
+};
 
-bool LessLow(const ClassCandidate& a, const ClassCandidate& b) {
-  const uint32_t ua = static_cast<uint32_t>(a.key), ub = static_cast<uint32_t>(b.key);
-  return ua < ub || (ua == ub && a.index < b.index);
-}
+struct LessLow {
+  bool operator()(const ClassCandidate& a, const ClassCandidate& b) const {
+    const uint32_t ua = static_cast<uint32_t>(a.key), ub = static_cast<uint32_t>(b.key);
+    return ua < ub || (ua == ub && a.index < b.index);
+  }
+};
 
 // Moves the m smallest of the c packed keys at x (m < c; each key's u below `bound`) to the
 // front, in any order. The histogram's buckets hold about two keys each (at most 2^11).
@@ -467,12 +474,12 @@ class ClassRowSampler {
     const int64_t m = s_.m[c];
     ClassCandidate* end = base + f;
     if (s_.mode[c] == kUniform || s_.mode[c] == kWeighted) {
-      SelectFront(base, end, m, Less);
+      SelectFront(base, end, m, Less{});
     } else if (s_.mode[c] == kRanked) {
       const bool mixed = static_cast<Selection>(x_.table.classes[c].selection) == Selection::kMixed;
       const int64_t h = mixed ? HardQuota(m, x_.table.classes[c].hard_fraction) : m;
-      SelectFront(base, end, h, Less);
-      SelectFront(base + h, end, m - h, LessLow);
+      SelectFront(base, end, h, Less{});
+      SelectFront(base + h, end, m - h, LessLow{});
     }
     uint32_t* out = s_.selected.data() + s_.first[c];
     for (int64_t j = 0; j < m; ++j) out[j] = base[j].index;
