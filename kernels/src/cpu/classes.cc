@@ -9,10 +9,15 @@
 //   3. the candidate pass reads the codes (and the scores of ranked and weighted members),
 //      generates u (and u2 for WEIGHTED) per key tile and keeps, per class: every member when
 //      the class keeps all of itself; for UNIFORM, members whose u is below CandidateBound
-//      (rerun without the bound when it misses, so the result stays exact); for WEIGHTED the
-//      64-bit key bits of E / w; for HARDEST and MIXED HardestKey << 32 | u;
-//   4. per class, nth_element selection on (key, i) (no full sort); MIXED selects its h
-//      hardest, then the smallest (u, i) of the rest;
+//      (rerun without the bound when it misses, so the result stays exact). Both go packed,
+//      u << 32 | i (8 bytes, the order (u, i)), and a row of only such classes takes a
+//      branch-free loop that stores every member and advances its class's cursor by
+//      (u < bound). For WEIGHTED the 64-bit key bits of E / w, for HARDEST and MIXED
+//      HardestKey << 32 | u, as 16-byte (key, i) records;
+//   4. per class: UNIFORM selects by a histogram of the packed keys' top bits (the keys are
+//      uniform below the bound, so the bucket of the m-th smallest holds a few keys and only
+//      it needs nth_element), the binary path's SelectSmallest; the others nth_element on
+//      (key, i); MIXED selects its h hardest, then the smallest (u, i) of the rest;
 //   5. the selection ordered by (v, i), labels and feature rows gathered, padding.
 #include "cpu/classes.hpp"
 
@@ -70,13 +75,6 @@ void DispatchLabels(DType dtype, const uint8_t* bytes, Fn&& fn) {
   }
 }
 
-inline bool ScoreOk(const RowContext& x, int32_t cls, int64_t i) {
-  const int32_t sel = x.table.classes[cls].selection;
-  if (static_cast<Selection>(sel) == Selection::kUniform) return true;
-  const float score = x.scores != nullptr ? x.scores[i] : std::numeric_limits<float>::quiet_NaN();
-  return ScoreAdmits(sel, score);
-}
-
 // The class (+ 1, 0: none) of every label value in [lo, lo + size), when the ranges, cut to
 // the dtype's values, span at most kMaxLutValues: the class-code pass then looks a label up
 // without the binary search's unpredictable branches (every one-byte dtype qualifies).
@@ -111,38 +109,133 @@ LabelLut BuildLut(const RowContext& x, ClassScratch* s) {
   return lut;
 }
 
+constexpr int kMaxCodes = 257;  // 256 classes + "none"
+constexpr int kCountLanes = 4;
+
+// Pass 1's loop, with the table lookup or search and the score test chosen outside it, and
+// every input in a local: the codes are bytes, which may alias anything, so the compiler
+// would otherwise reload the table's fields after every store. Element i counts in lane
+// i % 4: with few classes, one counter per code would make every element wait for the
+// previous one's store (a store-to-load chain). A chunk is < 2^32 elements.
+template <bool kLut, bool kNeedScores, typename T, typename Code>
+void CodeLoop(const RowContext& x, const T* labels, const LabelLut& lut, int64_t begin, int64_t end,
+              Code* codes, uint32_t (*lanes)[kMaxCodes]) {
+  const uint64_t lut_lo = static_cast<uint64_t>(lut.lo), lut_size = lut.size;
+  const int16_t* lut_table = lut.table;
+  const ClassRange* ranges = x.table.ranges;
+  const int32_t num_ranges = x.table.header->num_ranges;
+  const float* scores = x.scores;
+  int32_t selection[kMaxCodes];
+  if constexpr (kNeedScores) {
+    for (int32_t c = 0; c < x.num_classes; ++c) selection[c] = x.table.classes[c].selection;
+  }
+  auto code_of = [&](int64_t i) {
+    const int64_t label = static_cast<int64_t>(labels[i]);
+    int32_t cls;
+    if constexpr (kLut) {
+      // Modular: off < size exactly when lo <= label < lo + size.
+      const uint64_t off = static_cast<uint64_t>(label) - lut_lo;
+      cls = (off < lut_size ? lut_table[off < lut_size ? off : 0] : 0) - 1;
+    } else {
+      cls = ClassOfLabel(ranges, num_ranges, label);
+    }
+    if constexpr (kNeedScores) {
+      if (cls >= 0 && static_cast<Selection>(selection[cls]) != Selection::kUniform) {
+        const float score = scores != nullptr ? scores[i] : std::numeric_limits<float>::quiet_NaN();
+        if (!ScoreAdmits(selection[cls], score)) cls = -1;
+      }
+    }
+    return cls + 1;
+  };
+  int64_t i = begin;
+  for (; i + kCountLanes <= end; i += kCountLanes) {
+    for (int q = 0; q < kCountLanes; ++q) {
+      const int32_t code = code_of(i + q);
+      codes[i + q] = static_cast<Code>(code);
+      ++lanes[q][code];
+    }
+  }
+  for (; i < end; ++i) {
+    const int32_t code = code_of(i);
+    codes[i] = static_cast<Code>(code);
+    ++lanes[0][code];
+  }
+}
+
 // Pass 1 over [begin, end): codes and per-code counts.
 template <typename T, typename Code>
 void CodeRange(const RowContext& x, const T* labels, const LabelLut& lut, int64_t begin,
                int64_t end, Code* codes, int64_t* counts) {
   const bool need_scores = (x.table.header->flags & kClassesNeedScores) != 0;
-  for (int64_t i = begin; i < end; ++i) {
-    int32_t cls;
-    const int64_t label = static_cast<int64_t>(labels[i]);
-    if (lut.on) {
-      // Modular: off < size exactly when lo <= label < lo + size.
-      const uint64_t off = static_cast<uint64_t>(label) - static_cast<uint64_t>(lut.lo);
-      cls = (off < lut.size ? lut.table[off < lut.size ? off : 0] : 0) - 1;
-    } else {
-      cls = ClassOfLabel(x.table.ranges, x.table.header->num_ranges, label);
+  const int64_t width = x.num_classes + 1;
+  uint32_t lanes[kCountLanes][kMaxCodes];
+  for (auto& lane : lanes) std::memset(lane, 0, static_cast<size_t>(width) * sizeof(uint32_t));
+  if (lut.on && !need_scores) {
+    CodeLoop<true, false>(x, labels, lut, begin, end, codes, lanes);
+  } else if (lut.on) {
+    CodeLoop<true, true>(x, labels, lut, begin, end, codes, lanes);
+  } else if (!need_scores) {
+    CodeLoop<false, false>(x, labels, lut, begin, end, codes, lanes);
+  } else {
+    CodeLoop<false, true>(x, labels, lut, begin, end, codes, lanes);
+  }
+  for (const auto& lane : lanes) {
+    for (int64_t c = 0; c < width; ++c) counts[c] += lane[c];
+  }
+}
+
+bool IsPacked(uint8_t mode) { return mode == kAll || mode == kUniform; }
+
+// Pass 3 over one chunk of a row whose classes are all packed (or skipped): every member is
+// stored at its class's cursor, which advances when u is below the class's bound (kKeepAll:
+// always; "no class" and skipped classes: never, into the chunk's spare slot). A class's
+// cursor stays inside its region: it stores once per member and advances at most as often.
+template <typename Code>
+void PackedRange(const RowContext& x, Isa isa, bool need_u, const Code* codes, int64_t chunk,
+                 const ClassScratch& s, uint64_t* packed, uint64_t* spare, int64_t* found) {
+  const RowDesc& row = *x.row;
+  const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
+  const int32_t nc = x.num_classes;
+  uint64_t* at[kMaxCodes];
+  uint64_t bound[kMaxCodes];
+  at[0] = spare;
+  bound[0] = 0;
+  for (int32_t c = 0; c < nc; ++c) {
+    const bool skip = s.mode[c] == kSkip;
+    at[c + 1] = skip ? spare : packed + s.region[c * x.chunks + chunk];
+    bound[c + 1] = skip ? 0 : s.bound[c];
+  }
+  alignas(64) uint32_t u[kTileElements] = {};
+  for (int64_t tile = begin; tile < end; tile += kTileElements) {
+    const int64_t tile_end = std::min(end, tile + kTileElements);
+    if (need_u) KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
+    for (int64_t i = tile; i < tile_end; ++i) {
+      const int32_t code = codes[i];
+      const uint32_t key_u = u[i - tile];
+      uint64_t* p = at[code];
+      *p = PackKey(key_u, static_cast<uint64_t>(i));
+      at[code] = p + (key_u < bound[code]);
     }
-    if (need_scores && cls >= 0 && !ScoreOk(x, cls, i)) cls = -1;
-    codes[i] = static_cast<Code>(cls + 1);
-    ++counts[cls + 1];
+  }
+  for (int32_t c = 0; c < nc; ++c) {
+    if (s.mode[c] != kSkip) found[c] = at[c + 1] - (packed + s.region[c * x.chunks + chunk]);
   }
 }
 
 // Pass 3 over one chunk: each kept member goes to its class's region for the chunk.
 template <typename Code>
 void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chunk,
-                    const ClassScratch& s, ClassCandidate* cand, int64_t* found) {
+                    const ClassScratch& s, uint64_t* packed, uint64_t* spare, ClassCandidate* cand,
+                    int64_t* found) {
   const RowDesc& row = *x.row;
   const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
-  bool need_u = false, need_u2 = false;
+  bool need_u = false, need_u2 = false, all_packed = true;
   for (int32_t c = 0; c < x.num_classes; ++c) {
     need_u = need_u || s.mode[c] >= kUniform;
     need_u2 = need_u2 || s.mode[c] == kWeighted;
+    all_packed = all_packed && (s.mode[c] == kSkip || IsPacked(s.mode[c]));
   }
+  if (all_packed) return PackedRange(x, isa, need_u, codes, chunk, s, packed, spare, found);
   const int64_t* region = s.region.data();
   alignas(64) uint32_t u[kTileElements] = {};
   alignas(64) uint32_t u2[kTileElements] = {};
@@ -160,11 +253,10 @@ void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chu
         case kSkip:
           continue;
         case kAll:
-          break;
         case kUniform:
           if (key_u >= s.bound[c]) continue;
-          key = key_u;
-          break;
+          packed[region[c * x.chunks + chunk] + found[c]++] = PackKey(key_u, i);
+          continue;
         case kWeighted:
           key = WeightedKeyBits(WeightedE(key_u, u2[i - tile]), x.scores[i]);
           break;
@@ -177,13 +269,41 @@ void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chu
   }
 }
 
-bool Less(const ClassCandidate& a, const ClassCandidate& b) {
-  return a.key < b.key || (a.key == b.key && a.index < b.index);
-}
+// Function objects, not functions: nth_element then inlines the comparison (a function
+// pointer was an indirect call per comparison).
+struct Less {
+  bool operator()(const ClassCandidate& a, const ClassCandidate& b) const {
+    return a.key < b.key || (a.key == b.key && a.index < b.index);
+  }
+};
 
-bool LessLow(const ClassCandidate& a, const ClassCandidate& b) {
-  const uint32_t ua = static_cast<uint32_t>(a.key), ub = static_cast<uint32_t>(b.key);
-  return ua < ub || (ua == ub && a.index < b.index);
+struct LessLow {
+  bool operator()(const ClassCandidate& a, const ClassCandidate& b) const {
+    const uint32_t ua = static_cast<uint32_t>(a.key), ub = static_cast<uint32_t>(b.key);
+    return ua < ub || (ua == ub && a.index < b.index);
+  }
+};
+
+// Moves the m smallest of the c packed keys at x (m < c; each key's u below `bound`) to the
+// front, in any order. The histogram's buckets hold about two keys each (at most 2^11).
+void SelectSmallestPacked(uint64_t* x, int64_t c, int64_t m, uint64_t bound) {
+  int c_bits = 0;
+  while (c_bits < 30 && (int64_t{1} << c_bits) < c) ++c_bits;
+  const int bucket_bits = std::clamp(c_bits - 1, 4, 11);
+  int key_bits = 0;
+  while (key_bits < 32 && (uint64_t{1} << key_bits) < bound) ++key_bits;
+  const int shift = 32 + std::max(0, key_bits - bucket_bits);
+  uint32_t hist[1 << 11];
+  const uint64_t top = (bound - 1) >> (shift - 32);
+  std::memset(hist, 0, static_cast<size_t>(top + 1) * sizeof(uint32_t));
+  for (int64_t j = 0; j < c; ++j) ++hist[x[j] >> shift];
+  // The bound keeps c - m small, so the bucket of the m-th smallest is found from the top.
+  int64_t above = 0;
+  uint64_t bucket = top;
+  while (c - above - hist[bucket] >= m) above += hist[bucket--];
+  uint64_t* mid = std::partition(x, x + c, [&](uint64_t v) { return (v >> shift) < bucket; });
+  uint64_t* hi = std::partition(mid, x + c, [&](uint64_t v) { return (v >> shift) == bucket; });
+  std::nth_element(mid, x + m, hi);
 }
 
 // Moves the first `take` of [first, last) in `less` order to the front (any order).
@@ -243,6 +363,7 @@ class ClassRowSampler {
     FindCandidates(codes);
     Split(pool_, nc, [&](int64_t c) { SelectClass(static_cast<int32_t>(c)); });
     OrderSelection();
+    FindSingleValues();
     WriteOutputs();
   }
 
@@ -275,13 +396,14 @@ class ClassRowSampler {
     if (s_.selected.size() < static_cast<size_t>(s_.first[nc])) s_.selected.resize(s_.first[nc]);
   }
 
-  // Modes, bounds and each (class, chunk)'s candidate region, sized by its member count.
+  // Modes, bounds and each (class, chunk)'s candidate region, sized by its member count, in
+  // s_.packed (UNIFORM, keep-all) or s_.cand; one spare packed slot per chunk past them.
   void PlanCandidates() {
     const int32_t nc = x_.num_classes;
     s_.mode.assign(static_cast<size_t>(nc), kSkip);
     s_.bound.assign(static_cast<size_t>(nc), kKeepAll);
     s_.region.assign(static_cast<size_t>(nc * x_.chunks), 0);
-    int64_t at = 0;
+    int64_t at = 0, at_packed = 0;
     for (int32_t c = 0; c < nc; ++c) {
       const int64_t n = s_.n[c], m = s_.m[c];
       const auto sel = static_cast<Selection>(x_.table.classes[c].selection);
@@ -299,12 +421,16 @@ class ClassRowSampler {
         mode = kRanked;
       }
       s_.mode[c] = mode;
+      int64_t& next = IsPacked(mode) ? at_packed : at;
       for (int64_t ch = 0; ch < x_.chunks; ++ch) {
-        s_.region[c * x_.chunks + ch] = at;
-        if (mode != kSkip) at += s_.chunk_counts[ch * (nc + 1) + c + 1];
+        s_.region[c * x_.chunks + ch] = next;
+        if (mode != kSkip) next += s_.chunk_counts[ch * (nc + 1) + c + 1];
       }
     }
     if (static_cast<int64_t>(s_.cand.size()) < at) s_.cand.resize(static_cast<size_t>(at));
+    spare_ = at_packed;
+    const auto packed_need = static_cast<size_t>(at_packed + x_.chunks);
+    if (s_.packed.size() < packed_need) s_.packed.resize(packed_need);
   }
 
   // The candidate pass; a UNIFORM class whose bound kept fewer than m_c reruns without one.
@@ -314,7 +440,8 @@ class ClassRowSampler {
     for (;;) {
       s_.chunk_found.assign(static_cast<size_t>(x_.chunks * nc), 0);
       Split(pool_, x_.chunks, [&](int64_t ch) {
-        CandidateRange(x_, options_.isa, codes, ch, s_, s_.cand.data(),
+        CandidateRange(x_, options_.isa, codes, ch, s_, s_.packed.data(),
+                       s_.packed.data() + spare_ + ch, s_.cand.data(),
                        s_.chunk_found.data() + ch * nc);
       });
       s_.found.assign(static_cast<size_t>(nc), 0);
@@ -334,6 +461,7 @@ class ClassRowSampler {
   // s_.selected[first_c, first_c + m_c).
   void SelectClass(int32_t c) {
     if (s_.mode[c] == kSkip) return;
+    if (IsPacked(s_.mode[c])) return SelectPackedClass(c);
     const int32_t nc = x_.num_classes;
     ClassCandidate* base = s_.cand.data() + s_.region[c * x_.chunks];
     int64_t f = 0;
@@ -346,15 +474,94 @@ class ClassRowSampler {
     const int64_t m = s_.m[c];
     ClassCandidate* end = base + f;
     if (s_.mode[c] == kUniform || s_.mode[c] == kWeighted) {
-      SelectFront(base, end, m, Less);
+      SelectFront(base, end, m, Less{});
     } else if (s_.mode[c] == kRanked) {
       const bool mixed = static_cast<Selection>(x_.table.classes[c].selection) == Selection::kMixed;
       const int64_t h = mixed ? HardQuota(m, x_.table.classes[c].hard_fraction) : m;
-      SelectFront(base, end, h, Less);
-      SelectFront(base + h, end, m - h, LessLow);
+      SelectFront(base, end, h, Less{});
+      SelectFront(base + h, end, m - h, LessLow{});
     }
     uint32_t* out = s_.selected.data() + s_.first[c];
     for (int64_t j = 0; j < m; ++j) out[j] = base[j].index;
+  }
+
+  void SelectPackedClass(int32_t c) {
+    const int32_t nc = x_.num_classes;
+    uint64_t* base = s_.packed.data() + s_.region[c * x_.chunks];
+    int64_t f = 0;
+    for (int64_t ch = 0; ch < x_.chunks; ++ch) {
+      const int64_t n = s_.chunk_found[ch * nc + c];
+      const uint64_t* src = s_.packed.data() + s_.region[c * x_.chunks + ch];
+      if (src != base + f) std::memmove(base + f, src, static_cast<size_t>(n) * sizeof(*src));
+      f += n;
+    }
+    const int64_t m = s_.m[c];
+    if (m < f) SelectSmallestPacked(base, f, m, s_.bound[c]);
+    uint32_t* out = s_.selected.data() + s_.first[c];
+    for (int64_t j = 0; j < m; ++j) out[j] = PackedIndex(base[j]);
+  }
+
+  // Slots [begin, selected) from s_.items, [selected, end) padding.
+  void WriteSlots(int64_t begin, int64_t selected, int64_t end) {
+    const int64_t pad = Traits(row_.label_dtype).padding_label;
+    int64_t* out_idx = batch_.out_indices + row_.out_slot;
+    uint8_t* out_lab = batch_.out_labels + row_.out_label_offset;
+    const uint8_t* in_lab = batch_.labels + row_.label_offset;
+    auto write = [&](auto word, const auto* codes) {
+      using W = decltype(word);
+      for (int64_t slot = begin; slot < selected; ++slot) {
+        const uint32_t i = PackedIndex(s_.items[slot]);
+        out_idx[slot] = i;
+        const int32_t code = codes[i];
+        W value;
+        if (single_[code]) {
+          value = static_cast<W>(single_value_[code]);
+        } else {
+          std::memcpy(&value, in_lab + i * sizeof(W), sizeof(W));
+        }
+        std::memcpy(out_lab + slot * sizeof(W), &value, sizeof(W));
+      }
+      const W pad_word = static_cast<W>(pad);  // little-endian low bytes
+      for (int64_t slot = std::max(begin, selected); slot < end; ++slot) {
+        out_idx[slot] = -1;
+        std::memcpy(out_lab + slot * sizeof(W), &pad_word, sizeof(W));
+      }
+    };
+    auto with_codes = [&](auto word) {
+      if (x_.num_classes > 255) {
+        write(word, reinterpret_cast<const uint16_t*>(s_.codes.data()));
+      } else {
+        write(word, s_.codes.data());
+      }
+    };
+    switch (DTypeSize(row_.label_dtype)) {
+      case 1:
+        return with_codes(uint8_t{});
+      case 2:
+        return with_codes(uint16_t{});
+      case 4:
+        return with_codes(uint32_t{});
+      default:
+        return with_codes(uint64_t{});
+    }
+  }
+
+  // single_[code]: whether the class of `code` is one label value (single_value_[code]);
+  // code 0 (no class) is never selected.
+  void FindSingleValues() {
+    const int32_t nc = x_.num_classes;
+    std::fill(single_, single_ + nc + 1, uint8_t{1});
+    std::fill(single_value_, single_value_ + nc + 1, int64_t{0});
+    uint8_t seen[kMaxCodes] = {};
+    for (int32_t r = 0; r < x_.table.header->num_ranges; ++r) {
+      const ClassRange& range = x_.table.ranges[r];
+      const int32_t code = range.cls + 1;
+      if (range.lo != range.hi || (seen[range.cls] && single_value_[code] != range.lo)) {
+        single_[code] = 0;
+      }
+      seen[range.cls] = 1;
+      single_value_[code] = range.lo;
+    }
   }
 
   // s_.items[0, M): v << 32 | i of every selected element, sorted.
@@ -375,28 +582,25 @@ class ClassRowSampler {
     SortItems(s_.items.data(), total, &s_.tmp);
   }
 
+  // Slots in parallel chunks, as the binary path: indices, labels, feature rows. A class of
+  // one label value writes that value, read from the table, so only the codes (1-2 bytes,
+  // cache-resident for most rows) are read at the selected positions, not the labels.
   void WriteOutputs() {
     const int64_t k = row_.num_samples;
     const int64_t total = s_.first.back();
-    const size_t item = static_cast<size_t>(DTypeSize(row_.label_dtype));
+    const int64_t fbytes = row_.feature_row_bytes;
     int64_t* out_idx = batch_.out_indices + row_.out_slot;
-    uint8_t* out_lab = batch_.out_labels + row_.out_label_offset;
-    const uint8_t* in_lab = batch_.labels + row_.label_offset;
-    const int64_t pad = Traits(row_.label_dtype).padding_label;
-    for (int64_t slot = 0; slot < k; ++slot) {
-      if (slot < total) {
-        const uint32_t i = PackedIndex(s_.items[slot]);
-        out_idx[slot] = i;
-        std::memcpy(out_lab + slot * item, in_lab + i * item, item);
-      } else {
-        out_idx[slot] = -1;
-        std::memcpy(out_lab + slot * item, &pad, item);  // little-endian low bytes
+    const uint8_t* in_feat = batch_.features + row_.feature_offset;
+    uint8_t* out_feat = batch_.out_features + row_.out_feature_offset;
+    const int64_t per = std::max<int64_t>(kTileElements, (k + x_.chunks - 1) / x_.chunks);
+    Split(pool_, (k + per - 1) / per, [&](int64_t t) {
+      const int64_t begin = t * per, end = std::min(k, begin + per);
+      WriteSlots(begin, std::min(end, total), end);
+      if (fbytes > 0) {
+        GatherRows(out_idx + begin, nullptr, end - begin, fbytes, in_feat,
+                   out_feat + begin * fbytes, stores_);
       }
-    }
-    if (row_.feature_row_bytes > 0) {
-      GatherRows(out_idx, nullptr, k, row_.feature_row_bytes, batch_.features + row_.feature_offset,
-                 batch_.out_features + row_.out_feature_offset, stores_);
-    }
+    });
     const int64_t r = &row_ - batch_.rows;
     const int32_t nc = x_.num_classes;
     for (int32_t c = 0; c < nc; ++c) {
@@ -413,6 +617,9 @@ class ClassRowSampler {
   ClassScratch& s_;
   ThreadPool* const pool_;
   RowContext x_;
+  int64_t spare_ = 0;  // s_.packed's first spare slot
+  uint8_t single_[kMaxCodes];
+  int64_t single_value_[kMaxCodes];
 };
 
 }  // namespace

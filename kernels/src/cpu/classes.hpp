@@ -25,8 +25,9 @@ struct ClassScratch {
   std::vector<uint8_t> codes;         // the class-code pass's codes (1 or 2 bytes each)
   std::vector<int64_t> chunk_counts;  // [chunk][C + 1]: elements per code
   std::vector<int64_t> chunk_found;   // [chunk][C]: candidates the chunk kept
-  std::vector<int64_t> region;        // [C][chunk]: first candidate slot
-  std::vector<ClassCandidate> cand;   // every class's candidates, by class then chunk
+  std::vector<int64_t> region;        // [C][chunk]: first candidate slot (of cand or packed)
+  std::vector<ClassCandidate> cand;   // WEIGHTED and ranked candidates, by class then chunk
+  std::vector<uint64_t> packed;       // UNIFORM and keep-all candidates, u << 32 | i, likewise
   std::vector<uint32_t> selected;     // indices of the selection, class after class
   std::vector<uint64_t> items, tmp;   // v << 32 | i of the selection; sort scratch
   // Per class of the row: members n, quotas m, first selection slot, candidate bound, mode.
