@@ -145,13 +145,25 @@ def test_golden_v2_dataset(golden_client, case):
         check(case, stored)
         if scores is None:
             return
-        # Scores sent with the request win; rows named in reverse order.
+        # Scores sent with the request win; rows named in reverse order. Row r of a request
+        # keys its own random numbers (r is the row's index in the request), so the answer is
+        # the inline request of the reversed rows with those scores, not the golden rows
+        # reordered.
         golden_client.create_dataset(name, labels, row_splits=splits,
                                      scores=np.ones_like(scores), replace=True)
         order = list(range(len(case["labels"])))[::-1]
+        reversed_case = dict(case, labels=[case["labels"][r] for r in order],
+                             scores=[case["scores"][r] for r in order])
         sent = np.concatenate([scores[splits[r]:splits[r + 1]] for r in order])
         out = golden_client.sample(dataset=name, rows=np.array(order), scores=sent, **spec)
-        check(case, out, order)
+        want = golden_client.sample(**inline_args(reversed_case))
+        for field in ("indices", "labels", "num_positive", "num_negative", "num_per_class"):
+            np.testing.assert_array_equal(np.asarray(getattr(out, field)).reshape(-1),
+                                          np.asarray(getattr(want, field)).reshape(-1), field)
+        # And the sent scores did win: with the stored all-1.0 scores the weighted answer differs.
+        ones = golden_client.sample(dataset=name, rows=np.array(order), **spec)
+        if case["name"].startswith("weighted"):
+            assert not np.array_equal(np.asarray(ones.indices), np.asarray(out.indices))
     finally:
         golden_client.delete_dataset(name)
 

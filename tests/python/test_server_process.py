@@ -54,9 +54,11 @@ def test_device_cuda_without_a_gpu_exits_non_zero_naming_the_reason(tmp_path):
     assert run.returncode != 0
     text = run.stdout + run.stderr
     assert "--device cuda: no CUDA device is available: " in text, text
-    # The reason: the CUDA runtime's error and versions, or a build without CUDA.
-    assert re.search(r"cudaGetDeviceCount failed: cudaError\w+|reports no device|"
-                     r"no CUDA backend", text), text
+    # The reason: no driver at all, the CUDA runtime's error and versions, or a build without
+    # CUDA; never a status code name.
+    assert re.search(r"no NVIDIA driver found|cudaGetDeviceCount failed: cudaError\w+|"
+                     r"reports no device|no CUDA backend", text), text
+    assert "INVALID_ARGUMENT" not in text, text
 
 
 @pytest.mark.skipif(gpu_usable(), reason="a GPU is usable here: --device auto serves on it")

@@ -70,7 +70,8 @@ class CudaBackend final : public Backend {
   MemorySpace memory_space() const override { return MemorySpace::kDevice; }
   void Sample(const Batch& batch) override;
   void* stream() const override { return stream_; }
-  void Reserve(int64_t num_rows, int64_t total_elements, int64_t total_slots) override;
+  void Reserve(int64_t num_rows, int64_t total_elements, int64_t total_slots,
+               int64_t total_class_pairs = 0) override;
   void ReleaseGraphs() override { policy_.ReleaseGraphs(); }
   uint32_t* error_flags() override { return error_flags_; }
 
@@ -120,7 +121,8 @@ void CudaBackend::ReleaseArena() noexcept {
   capacity_ = Capacity{};
 }
 
-void CudaBackend::Reserve(int64_t num_rows, int64_t total_elements, int64_t total_slots) {
+void CudaBackend::Reserve(int64_t num_rows, int64_t total_elements, int64_t total_slots,
+                          int64_t total_class_pairs) {
   Batch sizes;
   sizes.num_rows = num_rows;
   sizes.total_elements = total_elements;
@@ -128,7 +130,8 @@ void CudaBackend::Reserve(int64_t num_rows, int64_t total_elements, int64_t tota
   CheckBatch(sizes, /*pointers=*/false);
   if (num_rows == 0) return;
   detail::ScopedDevice guard(device_);
-  const pipeline::Shape bound = pipeline::BoundShape(num_rows, total_elements, total_slots);
+  const pipeline::Shape bound =
+      pipeline::BoundShape(num_rows, total_elements, total_slots, total_class_pairs);
   Reserve(BytesNeeded(pipeline::MakeLayout(bound).bytes));
 }
 

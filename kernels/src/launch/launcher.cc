@@ -43,7 +43,7 @@ void CudaLauncher::Release() noexcept {
 bool CudaLauncher::Holds(const LaunchSizes& sizes) const {
   return sizes.in_bytes <= capacity_.in_bytes && sizes.out_bytes <= capacity_.out_bytes &&
          sizes.rows <= capacity_.rows && sizes.elements <= capacity_.elements &&
-         sizes.slots <= capacity_.slots;
+         sizes.slots <= capacity_.slots && sizes.class_pairs <= capacity_.class_pairs;
 }
 
 // A pinned buffer and its device twin, grown together to hold `want` bytes.
@@ -72,10 +72,12 @@ void CudaLauncher::Reserve(const LaunchSizes& sizes) {
   const int64_t rows = std::max(capacity_.rows, sizes.rows);
   const int64_t elements = std::max(capacity_.elements, sizes.elements);
   const int64_t slots = std::max(capacity_.slots, sizes.slots);
-  if (rows > 0) backend_->Reserve(rows, elements, slots);
+  const int64_t pairs = std::max(capacity_.class_pairs, sizes.class_pairs);
+  if (rows > 0) backend_->Reserve(rows, elements, slots, pairs);
   capacity_.rows = rows;
   capacity_.elements = elements;
   capacity_.slots = slots;
+  capacity_.class_pairs = pairs;
 }
 
 void CudaLauncher::Launch(const std::function<void()>& enqueue) {

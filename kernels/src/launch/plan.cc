@@ -91,8 +91,10 @@ Regions RegionsFor(const StagedSizes& sizes) {
   return r;
 }
 
-LaunchSizes SizesOf(const Regions& r, int64_t rows, int64_t elements, int64_t slots) {
+LaunchSizes SizesOf(const Regions& r, int64_t rows, int64_t elements, int64_t slots,
+                    int64_t class_pairs) {
   LaunchSizes sizes;
+  sizes.class_pairs = class_pairs;
   sizes.rows = rows;
   sizes.elements = elements;
   sizes.slots = slots;

@@ -76,6 +76,7 @@ void SizeRegions(LaunchPlan* plan);
 // The regions that hold any launch of at most `sizes` (StagedLaunch::Reserve).
 Regions RegionsFor(const StagedSizes& sizes);
 // Launch sizes of the CUDA launcher for these regions and counts.
-LaunchSizes SizesOf(const Regions& r, int64_t rows, int64_t elements, int64_t slots);
+LaunchSizes SizesOf(const Regions& r, int64_t rows, int64_t elements, int64_t slots,
+                    int64_t class_pairs);
 
 }  // namespace gpusampler::kernels

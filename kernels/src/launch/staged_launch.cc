@@ -99,7 +99,7 @@ void StagedLaunch::LoweredClassCounts(const Plan& plan, uint8_t* out) const {
 
 void StagedLaunch::Reserve(const StagedSizes& sizes) {
   if (!launcher_) return;
-  Grow(SizesOf(RegionsFor(sizes), sizes.rows, sizes.elements, sizes.slots));
+  Grow(SizesOf(RegionsFor(sizes), sizes.rows, sizes.elements, sizes.slots, sizes.class_outputs));
 }
 
 void StagedLaunch::Grow(const LaunchSizes& want) {
@@ -339,7 +339,8 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
   const Regions& reg = plan.regions;
   // Within the reserved sizes this allocates nothing; beyond them it is one deliberate growth
   // before anything of this launch is enqueued (the previous launch has finished).
-  Grow(SizesOf(reg, plan.num_rows, plan.total_elements, plan.total_slots));
+  Grow(
+      SizesOf(reg, plan.num_rows, plan.total_elements, plan.total_slots, plan.total_class_outputs));
   uint8_t* h_in = launcher_->h_in();
   uint8_t* d_in = launcher_->d_in();
   uint8_t* h_out = launcher_->h_out();

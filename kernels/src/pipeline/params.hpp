@@ -192,7 +192,8 @@ struct Shape {
 
 Shape MakeShape(const RowDesc* host_rows, int64_t num_rows, int64_t small_max = kSmallRowMax);
 // Worst-case shape for launches of at most these sizes (arena sizing at Reserve).
-// total_class_pairs: sum of num_classes over the class rows; -1: every row may have kMaxClasses.
+// total_class_pairs: sum of num_classes over the class rows (Backend::Reserve's caller counts
+// them); -1: every row may have kMaxClasses (about 1 KB per row and class: for tests only).
 Shape BoundShape(int64_t num_rows, int64_t total_elements, int64_t total_slots,
                  int64_t total_class_pairs = -1);
 

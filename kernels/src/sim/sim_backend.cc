@@ -75,10 +75,12 @@ class SimBackend final : public Backend {
     });
   }
 
-  void Reserve(int64_t num_rows, int64_t total_elements, int64_t total_slots) override {
+  void Reserve(int64_t num_rows, int64_t total_elements, int64_t total_slots,
+               int64_t total_class_pairs = 0) override {
     if (!stream_ || num_rows <= 0) return;
-    GrowArena(
-        pipeline::MakeLayout(pipeline::BoundShape(num_rows, total_elements, total_slots)).bytes);
+    GrowArena(pipeline::MakeLayout(
+                  pipeline::BoundShape(num_rows, total_elements, total_slots, total_class_pairs))
+                  .bytes);
   }
 
   void ReleaseGraphs() override { policy_.ReleaseGraphs(); }

@@ -39,7 +39,10 @@ class Backend {
   // on the backend's stream; does not synchronize. Throws Error(kInvalidArgument) while a
   // captured graph refers to the scratch space (see ReleaseGraphs), kOutOfMemory when the
   // device is full. CPU: no-op.
-  virtual void Reserve(int64_t /*num_rows*/, int64_t /*total_elements*/, int64_t /*total_slots*/) {}
+  // `total_class_pairs`: the (row, class) pairs of the class rows (sum of num_classes; SPEC
+  // section 7), whose per-pair tables the arena holds too.
+  virtual void Reserve(int64_t /*num_rows*/, int64_t /*total_elements*/, int64_t /*total_slots*/,
+                       int64_t /*total_class_pairs*/ = 0) {}
   // Tells the backend that every CUDA graph captured from its Sample() has been destroyed.
   // Until then its scratch space never moves (growth is refused), so a graph can never
   // replay into freed memory. CPU: no-op.

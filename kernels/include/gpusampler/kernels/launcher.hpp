@@ -27,6 +27,10 @@ struct LaunchSizes {
   int64_t slots = 0;     // output slots
   size_t in_bytes = 0;   // staged inputs (rows, labels, tables)
   size_t out_bytes = 0;  // staged outputs
+  // (row, class) pairs of the launch's class rows (sum of num_classes; SPEC section 7): the
+  // class path's per-pair tables. Counted, not assumed: a worst case of 256 classes per row
+  // would reserve about 1 KB per row and class.
+  int64_t class_pairs = 0;
 };
 
 class CudaLauncher {
