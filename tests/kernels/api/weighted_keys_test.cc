@@ -1,5 +1,5 @@
-// shared/reference/weighted_keys.jsonl (tests/data): the weighted key E and E / w of SPEC
-// section 7, bit for bit. Lines with (seed, row, i) take u and u2 from Philox (ElementKey, and
+// tests/data/weighted_keys.jsonl (an independent implementation): the weighted key E and E / w of
+// SPEC section 7, bit for bit. Lines with (seed, row, i) take u and u2 from Philox (ElementKey, and
 // the CPU backend's key tiles on every ISA this CPU runs); lines with only (u, u2) use them.
 #include <gtest/gtest.h>
 
