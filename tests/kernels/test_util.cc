@@ -235,9 +235,11 @@ std::vector<Result> RunFused(const std::string& backend_name, const std::vector<
       for (int64_t rr = 0; rr < o.num_rows; ++rr, ++r) {
         const RowDesc& d = rows[r];
         const int64_t k = o.k;
-        std::memcpy(out_idx.data() + d.out_slot, o.indices + rr * k, static_cast<size_t>(k) * 8);
-        std::memcpy(out_lab.data() + d.out_label_offset, o.labels + rr * k * item,
-                    static_cast<size_t>(k) * item);
+        if (k > 0) {  // K = 0: no slots (and the output pointers may be null)
+          std::memcpy(out_idx.data() + d.out_slot, o.indices + rr * k, static_cast<size_t>(k) * 8);
+          std::memcpy(out_lab.data() + d.out_label_offset, o.labels + rr * k * item,
+                      static_cast<size_t>(k) * item);
+        }
         if (d.feature_row_bytes > 0 && o.features != nullptr) {
           std::memcpy(out_feat.data() + d.out_feature_offset,
                       o.features + rr * k * d.feature_row_bytes,

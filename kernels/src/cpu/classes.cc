@@ -130,7 +130,10 @@ void CodeLoop(const RowContext& x, const T* labels, const LabelLut& lut, int64_t
     for (int32_t c = 0; c < x.num_classes; ++c) selection[c] = x.table.classes[c].selection;
   }
   auto code_of = [&](int64_t i) {
-    const int64_t label = static_cast<int64_t>(labels[i]);
+    // Rows of a fused launch start at any byte offset: load the label unaligned.
+    T raw;
+    std::memcpy(&raw, labels + i, sizeof raw);
+    const int64_t label = static_cast<int64_t>(raw);
     int32_t cls;
     if constexpr (kLut) {
       // Modular: off < size exactly when lo <= label < lo + size.

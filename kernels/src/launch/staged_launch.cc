@@ -354,8 +354,10 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
   StageLabels(requests, plan, h_in + reg.rows);
   // Classes: the compiled tables and the scores after the labels.
   if (plan.any_classes) {
-    std::memcpy(h_in + reg.rows + reg.labels, classes_.class_tables().data(),
-                classes_.class_tables().size());
+    if (!classes_.class_tables().empty()) {  // every class request may have been lowered
+      std::memcpy(h_in + reg.rows + reg.labels, classes_.class_tables().data(),
+                  classes_.class_tables().size());
+    }
     StageScores(requests, reinterpret_cast<float*>(h_in + reg.rows + reg.labels + reg.tables));
   }
   // One upload (row table, staged labels, class tables and scores are adjacent), the
