@@ -307,6 +307,33 @@ LaunchStats LastStats(const std::string& backend) {
   return stats;
 }
 
+// A reference row's K slots from its selected (v, i) pairs: sorted by (v, i), padded as
+// section 1 says. `stored` reads a label as the case's dtype stores it.
+template <class Stored>
+void AppendReferenceRow(const Case& c, uint32_t row, int64_t k, const std::vector<int64_t>& labels,
+                        const Stored& stored, std::vector<std::pair<uint32_t, int64_t>>* chosen,
+                        Result* res) {
+  std::sort(chosen->begin(), chosen->end());
+  std::vector<int64_t> idx(static_cast<size_t>(k), -1), lab(static_cast<size_t>(k));
+  std::vector<uint8_t> feat(static_cast<size_t>(k * c.feature_row_bytes), 0);
+  const int64_t pad = (c.dtype == DType::kUInt8 || c.dtype == DType::kBool) ? 0 : -1;
+  for (int64_t s = 0; s < k; ++s) {
+    if (s < static_cast<int64_t>(chosen->size())) {
+      const int64_t i = (*chosen)[s].second;
+      idx[s] = i;
+      lab[s] = stored(labels[i]);
+      for (int64_t b = 0; b < c.feature_row_bytes; ++b) {
+        feat[s * c.feature_row_bytes + b] = FeatureByte(row, i, b);
+      }
+    } else {
+      lab[s] = pad;
+    }
+  }
+  res->indices.push_back(std::move(idx));
+  res->labels.push_back(std::move(lab));
+  res->features.push_back(std::move(feat));
+}
+
 Result Reference(const Case& c) {
   Result res;
   const int64_t k = c.spec.num_samples;
@@ -349,25 +376,7 @@ Result Reference(const Case& c) {
       const int64_t i = neg[j].second;
       chosen.emplace_back(ElementKey(c.seed, row, kOrderStream, static_cast<uint64_t>(i)), i);
     }
-    std::sort(chosen.begin(), chosen.end());
-    std::vector<int64_t> idx(static_cast<size_t>(k), -1), lab(static_cast<size_t>(k));
-    std::vector<uint8_t> feat(static_cast<size_t>(k * c.feature_row_bytes), 0);
-    const int64_t pad = (c.dtype == DType::kUInt8 || c.dtype == DType::kBool) ? 0 : -1;
-    for (int64_t s = 0; s < k; ++s) {
-      if (s < static_cast<int64_t>(chosen.size())) {
-        const int64_t i = chosen[s].second;
-        idx[s] = i;
-        lab[s] = stored(labels[i]);
-        for (int64_t b = 0; b < c.feature_row_bytes; ++b) {
-          feat[s * c.feature_row_bytes + b] = FeatureByte(row, i, b);
-        }
-      } else {
-        lab[s] = pad;
-      }
-    }
-    res.indices.push_back(std::move(idx));
-    res.labels.push_back(std::move(lab));
-    res.features.push_back(std::move(feat));
+    AppendReferenceRow(c, row, k, labels, stored, &chosen, &res);
     res.num_positive.push_back(static_cast<int32_t>(m_pos));
     res.num_negative.push_back(static_cast<int32_t>(m_neg));
   }
@@ -472,25 +481,7 @@ Result ReferenceClasses(const Case& c) {
         chosen.emplace_back(ElementKey(c.seed, row, kOrderStream, static_cast<uint64_t>(i)), i);
       }
     }
-    std::sort(chosen.begin(), chosen.end());
-    std::vector<int64_t> idx(static_cast<size_t>(k), -1), lab(static_cast<size_t>(k));
-    std::vector<uint8_t> feat(static_cast<size_t>(k * c.feature_row_bytes), 0);
-    const int64_t pad = (c.dtype == DType::kUInt8 || c.dtype == DType::kBool) ? 0 : -1;
-    for (int64_t s = 0; s < k; ++s) {
-      if (s < static_cast<int64_t>(chosen.size())) {
-        const int64_t i = chosen[s].second;
-        idx[s] = i;
-        lab[s] = stored(labels[i]);
-        for (int64_t b = 0; b < c.feature_row_bytes; ++b) {
-          feat[s * c.feature_row_bytes + b] = FeatureByte(row, i, b);
-        }
-      } else {
-        lab[s] = pad;
-      }
-    }
-    res.indices.push_back(std::move(idx));
-    res.labels.push_back(std::move(lab));
-    res.features.push_back(std::move(feat));
+    AppendReferenceRow(c, row, k, labels, stored, &chosen, &res);
     res.num_positive.push_back(num_classes <= 2 ? static_cast<int32_t>(m[0]) : 0);
     res.num_negative.push_back(num_classes == 2 ? static_cast<int32_t>(m[1]) : 0);
     std::vector<int32_t> per_class;
