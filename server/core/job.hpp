@@ -95,6 +95,9 @@ struct Job {
   // Called exactly once, from a worker thread (or from Submit's caller when the scheduler
   // refuses the job). After it returns the job's pointers may dangle.
   std::function<void(const Status&)> done;
+  // Set when the answer is computed off the scheduler and off the gRPC thread (an ELEMENTS
+  // epoch step that builds the member lists: SubmitJob runs it on the epoch thread).
+  std::function<Status(Job&)> answer_off_scheduler;
 };
 
 }  // namespace gpusampler::server

@@ -4,13 +4,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <thread>
 #include <utility>
 
 #include "core/job.hpp"
 #include "datasets/datasets.hpp"
 #include "gpusampler/kernels/classes.hpp"
 #include "gpusampler/kernels/device.hpp"
+#include "gpusampler/kernels/elements.hpp"
 #include "gpusampler/kernels/feistel.hpp"
 #include "gpusampler/kernels/philox.hpp"
 #include "gpusampler/kernels/quota.hpp"
@@ -45,7 +49,7 @@ std::vector<uint8_t> CompileClasses(const kernels::SamplingSpec& spec) {
 // m_c of every class for the class sizes of `members` (sections 1 and 7).
 std::vector<int64_t> Quotas(const kernels::SamplingSpec& spec, const ClassMembers& members) {
   std::vector<int64_t> n;
-  for (const auto& m : members.members) n.push_back(static_cast<int64_t>(m.size()));
+  for (size_t c = 0; c < members.num_classes(); ++c) n.push_back(members.count(c));
   const int64_t k = spec.num_samples;
   if (spec.classes.empty()) {
     const kernels::Quotas q = kernels::ComputeQuotas(
@@ -89,17 +93,6 @@ void ForEachMember(const uint8_t* labels, DType dtype, int64_t n, const kernels:
   });
 }
 
-// Where the workers keep the dataset's bytes, host-addressable: its host copy, or the
-// cuda-sim device's copy (host memory). Null for a dataset held only in CUDA memory.
-const uint8_t* HostLabels(const Dataset& ds) {
-  if (ds.num_elements() == 0 || ds.labels.size() > 0) return ds.labels.data();
-  return ds.DeviceLabels(kernels::kSimDevice);
-}
-const uint8_t* HostFeatures(const Dataset& ds) {
-  if (ds.features.size() > 0) return ds.features.data();
-  return ds.DeviceFeatures(kernels::kSimDevice);
-}
-
 // madvise(MADV_HUGEPAGE) on the whole 2 MiB pages inside [p, p + bytes), before they are
 // first touched. A hint: ignored where transparent huge pages are off.
 void AdviseHugePages(void* p, size_t bytes) {
@@ -115,58 +108,91 @@ void SetTensor(v1::Tensor* t, DType dtype, const std::vector<int64_t>& shape, st
   *t->mutable_data() = std::move(bytes);
 }
 
+// BuildClassMembers, mutable (BuildDatasetMembers places it).
+std::shared_ptr<ClassMembers> BuildMembers(const uint8_t* labels, DType dtype, int64_t n,
+                                           const kernels::SamplingSpec& spec) {
+  auto out = std::make_shared<ClassMembers>();
+  const size_t classes = spec.classes.empty() ? 2 : spec.classes.size();
+  out->members.resize(classes);
+  // Counted first, so that each list is one allocation of its final size, backed by huge
+  // pages where the kernel offers them: a step reads K members at random places of lists
+  // that may be hundreds of MB, and with 4 KiB pages nearly every read is a TLB miss too.
+  std::vector<size_t> counts(classes, 0);
+  ForEachMember(labels, dtype, n, spec,
+                [&](int64_t, int32_t c) { ++counts[static_cast<size_t>(c)]; });
+  for (size_t c = 0; c < classes; ++c) {
+    out->members[c].reserve(counts[c]);
+    AdviseHugePages(out->members[c].data(), counts[c] * sizeof(uint32_t));
+  }
+  ForEachMember(labels, dtype, n, spec, [&](int64_t i, int32_t c) {
+    out->members[static_cast<size_t>(c)].push_back(static_cast<uint32_t>(i));
+  });
+  return out;
+}
+
+// The device a dataset's bytes live on (its first device copy: cuda-sim or CUDA), or
+// ClassMembers::kOnHost for a dataset held in host memory.
+int DatasetDevice(const Dataset& ds) {
+  if (ds.num_elements() == 0 || ds.device_copies.empty()) {
+    return ClassMembers::kOnHost;
+  }
+  return ds.device_copies.front().device;
+}
+
+// The member lists of `ds` for `spec`, in the memory the dataset lives in: built from its
+// host labels, or from a host copy of its device labels and then placed on that device.
+std::shared_ptr<ClassMembers> BuildDatasetMembers(const Dataset& ds,
+                                                  const kernels::SamplingSpec& spec) {
+  const int device = DatasetDevice(ds);
+  if (device == ClassMembers::kOnHost) {
+    return BuildMembers(ds.labels.data(), ds.label_dtype, ds.num_elements(), spec);
+  }
+  const size_t bytes = static_cast<size_t>(ds.num_elements()) * kernels::DTypeSize(ds.label_dtype);
+  std::unique_ptr<uint8_t[]> host(new uint8_t[bytes]);  // one O(N) copy, for this build only
+  kernels::ElementsCopyToHost(device, host.get(), ds.DeviceLabels(device), bytes);
+  auto built = BuildMembers(host.get(), ds.label_dtype, ds.num_elements(), spec);
+  built->PlaceOnDevice(device);
+  return built;
+}
+
 // The member lists for `job`'s spec: from the dataset's index, or built now and kept there
 // (charged to the registry; not kept when the budget cannot take them).
 Status MemberLists(DatasetRegistry* registry, const Dataset& ds, const Job& job,
                    std::shared_ptr<const ClassMembers>* out) {
   const std::string key = MembershipKey(job.spec);
   if ((*out = ds.epoch_index.Find(key))) return Status::Ok();
-  const uint8_t* labels = HostLabels(ds);
-  if (labels == nullptr) {
-    return Status(Code::kFailedPrecondition,
-                  "epoch.mode EPOCH_MODE_ELEMENTS is served by CPU and cuda-sim workers only; "
-                  "dataset '" +
-                      ds.name + "' is held in CUDA device memory");
-  }
-  auto built = BuildClassMembers(labels, ds.label_dtype, ds.num_elements(), job.spec);
+  std::shared_ptr<const ClassMembers> built = BuildDatasetMembers(ds, job.spec);
   return registry ? registry->KeepEpochLists(ds, key, std::move(built), out)
                   : (*out = std::move(built), Status::Ok());
 }
 
-// Section 1's output row for the ordered selection: K slots, padding after the selected.
-// The selection in (v, i) order, with each element's class: ElementsEpochStep lists class 0's
-// m_0 elements first, then class 1's, ...
-void OrderWithClasses(uint64_t seed, const ElementsStep& step, std::vector<int64_t>* selected,
-                      std::vector<int32_t>* classes) {
+// The step's slots (class-major, as the kernel writes them) in (v, i) order for the request
+// seed and row 0: section 1's output order.
+std::vector<size_t> SlotOrder(uint64_t seed, const std::vector<int64_t>& indices) {
   struct Keyed {
     uint32_t v;
     int64_t i;
-    int32_t c;
+    size_t slot;
   };
   std::vector<Keyed> keyed;
-  keyed.reserve(step.selected.size());
-  size_t s = 0;
-  for (size_t c = 0; c < step.quotas.size(); ++c) {
-    for (int64_t j = 0; j < step.quotas[c]; ++j, ++s) {
-      const int64_t i = step.selected[s];
-      keyed.push_back(
-          {kernels::ElementKey(seed, 0, kernels::kOrderStream, static_cast<uint64_t>(i)), i,
-           static_cast<int32_t>(c)});
-    }
+  keyed.reserve(indices.size());
+  for (size_t s = 0; s < indices.size(); ++s) {
+    const int64_t i = indices[s];
+    keyed.push_back(
+        {kernels::ElementKey(seed, 0, kernels::kOrderStream, static_cast<uint64_t>(i)), i, s});
   }
   std::sort(keyed.begin(), keyed.end(),
             [](const Keyed& a, const Keyed& b) { return a.v != b.v ? a.v < b.v : a.i < b.i; });
-  selected->clear();
-  classes->clear();
-  for (const Keyed& k : keyed) {
-    selected->push_back(k.i);
-    classes->push_back(k.c);
-  }
+  std::vector<size_t> order;
+  order.reserve(keyed.size());
+  for (const Keyed& k : keyed) order.push_back(k.slot);
+  return order;
 }
 
-void WriteElementsAnswer(const Dataset& ds, const Job& job, const std::vector<int64_t>& selected,
-                         const std::vector<int32_t>& classes, const std::vector<int64_t>& quotas,
-                         v1::SampleResponse* response) {
+// Section 1's output row from the step's gathered slots: K slots in (v, i) order, padding
+// after the selected.
+void WriteElementsAnswer(const Dataset& ds, const Job& job, const kernels::ElementsStepOut& step,
+                         const std::vector<int64_t>& quotas, v1::SampleResponse* response) {
   const int64_t k = job.spec.num_samples;
   const size_t item = static_cast<size_t>(kernels::DTypeSize(ds.label_dtype));
   const bool signed_labels = kernels::Traits(ds.label_dtype).widen == kernels::Widen::kSign;
@@ -174,25 +200,14 @@ void WriteElementsAnswer(const Dataset& ds, const Job& job, const std::vector<in
   std::string labels(static_cast<size_t>(k) * item, signed_labels ? '\xff' : '\0');
   const size_t frow = static_cast<size_t>(job.feature_row_bytes);
   std::string features(static_cast<size_t>(k) * frow, '\0');
-  const uint8_t* src_labels = HostLabels(ds);
-  const uint8_t* src_features = frow > 0 ? HostFeatures(ds) : nullptr;
-  // The binary spec's classes are one label value each: the labels are known without
-  // reading the row (a random read each in a large one). Little-endian: the value's low
-  // bytes are the label in its dtype (the edge checked it is representable).
+  const std::vector<size_t> order = SlotOrder(job.seed, step.indices);
+  for (size_t s = 0; s < order.size(); ++s) {
+    const size_t from = order[s];
+    std::memcpy(&indices[s * 8], &step.indices[from], 8);
+    std::memcpy(&labels[s * item], &step.labels[from * item], item);
+    if (frow > 0) std::memcpy(&features[s * frow], &step.features[from * frow], frow);
+  }
   const bool binary = job.spec.classes.empty();
-  const int64_t class_label[2] = {job.spec.positive_label, job.spec.negative_label};
-  for (const int64_t i : selected) {  // the misses of a large row overlap (see above)
-    if (!binary) __builtin_prefetch(src_labels + static_cast<size_t>(i) * item);
-    if (src_features) __builtin_prefetch(src_features + static_cast<size_t>(i) * frow);
-  }
-  for (size_t s = 0; s < selected.size(); ++s) {
-    const int64_t i = selected[s];
-    std::memcpy(&indices[s * 8], &i, 8);
-    const uint8_t* label = binary ? reinterpret_cast<const uint8_t*>(&class_label[classes[s]])
-                                  : src_labels + static_cast<size_t>(i) * item;
-    std::memcpy(&labels[s * item], label, item);
-    if (src_features) std::memcpy(&features[s * frow], src_features + i * frow, frow);
-  }
   std::vector<int64_t> shape;
   if (!job.drop_batch_dim) shape.push_back(1);
   shape.push_back(k);
@@ -278,10 +293,43 @@ Status RowsEpochStep(const Epoch& e, int64_t num_rows, std::vector<int64_t>* row
   return Status::Ok();
 }
 
+ClassMembers::~ClassMembers() {
+  for (uint32_t* p : device_lists) kernels::DeviceFree(p);
+}
+
+int64_t ClassMembers::count(size_t c) const {
+  return on_device() ? device_counts[c] : static_cast<int64_t>(members[c].size());
+}
+
+const uint32_t* ClassMembers::list(size_t c) const {
+  return on_device() ? device_lists[c] : members[c].data();
+}
+
 int64_t ClassMembers::bytes() const {
   int64_t total = 0;
-  for (const auto& m : members) total += static_cast<int64_t>(m.size() * sizeof(uint32_t));
+  for (size_t c = 0; c < num_classes(); ++c) total += count(c) * int64_t{sizeof(uint32_t)};
   return total;
+}
+
+void ClassMembers::PlaceOnDevice(int to) {
+  std::vector<uint32_t*> lists;
+  try {
+    for (const std::vector<uint32_t>& m : members) {
+      const size_t bytes = m.size() * sizeof(uint32_t);
+      lists.push_back(static_cast<uint32_t*>(kernels::DeviceAlloc(to, bytes == 0 ? 4 : bytes)));
+      kernels::CopyToDevice(to, lists.back(), m.data(), bytes);
+    }
+  } catch (...) {
+    for (uint32_t* p : lists) kernels::DeviceFree(p);
+    throw;
+  }
+  device = to;
+  device_lists = std::move(lists);
+  device_counts.clear();
+  for (const std::vector<uint32_t>& m : members) {
+    device_counts.push_back(static_cast<int64_t>(m.size()));
+  }
+  members.clear();
 }
 
 std::string MembershipKey(const kernels::SamplingSpec& spec) {
@@ -297,23 +345,7 @@ std::string MembershipKey(const kernels::SamplingSpec& spec) {
 
 std::shared_ptr<const ClassMembers> BuildClassMembers(const uint8_t* labels, DType dtype, int64_t n,
                                                       const kernels::SamplingSpec& spec) {
-  auto out = std::make_shared<ClassMembers>();
-  const size_t classes = spec.classes.empty() ? 2 : spec.classes.size();
-  out->members.resize(classes);
-  // Counted first, so that each list is one allocation of its final size, backed by huge
-  // pages where the kernel offers them: a step reads K members at random places of lists
-  // that may be hundreds of MB, and with 4 KiB pages nearly every read is a TLB miss too.
-  std::vector<size_t> counts(classes, 0);
-  ForEachMember(labels, dtype, n, spec,
-                [&](int64_t, int32_t c) { ++counts[static_cast<size_t>(c)]; });
-  for (size_t c = 0; c < classes; ++c) {
-    out->members[c].reserve(counts[c]);
-    AdviseHugePages(out->members[c].data(), counts[c] * sizeof(uint32_t));
-  }
-  ForEachMember(labels, dtype, n, spec, [&](int64_t i, int32_t c) {
-    out->members[static_cast<size_t>(c)].push_back(static_cast<uint32_t>(i));
-  });
-  return out;
+  return BuildMembers(labels, dtype, n, spec);
 }
 
 Status CheckElementsSpec(const kernels::SamplingSpec& spec) {
@@ -333,39 +365,59 @@ Status CheckElementsSpec(const kernels::SamplingSpec& spec) {
   return Status::Ok();
 }
 
-Status ElementsEpochStep(const Epoch& e, const kernels::SamplingSpec& spec,
-                         const ClassMembers& members, ElementsStep* out) {
+namespace {
+
+// Quotas, epoch_steps and the kernel's class table of the step (the classes with m_c > 0).
+Status PlanElementsStep(const Epoch& e, const kernels::SamplingSpec& spec,
+                        const ClassMembers& members, ElementsStep* out,
+                        kernels::ElementsStepArgs* args) {
   out->quotas = Quotas(spec, members);
   int64_t g_total = 0;  // G = max_c floor(n_c / m_c)
-  for (size_t c = 0; c < members.members.size(); ++c) {
+  for (size_t c = 0; c < members.num_classes(); ++c) {
     const int64_t m = out->quotas[c];
-    const int64_t n = static_cast<int64_t>(members.members[c].size());
-    if (m > 0) g_total = std::max(g_total, n / m);
+    if (m > 0) g_total = std::max(g_total, members.count(c) / m);
   }
   out->epoch_steps = g_total / e.world_size;
   if (e.step >= out->epoch_steps) return OutOfRange(e, out->epoch_steps);
-  const int64_t g = e.step * e.world_size + e.rank;
-  const kernels::FeistelKey key{e.shuffle_seed, e.epoch};
-  // Two phases: the permutation (compute only) for every position, then the gather of the
-  // members, so that the cache misses of a large row's member list overlap instead of
-  // waiting one behind each Feistel evaluation.
-  std::vector<uint64_t> at;
-  out->selected.clear();
-  for (size_t c = 0; c < members.members.size(); ++c) {
+  args->key = kernels::FeistelKey{e.shuffle_seed, e.epoch};
+  args->g = e.step * e.world_size + e.rank;
+  args->classes.clear();
+  args->slots = 0;
+  for (size_t c = 0; c < members.num_classes(); ++c) {
     const int64_t m = out->quotas[c];
     if (m <= 0) continue;
-    const std::vector<uint32_t>& list = members.members[c];
-    const uint64_t n = list.size();
-    const int64_t pass_len = static_cast<int64_t>(n) / m * m;  // P_c
-    at.clear();
-    for (int64_t q = g * m; q < (g + 1) * m; ++q) {
-      at.push_back(kernels::FeistelPermute(key, n, static_cast<uint32_t>(c),
-                                           static_cast<uint32_t>(q / pass_len),
-                                           static_cast<uint64_t>(q % pass_len)));
-    }
-    for (const uint64_t j : at) __builtin_prefetch(&list[j]);
-    for (const uint64_t j : at) out->selected.push_back(list[j]);
+    kernels::ElementsClass k;
+    k.members = members.list(c);
+    k.n = static_cast<uint64_t>(members.count(c));
+    k.m = m;
+    k.pass_len = members.count(c) / m * m;  // P_c
+    k.tag = static_cast<uint32_t>(c);
+    k.first_slot = args->slots;
+    args->slots += m;
+    args->classes.push_back(k);
   }
+  return Status::Ok();
+}
+
+// Runs the planned step where `members` are.
+void RunElementsStep(const ClassMembers& members, const kernels::ElementsStepArgs& args,
+                     kernels::ElementsStepOut* out) {
+  if (members.on_device()) {
+    kernels::ElementsStepOnDevice(members.device, args, out);
+  } else {
+    kernels::ElementsStepHost(args, out);
+  }
+}
+
+}  // namespace
+
+Status ElementsEpochStep(const Epoch& e, const kernels::SamplingSpec& spec,
+                         const ClassMembers& members, ElementsStep* out) {
+  kernels::ElementsStepArgs args;
+  GPUSAMPLER_RETURN_IF_ERROR(PlanElementsStep(e, spec, members, out, &args));
+  kernels::ElementsStepOut step;
+  RunElementsStep(members, args, &step);
+  out->selected = std::move(step.indices);
   return Status::Ok();
 }
 
@@ -386,16 +438,27 @@ Status AnswerElementsStep(DatasetRegistry* registry, const Epoch& epoch, const J
   const Dataset& ds = static_cast<const Dataset&>(*job.dataset);
   std::shared_ptr<const ClassMembers> members;
   ElementsStep step;
+  kernels::ElementsStepArgs args;
+  kernels::ElementsStepOut out;
   try {
     GPUSAMPLER_RETURN_IF_ERROR(MemberLists(registry, ds, job, &members));
-    GPUSAMPLER_RETURN_IF_ERROR(ElementsEpochStep(epoch, job.spec, *members, &step));
+    GPUSAMPLER_RETURN_IF_ERROR(PlanElementsStep(epoch, job.spec, *members, &step, &args));
+    // The labels and feature rows where the member lists are (the dataset's memory).
+    const bool dev = members->on_device();
+    args.labels = dev ? ds.DeviceLabels(members->device) : ds.labels.data();
+    args.label_bytes = static_cast<size_t>(kernels::DTypeSize(ds.label_dtype));
+    if (job.feature_row_bytes > 0) {
+      args.features = dev ? ds.DeviceFeatures(members->device) : ds.features.data();
+      args.feature_row_bytes = static_cast<size_t>(job.feature_row_bytes);
+    }
+    RunElementsStep(*members, args, &out);
   } catch (const kernels::Error& e) {
-    return InvalidArgument(e.what());
+    if (e.code() == kernels::Error::Code::kInvalidArgument) return InvalidArgument(e.what());
+    return Status(
+        e.code() == kernels::Error::Code::kOutOfMemory ? Code::kResourceExhausted : Code::kInternal,
+        std::string("ELEMENTS step: ") + e.what());
   }
-  std::vector<int64_t> selected;
-  std::vector<int32_t> classes;
-  OrderWithClasses(job.seed, step, &selected, &classes);
-  WriteElementsAnswer(ds, job, selected, classes, step.quotas, response);
+  WriteElementsAnswer(ds, job, out, step.quotas, response);
   response->set_epoch_steps(step.epoch_steps);
   v1::ServerTiming* t = response->mutable_timing();
   t->set_queue_us(0);
@@ -403,6 +466,62 @@ Status AnswerElementsStep(DatasetRegistry* registry, const Epoch& epoch, const J
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
   t->set_batch_rows(1);
   return Status::Ok();
+}
+
+bool ElementsListsBuilt(const Job& job) {
+  const Dataset& ds = static_cast<const Dataset&>(*job.dataset);
+  return ds.epoch_index.Find(MembershipKey(job.spec)) != nullptr;
+}
+
+namespace {
+
+// The epoch thread: tasks run one after the other, in the order posted; the thread drains
+// what is queued and stops at exit.
+class EpochThread {
+ public:
+  EpochThread() : thread_([this] { Loop(); }) {}
+  ~EpochThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Post(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(std::move(fn));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stopping, and nothing left
+      std::function<void()> fn = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once the rest is constructed
+};
+
+}  // namespace
+
+void RunOffGrpcThread(std::function<void()> fn) {
+  static EpochThread thread;
+  thread.Post(std::move(fn));
 }
 
 std::shared_ptr<const ClassMembers> EpochIndex::Find(const std::string& key) const {

@@ -4,11 +4,13 @@
 // - ROWS resolves the step's dataset rows (DistributedSampler's arithmetic with the Feistel
 //   permutation of kernels/feistel.hpp); the request then runs as a `rows` request.
 // - ELEMENTS reads per-class member lists of a one-row dataset (built once per version and
-//   class spec, kept with the dataset in an EpochIndex) and answers on the host in O(K).
+//   class spec, kept with the dataset in an EpochIndex, on the device the dataset lives on)
+//   and answers in O(K): on the host, or as the ELEMENTS kernel (kernels/elements.hpp).
 // Thread-safety: the functions are pure; EpochIndex is thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,10 +49,28 @@ Status RowsEpochStep(const Epoch& epoch, int64_t num_rows, std::vector<int64_t>*
                      int64_t* epoch_steps);
 
 // The members of each class of a row, in index order (SPEC section 8: "members counted in
-// index order"). Element indices are < 2^32 (a row has fewer than 2^31 elements).
+// index order"). Element indices are < 2^32 (a row has fewer than 2^31 elements). Held in
+// host memory, or (PlaceOnDevice) in the memory of the device the dataset lives on, where
+// the ELEMENTS kernel (kernels/elements.hpp) reads them; freed with the last reference.
 struct ClassMembers {
-  std::vector<std::vector<uint32_t>> members;  // [class][j]
+  ClassMembers() = default;
+  ~ClassMembers();
+  ClassMembers(const ClassMembers&) = delete;
+  ClassMembers& operator=(const ClassMembers&) = delete;
+
+  std::vector<std::vector<uint32_t>> members;  // [class][j] on the host; empty once placed
+  int device = kOnHost;                        // kOnHost, kernels::kSimDevice or a CUDA device
+  std::vector<uint32_t*> device_lists;         // [class], in `device`'s memory
+  std::vector<int64_t> device_counts;          // [class]
+
+  static constexpr int kOnHost = -100;
+  bool on_device() const { return device != kOnHost; }
+  size_t num_classes() const { return on_device() ? device_counts.size() : members.size(); }
+  int64_t count(size_t c) const;  // n_c
+  const uint32_t* list(size_t c) const;
   int64_t bytes() const;
+  // Moves the host lists into new memory of `device` (throws kernels::Error).
+  void PlaceOnDevice(int device);
 };
 
 // A key naming the membership `spec` defines (the binary spec's two label values, or the
@@ -68,6 +88,7 @@ struct ElementsStep {
   std::vector<int64_t> quotas;
   int64_t epoch_steps = 0;
 };
+// Runs where `members` are: the host reference, or the ELEMENTS kernel on their device.
 Status ElementsEpochStep(const Epoch& epoch, const kernels::SamplingSpec& spec,
                          const ClassMembers& members, ElementsStep* out);
 
@@ -89,8 +110,17 @@ struct Job;
 // (from the dataset's EpochIndex, built and charged to the registry on first use), the
 // step's selection, ordered by (v, i), then labels, features (when `job` gathers them),
 // padding and counts as section 1 says, and epoch_steps. `job` is the validated request.
+// Where the dataset lives on a device (cuda-sim or CUDA), the member lists are placed there
+// and the step runs as the ELEMENTS kernel; on the host otherwise. The bytes are the same.
 Status AnswerElementsStep(DatasetRegistry* registry, const Epoch& epoch, const Job& job,
                           v1::SampleResponse* response);
+
+// Whether `job`'s member lists are built (its step is O(K), answered on the caller's thread);
+// when not, the first step builds them (O(N)) and runs through RunOffGrpcThread.
+bool ElementsListsBuilt(const Job& job);
+// Runs `fn` on the epoch thread (one per process, started on first use; tasks in order), so
+// that a member-list build never holds a gRPC callback thread.
+void RunOffGrpcThread(std::function<void()> fn);
 
 class EpochIndex {
  public:

@@ -55,12 +55,32 @@ std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerC
   if (job->epoch_steps >= 0) response->set_epoch_steps(job->epoch_steps);
   if (request.has_epoch() && request.epoch().mode() == v1::EPOCH_MODE_ELEMENTS) {
     Epoch epoch;
-    if (*status = ParseEpoch(request.epoch(), &epoch); status->ok()) {
+    if (*status = ParseEpoch(request.epoch(), &epoch); !status->ok()) return nullptr;
+    if (ElementsListsBuilt(*job)) {
       *status = AnswerElementsStep(svc->datasets(), epoch, *job, response);
+      return nullptr;  // answered (OK) or refused
     }
-    return nullptr;  // answered (OK) or refused
+    // The first step of a version builds the member lists (O(N)): off this gRPC thread.
+    DatasetRegistry* registry = svc->datasets();
+    job->answer_off_scheduler = [registry, epoch](Job& j) {
+      return AnswerElementsStep(registry, epoch, j, j.response);
+    };
   }
   return job;
+}
+
+Status SubmitJob(SamplerService* svc, const std::shared_ptr<Job>& job) {
+  if (!job->answer_off_scheduler) return svc->scheduler()->Submit(job);
+  RunOffGrpcThread([job] {
+    Status status = Status::Ok();
+    try {
+      status = job->answer_off_scheduler(*job);
+    } catch (...) {  // the epoch thread: nothing may escape
+      status = FromCallbackException();
+    }
+    job->done(status);
+  });
+  return Status::Ok();
 }
 
 void SetTotal(v1::SampleResponse* response, Clock::time_point accepted) {

@@ -20,8 +20,9 @@ double SecondsSince(Clock::time_point t);
 // Validates `request` into a Job answering into `response`, and charges the response's
 // bytes (the estimate covers every byte it echoes) to the budget; null with `*status` set
 // when the request is refused (unauthenticated, draining, invalid, over the budget).
-// Null with an OK `*status`: the response is complete already (an ELEMENTS epoch step,
-// answered without the scheduler); the caller only sends it.
+// Null with an OK `*status`: the response is complete already (an ELEMENTS epoch step whose
+// member lists are built, answered without the scheduler); the caller only sends it. The
+// first step of a version comes back as a job with answer_off_scheduler (SubmitJob).
 // `*charged` grows by what was charged.
 std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerContext& ctx,
                                 const v1::SampleRequest& request, v1::SampleResponse* response,
@@ -34,5 +35,9 @@ void SetTotal(v1::SampleResponse* response, Clock::time_point accepted);
 // catch (...)): FromCurrentException, and out of host memory passes like a full byte
 // budget, with a retry pushback.
 Status FromCallbackException();
+
+// Submits a job PrepareJob returned: to the scheduler, or (answer_off_scheduler) to the
+// epoch thread, which calls `done` when the answer is written.
+Status SubmitJob(SamplerService* svc, const std::shared_ptr<Job>& job);
 
 }  // namespace gpusampler::server

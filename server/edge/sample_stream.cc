@@ -154,7 +154,7 @@ void StreamCall::Accept(std::unique_ptr<Slot> slot) {
     raw->job = job;
     ++refs_;
     m->inflight().Increment();
-    status = svc_->scheduler()->Submit(job);
+    status = SubmitJob(svc_, job);
     if (!status.ok()) {
       --refs_;
       m->inflight().Decrement();

@@ -73,7 +73,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
         Done(FromCallbackException());
       }
     };
-    status = svc_->scheduler()->Submit(job_);
+    status = SubmitJob(svc_, job_);
     if (!status.ok()) {
       m->inflight().Decrement();
       Done(status);

@@ -9,14 +9,17 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "datasets/datasets.hpp"
 #include "edge/validate.hpp"
+#include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/philox.hpp"
 
 namespace gpusampler::server {
@@ -399,6 +402,139 @@ TEST(EpochsTest, EdgeRefusesRankedSelectionsAndSentScoresInElements) {
                       &registry);
   EXPECT_TRUE(s.ok()) << s.message();
   EXPECT_NE(rows.scores, nullptr);
+}
+
+// A one-row dataset "d" of int16 labels (1, 0 and ignored 7) with FLOAT32 features [n, 3],
+// committed to `registry` (placed on its devices, if any).
+std::shared_ptr<const Dataset> ElementsDataset(DatasetRegistry* registry, int64_t n) {
+  DatasetBuilder builder(registry, Limits());
+  v1::DatasetChunk chunk;
+  chunk.set_name("d");
+  std::vector<int16_t> labels(static_cast<size_t>(n));
+  std::vector<float> features(static_cast<size_t>(n) * 3);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t r = kernels::Philox4x32({{static_cast<uint32_t>(i), 0, 0, 0}}, 5, 6).v[0];
+    labels[static_cast<size_t>(i)] = r % 10 == 0 ? 1 : (r % 10 == 1 ? 7 : 0);
+    for (int d = 0; d < 3; ++d) features[static_cast<size_t>(i * 3 + d)] = float(r % 1000) + d;
+  }
+  chunk.mutable_labels()->set_dtype(v1::DTYPE_INT16);
+  chunk.mutable_labels()->add_shape(n);
+  chunk.mutable_labels()->set_data(labels.data(), labels.size() * 2);
+  chunk.mutable_features()->set_dtype(v1::DTYPE_FLOAT32);
+  chunk.mutable_features()->add_shape(n);
+  chunk.mutable_features()->add_shape(3);
+  chunk.mutable_features()->set_data(features.data(), features.size() * 4);
+  EXPECT_TRUE(builder.Add(chunk).ok());
+  std::shared_ptr<const Dataset> stored;
+  EXPECT_TRUE(builder.Commit(&stored).ok());
+  return stored;
+}
+
+v1::SampleRequest ElementsRequest(int64_t world, int64_t rank, int64_t step) {
+  v1::SampleRequest req;
+  req.set_dataset("d");
+  req.set_return_features(true);
+  req.mutable_spec()->set_num_samples(64);
+  req.mutable_spec()->set_positive_fraction(0.25);
+  req.mutable_spec()->set_seed(11);
+  v1::EpochSpec* e = req.mutable_epoch();
+  e->set_mode(v1::EPOCH_MODE_ELEMENTS);
+  e->set_world_size(world);
+  e->set_rank(rank);
+  e->set_step(step);
+  e->set_epoch(3);
+  e->set_shuffle_seed(0xfeedULL << 32 | 77);
+  return req;
+}
+
+// One ELEMENTS step of `registry`'s "d" through the edge's validation and AnswerElementsStep.
+Status AnswerStep(DatasetRegistry* registry, const v1::SampleRequest& req,
+                  v1::SampleResponse* response) {
+  Job job;
+  GPUSAMPLER_RETURN_IF_ERROR(ValidateRequest(req, Limits(), &job, registry));
+  Epoch epoch;
+  GPUSAMPLER_RETURN_IF_ERROR(ParseEpoch(req.epoch(), &epoch));
+  return AnswerElementsStep(registry, epoch, job, response);
+}
+
+// A dataset on the cuda-sim device takes the device route (member lists in cuda-sim device
+// memory, the ELEMENTS kernel), and answers byte for byte what the host route answers.
+TEST(EpochsTest, ElementsOnTheSimDeviceEqualsTheHostRoute) {
+  DatasetRegistry host(int64_t{1} << 24);
+  DatasetRegistry sim(int64_t{1} << 24, {kernels::kSimDevice});
+  const int64_t n = 20011;
+  const auto hd = ElementsDataset(&host, n);
+  const auto sd = ElementsDataset(&sim, n);
+  ASSERT_TRUE(hd->device_copies.empty());
+  ASSERT_EQ(sd->device_copies.size(), 1u);
+  const int64_t world = 3;
+  int64_t steps = -1;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    for (int64_t step = 0; steps < 0 || step < steps; ++step) {
+      v1::SampleResponse a, b;
+      ASSERT_TRUE(AnswerStep(&host, ElementsRequest(world, rank, step), &a).ok());
+      ASSERT_TRUE(AnswerStep(&sim, ElementsRequest(world, rank, step), &b).ok());
+      steps = a.epoch_steps();
+      EXPECT_EQ(a.indices().data(), b.indices().data()) << rank << " " << step;
+      EXPECT_EQ(a.labels().data(), b.labels().data()) << rank << " " << step;
+      EXPECT_EQ(a.features().data(), b.features().data()) << rank << " " << step;
+      EXPECT_EQ(a.num_positive().data(), b.num_positive().data());
+      EXPECT_EQ(a.num_negative().data(), b.num_negative().data());
+      EXPECT_EQ(b.device(), "cuda-sim");
+      EXPECT_EQ(a.epoch_steps(), b.epoch_steps());
+    }
+  }
+  EXPECT_GT(steps, 5);
+  Job job;
+  ASSERT_TRUE(ValidateRequest(ElementsRequest(1, 0, 0), Limits(), &job, &sim).ok());
+  const auto on_sim = sd->epoch_index.Find(MembershipKey(job.spec));
+  const auto on_host = hd->epoch_index.Find(MembershipKey(job.spec));
+  ASSERT_TRUE(on_sim && on_host);
+  EXPECT_TRUE(on_sim->on_device());
+  EXPECT_EQ(on_sim->device, kernels::kSimDevice);
+  EXPECT_TRUE(on_sim->members.empty());  // moved to the device
+  EXPECT_FALSE(on_host->on_device());
+  EXPECT_EQ(on_sim->bytes(), on_host->bytes());
+  // Charged to the budget and released with the dataset.
+  EXPECT_EQ(sim.bytes(), sd->bytes + on_sim->bytes());
+  EXPECT_TRUE(sim.Delete("d"));
+  EXPECT_EQ(sim.bytes(), 0);
+  // A step past the epoch is OUT_OF_RANGE on the device route too.
+  DatasetRegistry sim2(int64_t{1} << 24, {kernels::kSimDevice});
+  ElementsDataset(&sim2, n);
+  v1::SampleResponse r;
+  EXPECT_EQ(AnswerStep(&sim2, ElementsRequest(world, 0, steps), &r).code(), Code::kOutOfRange);
+}
+
+// The first ELEMENTS step of a version (ElementsListsBuilt false) is answered on the epoch
+// thread, not the caller's; tasks run there in order, and a later step finds the lists built.
+TEST(EpochsTest, FirstElementsStepRunsOnTheEpochThread) {
+  DatasetRegistry registry(int64_t{1} << 24);
+  ElementsDataset(&registry, 5000);
+  Job job;
+  const v1::SampleRequest req = ElementsRequest(1, 0, 0);
+  ASSERT_TRUE(ValidateRequest(req, Limits(), &job, &registry).ok());
+  EXPECT_FALSE(ElementsListsBuilt(job));
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  RunOffGrpcThread([released] { released.wait(); });  // holds the epoch thread
+  std::promise<std::thread::id> ran_on;
+  v1::SampleResponse response;
+  Status status = Status::Ok();
+  RunOffGrpcThread([&] {
+    Epoch epoch;
+    status = ParseEpoch(req.epoch(), &epoch);
+    if (status.ok()) status = AnswerElementsStep(&registry, epoch, job, &response);
+    ran_on.set_value(std::this_thread::get_id());
+  });
+  auto ran = ran_on.get_future();
+  EXPECT_EQ(ran.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  EXPECT_FALSE(ElementsListsBuilt(job));  // queued behind the held task
+  release.set_value();
+  EXPECT_NE(ran.get(), std::this_thread::get_id());
+  EXPECT_TRUE(status.ok()) << status.message();
+  EXPECT_TRUE(ElementsListsBuilt(job));
+  EXPECT_EQ(response.indices().data().size(), 64u * 8);
 }
 
 }  // namespace

@@ -1,0 +1,70 @@
+// elements.hpp on a CUDA device: one thread per slot runs the slot body (Feistel position,
+// member, label and feature row) over the device-resident member lists and dataset, on the
+// calling thread's per-thread default stream, then one copy back.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <memory>
+
+#include "cuda/device_guard.cuh"
+#include "cuda/error.cuh"
+#include "elements/elements_cuda.hpp"
+#include "gpusampler/kernels/device.hpp"
+
+namespace gpusampler::kernels::detail {
+namespace {
+
+__global__ void ElementsStepKernel(const ElementsClass* classes, int num_classes, FeistelKey key,
+                                   int64_t g, int64_t slots, const uint8_t* labels,
+                                   size_t label_bytes, const uint8_t* features,
+                                   size_t feature_row_bytes, int64_t* out_indices,
+                                   uint8_t* out_labels, uint8_t* out_features) {
+  const int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (s >= slots) return;
+  ElementsSlot(classes, num_classes, key, g, labels, label_bytes, features, feature_row_bytes, s,
+               out_indices, out_labels, out_features);
+}
+
+struct Free {
+  void operator()(void* p) const noexcept { kernels::DeviceFree(p); }
+};
+
+}  // namespace
+
+void ElementsStepCuda(int device, const ElementsStepArgs& a, ElementsStepOut* out) {
+  ScopedDevice guard(device);
+  const size_t slots = static_cast<size_t>(a.slots);
+  const size_t table = a.classes.size() * sizeof(ElementsClass);
+  const size_t idx = slots * sizeof(int64_t);
+  const size_t lab = a.labels ? slots * a.label_bytes : 0;
+  const size_t fea = a.features ? slots * a.feature_row_bytes : 0;
+  const size_t total = table + idx + lab + fea;
+  std::unique_ptr<uint8_t, Free> buf(static_cast<uint8_t*>(kernels::DeviceAlloc(device, total)));
+  uint8_t* p = buf.get();
+  const cudaStream_t stream = cudaStreamPerThread;
+  GPUSAMPLER_CUDA_TRY(cudaMemcpyAsync(p, a.classes.data(), table, cudaMemcpyHostToDevice, stream));
+  auto* indices = reinterpret_cast<int64_t*>(p + table);  // table is a multiple of 8
+  uint8_t* labels = p + table + idx;
+  uint8_t* features = labels + lab;
+  constexpr int kThreads = 256;
+  const unsigned blocks = static_cast<unsigned>((a.slots + kThreads - 1) / kThreads);
+  ElementsStepKernel<<<blocks, kThreads, 0, stream>>>(
+      reinterpret_cast<const ElementsClass*>(p), static_cast<int>(a.classes.size()), a.key, a.g,
+      a.slots, a.labels, a.label_bytes, a.features, a.feature_row_bytes, indices, labels, features);
+  GPUSAMPLER_CUDA_CHECK_LAST();
+  // One copy back of the three outputs (contiguous after the table), then the split.
+  std::unique_ptr<uint8_t[]> host(new uint8_t[idx + lab + fea]);
+  GPUSAMPLER_CUDA_TRY(
+      cudaMemcpyAsync(host.get(), indices, idx + lab + fea, cudaMemcpyDeviceToHost, stream));
+  GPUSAMPLER_CUDA_TRY(cudaStreamSynchronize(stream));
+  std::memcpy(out->indices.data(), host.get(), idx);
+  if (lab > 0) std::memcpy(out->labels.data(), host.get() + idx, lab);
+  if (fea > 0) std::memcpy(out->features.data(), host.get() + idx + lab, fea);
+}
+
+void ElementsCopyToHostCuda(int device, void* dst, const void* src, size_t bytes) {
+  ScopedDevice guard(device);
+  GPUSAMPLER_CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+}  // namespace gpusampler::kernels::detail
