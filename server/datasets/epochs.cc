@@ -191,8 +191,13 @@ std::vector<size_t> SlotOrder(uint64_t seed, const std::vector<int64_t>& indices
 
 // Section 1's output row from the step's gathered slots: K slots in (v, i) order, padding
 // after the selected.
-void WriteElementsAnswer(const Dataset& ds, const Job& job, const kernels::ElementsStepOut& step,
-                         const std::vector<int64_t>& quotas, v1::SampleResponse* response) {
+// `step.labels` empty (the binary spec): each class is one label value, so a slot's label is
+// its class's (the kernel skips a random read of the row for it). Little-endian: the value's
+// low bytes are the label in its dtype (the edge checked it is representable), the bytes the
+// row holds for every member.
+void WriteElementsAnswer(const Dataset& ds, const Job& job, const kernels::ElementsStepArgs& args,
+                         const kernels::ElementsStepOut& step, const std::vector<int64_t>& quotas,
+                         v1::SampleResponse* response) {
   const int64_t k = job.spec.num_samples;
   const size_t item = static_cast<size_t>(kernels::DTypeSize(ds.label_dtype));
   const bool signed_labels = kernels::Traits(ds.label_dtype).widen == kernels::Widen::kSign;
@@ -201,10 +206,17 @@ void WriteElementsAnswer(const Dataset& ds, const Job& job, const kernels::Eleme
   const size_t frow = static_cast<size_t>(job.feature_row_bytes);
   std::string features(static_cast<size_t>(k) * frow, '\0');
   const std::vector<size_t> order = SlotOrder(job.seed, step.indices);
+  const int64_t class_label[2] = {job.spec.positive_label, job.spec.negative_label};
   for (size_t s = 0; s < order.size(); ++s) {
     const size_t from = order[s];
     std::memcpy(&indices[s * 8], &step.indices[from], 8);
-    std::memcpy(&labels[s * item], &step.labels[from * item], item);
+    if (step.labels.empty()) {
+      size_t c = 0;  // the slot's class: the last whose first slot is <= from
+      while (c + 1 < args.classes.size() && args.classes[c + 1].first_slot <= int64_t(from)) ++c;
+      std::memcpy(&labels[s * item], &class_label[args.classes[c].tag], item);
+    } else {
+      std::memcpy(&labels[s * item], &step.labels[from * item], item);
+    }
     if (frow > 0) std::memcpy(&features[s * frow], &step.features[from * frow], frow);
   }
   const bool binary = job.spec.classes.empty();
@@ -445,8 +457,10 @@ Status AnswerElementsStep(DatasetRegistry* registry, const Epoch& epoch, const J
     GPUSAMPLER_RETURN_IF_ERROR(PlanElementsStep(epoch, job.spec, *members, &step, &args));
     // The labels and feature rows where the member lists are (the dataset's memory).
     const bool dev = members->on_device();
-    args.labels = dev ? ds.DeviceLabels(members->device) : ds.labels.data();
-    args.label_bytes = static_cast<size_t>(kernels::DTypeSize(ds.label_dtype));
+    if (!job.spec.classes.empty()) {  // the binary spec's labels are its classes' values
+      args.labels = dev ? ds.DeviceLabels(members->device) : ds.labels.data();
+      args.label_bytes = static_cast<size_t>(kernels::DTypeSize(ds.label_dtype));
+    }
     if (job.feature_row_bytes > 0) {
       args.features = dev ? ds.DeviceFeatures(members->device) : ds.features.data();
       args.feature_row_bytes = static_cast<size_t>(job.feature_row_bytes);
@@ -458,7 +472,7 @@ Status AnswerElementsStep(DatasetRegistry* registry, const Epoch& epoch, const J
         e.code() == kernels::Error::Code::kOutOfMemory ? Code::kResourceExhausted : Code::kInternal,
         std::string("ELEMENTS step: ") + e.what());
   }
-  WriteElementsAnswer(ds, job, out, step.quotas, response);
+  WriteElementsAnswer(ds, job, args, out, step.quotas, response);
   response->set_epoch_steps(step.epoch_steps);
   v1::ServerTiming* t = response->mutable_timing();
   t->set_queue_us(0);

@@ -933,3 +933,53 @@ def test_rows_with_classes_and_stored_scores_equal_rows_request(backend):
             assert r.num_per_class.shape == (len(rows), 3)
             np.testing.assert_array_equal(r.num_per_class, q.num_per_class)
         assert want_steps == 3  # 23 rows over 2 ranks: 12 each, 3 steps of 4
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda-sim"])
+def test_member_list_build_does_not_hold_up_inline_requests(tmp_path, device):
+    """The first ELEMENTS step of a 1e7-element version builds the member lists (O(N)) on the
+    server's epoch thread, not on a gRPC thread: small steps whose lists are built (answered
+    inline) keep being answered meanwhile, none delayed by more than the build time / 4.
+    Afterwards the big dataset's answer equals the oracle's positions (spot check)."""
+    import threading
+    import time
+
+    s = start_server(tmp_path / device, device=device)
+    try:
+        with gpusampler.Client(s.target, timeout=120) as c:
+            n = 10_000_000
+            big_labels = (np.arange(n) % 4 == 0).astype(np.int8)
+            c.create_dataset("ep-big", big_labels)
+            small, _ = elements_dataset(seed=41)
+            c.create_dataset("ep-small", small)
+            step = dict(mode="elements", world_size=1, rank=0, step=0)
+            c.sample(dataset="ep-small", num_samples=32, epoch=step)  # its lists are built
+            done = {}
+
+            def build():
+                t = time.monotonic()
+                done["answer"] = c.sample(dataset="ep-big", num_samples=256, seed=3, epoch=step)
+                done["seconds"] = time.monotonic() - t
+
+            thread = threading.Thread(target=build)
+            thread.start()
+            during = []
+            while thread.is_alive():
+                t = time.monotonic()
+                r = c.sample(dataset="ep-small", num_samples=32, epoch=step)
+                if thread.is_alive():
+                    during.append(time.monotonic() - t)
+                assert r.epoch_steps > 0
+            thread.join()
+            assert during, "no small request ran during the build"
+            assert max(during) <= done["seconds"] / 4, (max(during), done["seconds"], len(during))
+            a = done["answer"]
+            assert a.epoch_steps == (3 * n // 4) // 128  # m = (128, 128): the negatives set G
+            idx = a.indices[a.indices >= 0]
+            assert idx.size == 256 and len(set(idx.tolist())) == 256
+            np.testing.assert_array_equal(a.labels, big_labels[a.indices])
+            positives = sorted(i for i in idx.tolist() if i % 4 == 0)
+            want = sorted(4 * feistel(n // 4, 0, 0, 0, 0, q) for q in range(128))
+            assert positives == want
+    finally:
+        assert stop_server(s) == 0, s.log_text()
