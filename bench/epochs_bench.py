@@ -6,10 +6,11 @@ of --sizes elements (int8 labels, --positive-rate positives, the rest negatives)
 For each size: the first step of the epoch (which builds the per-class member lists, one
 pass over the row), then --steps steps, each a different (rank, step) of a W = 8 epoch.
 Reports the server's compute_us (the step's work at the edge) and the client's round trip.
-Starts its own CPU server from --server-bin with a --max-dataset-bytes that holds the
-largest dataset and its lists.
+Starts its own server from --server-bin on --device (cpu, cuda-sim, or cuda:N: there the
+step is the ELEMENTS kernel over device-resident member lists) with a --max-dataset-bytes
+that holds the largest dataset and its lists.
 
-    /usr/bin/python3 bench/epochs_bench.py --server-bin build/bin/gpusampler-server
+    /usr/bin/python3 bench/epochs_bench.py --server-bin build/bin/gpusampler-server --device cpu
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client" / "python"
 import gpusampler  # noqa: E402
 
 
-def start(server_bin: str, workdir: Path, budget: int):
+def start(server_bin: str, workdir: Path, budget: int, device: str):
     ports = workdir / "ports"
     log = open(workdir / "server.log", "wb")
-    proc = subprocess.Popen([server_bin, "--device", "cpu", "--address", "127.0.0.1:0",
+    proc = subprocess.Popen([server_bin, "--device", device, "--address", "127.0.0.1:0",
                              "--metrics-address", "127.0.0.1:0", "--port-file", str(ports),
                              "--max-dataset-bytes", str(budget),
                              "--max-message-bytes", str(64 << 20)],
@@ -84,6 +85,7 @@ def run(client, n: int, args) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--server-bin", default="build/bin/gpusampler-server")
+    p.add_argument("--device", default="cpu", help="the server's --device")
     p.add_argument("--sizes", default="10000,1000000,100000000")
     p.add_argument("--num-samples", type=int, default=256)
     p.add_argument("--positive-rate", type=float, default=0.01)
@@ -93,7 +95,7 @@ def main() -> None:
     sizes = [int(float(x)) for x in args.sizes.split(",")]
     budget = 6 * max(sizes) + (64 << 20)  # labels + 4-byte member lists, with room
     with tempfile.TemporaryDirectory() as tmp:
-        proc, target = start(args.server_bin, Path(tmp), budget)
+        proc, target = start(args.server_bin, Path(tmp), budget, args.device)
         try:
             with gpusampler.Client(target, timeout=600) as client:
                 rows = [run(client, n, args) for n in sizes]
@@ -102,6 +104,7 @@ def main() -> None:
             proc.wait()
     base = rows[0]["compute_us_p50"]
     for r in rows:
+        r["device"] = args.device
         r["compute_p50_vs_smallest"] = round(r["compute_us_p50"] / base, 2)
         print(json.dumps(r))
     if args.json:

@@ -1,6 +1,7 @@
 // elements.hpp on a CUDA device: one thread per slot runs the slot body (Feistel position,
 // member, label and feature row) over the device-resident member lists and dataset, on the
-// calling thread's per-thread default stream, then one copy back.
+// calling thread's per-thread default stream (no implicit synchronization with the workers'
+// streams), then one copy back.
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -9,7 +10,6 @@
 #include "cuda/device_guard.cuh"
 #include "cuda/error.cuh"
 #include "elements/elements_cuda.hpp"
-#include "gpusampler/kernels/device.hpp"
 
 namespace gpusampler::kernels::detail {
 namespace {
@@ -25,8 +25,12 @@ __global__ void ElementsStepKernel(const ElementsClass* classes, int num_classes
                out_indices, out_labels, out_features);
 }
 
-struct Free {
-  void operator()(void* p) const noexcept { kernels::DeviceFree(p); }
+// The step's buffers come from the stream-ordered allocator: cudaFree would synchronize the
+// whole device (every worker's stream) once per step.
+struct FreeAsync {
+  void operator()(void* p) const noexcept {
+    GPUSAMPLER_CUDA_TRY_NO_THROW(cudaFreeAsync(p, cudaStreamPerThread));
+  }
 };
 
 }  // namespace
@@ -39,9 +43,11 @@ void ElementsStepCuda(int device, const ElementsStepArgs& a, ElementsStepOut* ou
   const size_t lab = a.labels ? slots * a.label_bytes : 0;
   const size_t fea = a.features ? slots * a.feature_row_bytes : 0;
   const size_t total = table + idx + lab + fea;
-  std::unique_ptr<uint8_t, Free> buf(static_cast<uint8_t*>(kernels::DeviceAlloc(device, total)));
-  uint8_t* p = buf.get();
   const cudaStream_t stream = cudaStreamPerThread;
+  void* raw = nullptr;
+  GPUSAMPLER_CUDA_TRY(cudaMallocAsync(&raw, total, stream));
+  std::unique_ptr<uint8_t, FreeAsync> buf(static_cast<uint8_t*>(raw));
+  uint8_t* p = buf.get();
   GPUSAMPLER_CUDA_TRY(cudaMemcpyAsync(p, a.classes.data(), table, cudaMemcpyHostToDevice, stream));
   auto* indices = reinterpret_cast<int64_t*>(p + table);  // table is a multiple of 8
   uint8_t* labels = p + table + idx;

@@ -436,7 +436,7 @@ v1::SampleRequest ElementsRequest(int64_t world, int64_t rank, int64_t step) {
   req.set_return_features(true);
   req.mutable_spec()->set_num_samples(64);
   req.mutable_spec()->set_positive_fraction(0.25);
-  req.mutable_spec()->set_seed(11);
+  req.set_seed(11);
   v1::EpochSpec* e = req.mutable_epoch();
   e->set_mode(v1::EPOCH_MODE_ELEMENTS);
   e->set_world_size(world);
