@@ -329,6 +329,8 @@ void ClassMembers::PlaceOnDevice(int to) {
     for (const std::vector<uint32_t>& m : members) {
       const size_t bytes = m.size() * sizeof(uint32_t);
       lists.push_back(static_cast<uint32_t*>(kernels::DeviceAlloc(to, bytes == 0 ? 4 : bytes)));
+      // cuda-sim device memory is host memory: huge pages there too, before the first touch.
+      if (to == kernels::kSimDevice) AdviseHugePages(lists.back(), bytes);
       kernels::CopyToDevice(to, lists.back(), m.data(), bytes);
     }
   } catch (...) {
