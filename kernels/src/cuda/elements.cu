@@ -9,7 +9,7 @@
 
 #include "cuda/device_guard.cuh"
 #include "cuda/error.cuh"
-#include "elements/elements_cuda.hpp"
+#include "device/elements_cuda.hpp"
 
 namespace gpusampler::kernels::detail {
 namespace {

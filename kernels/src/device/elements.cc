@@ -7,7 +7,7 @@
 #include <cstring>
 #include <memory>
 
-#include "elements/elements_cuda.hpp"
+#include "device/elements_cuda.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "gpusampler/kernels/types.hpp"
 
