@@ -360,6 +360,29 @@ std::string SmallClassKey(int32_t class_rows, const Batch& batch, const void* h_
   return std::string("small:") + std::string(reinterpret_cast<const char*>(fields), sizeof(fields));
 }
 
+// The one upload's bytes: row table, staged labels, class tables and scores are adjacent.
+size_t UploadBytes(const LaunchPlan& plan) {
+  const Regions& reg = plan.regions;
+  if (plan.total_scores > 0) {
+    return reg.rows + reg.labels + reg.tables +
+           static_cast<size_t>(plan.total_scores) * sizeof(float);
+  }
+  if (plan.class_table_bytes > 0) {
+    return reg.rows + reg.labels + static_cast<size_t>(plan.class_table_bytes);
+  }
+  return reg.rows + static_cast<size_t>(plan.staged_label_bytes);
+}
+
+// The launch's row count in the sizes word at the end of the rows section (staged in `h_in`,
+// uploaded with the row table); returns its device address.
+const void* StageSizes(const LaunchPlan& plan, uint8_t* h_in, const uint8_t* d_in) {
+  const size_t at = plan.regions.rows - static_cast<size_t>(kSizesBytes);
+  pipeline::LaunchSizes sizes;
+  sizes.num_rows = static_cast<int32_t>(plan.num_rows);
+  std::memcpy(h_in + at, &sizes, sizeof(sizes));
+  return d_in + at;
+}
+
 // A bounded step of the kernels overflowed (never expected): the results are not used.
 void ThrowOnErrorFlags(const std::string& name, uint32_t flags) {
   if (flags == 0) return;
@@ -399,12 +422,7 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
   }
   // One upload (row table, staged labels, class tables and scores are adjacent), the
   // kernels, one download of every output up to the last section in use.
-  const size_t upload = plan.total_scores > 0
-                            ? reg.rows + reg.labels + reg.tables +
-                                  static_cast<size_t>(plan.total_scores) * sizeof(float)
-                        : plan.class_table_bytes > 0
-                            ? reg.rows + reg.labels + static_cast<size_t>(plan.class_table_bytes)
-                            : reg.rows + static_cast<size_t>(plan.staged_label_bytes);
+  const size_t upload = UploadBytes(plan);
   const size_t download = reg.feat_at() + static_cast<size_t>(plan.out_feature_bytes);
   Batch batch = BatchOf(plan, bases, reinterpret_cast<const RowDesc*>(d_in), rows_.data(), d_out);
   if (plan.any_classes) {
@@ -422,11 +440,7 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
   const bool small = !plan.any_classes && plan.num_rows > 0 &&
                      AllSmallBinaryRows(rows_.data(), plan.num_rows, pipeline::kSmallRowMax);
   const int32_t class_rows = small ? SmallClassRows(plan.num_rows) : 0;
-  const size_t sizes_at = reg.rows - static_cast<size_t>(kSizesBytes);
-  pipeline::LaunchSizes launch_sizes;
-  launch_sizes.num_rows = static_cast<int32_t>(plan.num_rows);
-  std::memcpy(h_in + sizes_at, &launch_sizes, sizeof(launch_sizes));
-  const void* d_sizes = d_in + sizes_at;
+  const void* d_sizes = StageSizes(plan, h_in, d_in);
   const std::string key =
       small ? SmallClassKey(class_rows, batch, h_in, d_in, upload, h_out, d_out, download, d_sizes)
             : std::string();
