@@ -23,6 +23,15 @@
 // (stream operations of the last timed launch: upload, graph, download, completion), graph,
 // upload_bytes and download_bytes; the text output prints them on a line.
 //
+// cuda and cuda-sim: median_ms / p90_ms / min_ms are end to end (the launch with its upload,
+// the kernels, the download of every output to the host, the completion). --json adds the
+// device time apart from the copies, as PyTorch's CUDA baselines are timed: device_us (cuda:
+// CUDA events around the kernels alone, on a backend of their own, with every input and output
+// in device memory; null on cuda-sim, whose executor keeps no time estimate), h2d_bytes and
+// d2h_bytes (the last timed launch's copies), and graph_captures (CUDA graphs captured per 100
+// timed launches after warm-up: a launch whose size class, buffers and copy sizes match the
+// last capture replays that graph without capturing).
+//
 // --floor (cpu) also measures, on the same inputs and threads, the work no CPU sampler can
 // avoid: reading the labels once, B (N/4 + K) Philox calls (the selection keys of every
 // element, four per call, and the order keys of the K selected), and the gather of the B K
@@ -308,6 +317,53 @@ Floor MeasureFloor(const Options& o, const Bytes& labels, size_t item, const Byt
 
 }  // namespace
 
+// cuda: the kernels alone, timed like PyTorch's CUDA baselines: CUDA events around
+// Backend::Sample on a backend of its own (its own stream and arena), every input and output
+// in device memory, nothing copied to or from the host inside the events; the median of
+// `iters` launches after `warmup`, in microseconds. The batch's sizes come from `sizes`
+// (BatchBuilder::FillSizes), its rows from `builder`.
+double DeviceKernelUs(const Options& o, const gk::BatchBuilder& builder, const gk::Batch& sizes,
+                      const void* d_labels, const void* d_features) {
+  const int device = 0;
+  std::unique_ptr<gk::Backend> backend = gk::MakeCudaBackend(device);
+  std::vector<void*> buffers;
+  auto alloc = [&](int64_t bytes) {
+    buffers.push_back(gk::DeviceAlloc(device, static_cast<size_t>(std::max<int64_t>(bytes, 8))));
+    return static_cast<uint8_t*>(buffers.back());
+  };
+  const std::vector<gk::RowDesc>& rows = builder.rows();
+  gk::Batch batch = sizes;
+  uint8_t* d_rows = alloc(static_cast<int64_t>(rows.size() * sizeof(gk::RowDesc)));
+  gk::CopyToDevice(device, d_rows, rows.data(), rows.size() * sizeof(gk::RowDesc));
+  batch.rows = reinterpret_cast<const gk::RowDesc*>(d_rows);
+  batch.host_rows = rows.data();
+  batch.labels = static_cast<const uint8_t*>(d_labels);
+  batch.features = static_cast<const uint8_t*>(d_features);
+  batch.out_indices = reinterpret_cast<int64_t*>(alloc(builder.total_slots() * 8));
+  batch.out_labels = alloc(builder.out_label_bytes());
+  batch.out_features = alloc(builder.out_feature_bytes());
+  batch.out_num_positive = reinterpret_cast<int32_t*>(alloc(o.rows * 4));
+  batch.out_num_negative = reinterpret_cast<int32_t*>(alloc(o.rows * 4));
+  batch.class_tables = nullptr;
+  batch.scores = nullptr;
+  batch.out_num_per_class = nullptr;
+  backend->Reserve(batch.num_rows, batch.total_elements, batch.total_slots);
+  std::vector<double> us;
+  {
+    gk::StreamTimer timer(backend->stream());
+    for (int it = 0; it < o.warmup + o.iters; ++it) {
+      timer.Start();
+      backend->Sample(batch);
+      timer.Stop();
+      const double ms = timer.ElapsedMs();
+      if (it >= o.warmup) us.push_back(ms * 1000.0);
+    }
+  }
+  backend.reset();
+  for (void* b : buffers) gk::DeviceFree(b);
+  return Percentile(us, 0.5);
+}
+
 int main(int argc, char** argv) {
   const Options o = Parse(argc, argv);
   gk::DType dtype;
@@ -411,6 +467,8 @@ int main(int argc, char** argv) {
     }
   };
   std::vector<double> ms;
+  int64_t captures = 0;  // graphs captured by the timed launches (after warm-up)
+  double device_us = -1;
   try {
     for (int w = 0; w < o.warmup; ++w) run_once();
     for (int it = 0; it < o.iters; ++it) {
@@ -418,6 +476,10 @@ int main(int argc, char** argv) {
       run_once();
       const auto t1 = std::chrono::steady_clock::now();
       ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      if (launch && launch->last_stats().graph_captured) ++captures;
+    }
+    if (o.backend == "cuda" && o.classes == "binary") {
+      device_us = DeviceKernelUs(o, builder, batch, d_labels.ptr, d_features.ptr);
     }
   } catch (const gk::Error& e) {
     std::fprintf(stderr, "gpusampler-bench: %s\n", e.what());
@@ -447,6 +509,22 @@ int main(int argc, char** argv) {
         static_cast<long long>(launch ? launch->last_stats().download_bytes : 0));
   }
 
+  // Device time apart from the copies: device_us (cuda: CUDA events around the kernels with
+  // every output left on the device, DeviceKernelUs; null on cuda-sim, whose executor keeps
+  // no time estimate, and on cpu), h2d_bytes / d2h_bytes (what the last timed launch copied
+  // to and from the device), and graph_captures: graphs captured per 100 timed launches
+  // (after warm-up; 0 when every launch replayed its size class's graph).
+  char device_json[320] = "";
+  if (launch) {
+    char device_us_text[32] = "null";
+    if (device_us >= 0) std::snprintf(device_us_text, sizeof(device_us_text), "%.3f", device_us);
+    std::snprintf(device_json, sizeof(device_json),
+                  ", \"device_us\": %s, \"h2d_bytes\": %lld, \"d2h_bytes\": %lld, "
+                  "\"graph_captures\": %.3f",
+                  device_us_text, static_cast<long long>(launch->last_stats().upload_bytes),
+                  static_cast<long long>(launch->last_stats().download_bytes),
+                  100.0 * static_cast<double>(captures) / static_cast<double>(o.iters));
+  }
   const double median = Percentile(ms, 0.5), p90 = Percentile(ms, 0.9);
   Floor floor;
   char floor_json[256] = "";
@@ -476,12 +554,12 @@ int main(int argc, char** argv) {
         "\"n\": %lld, \"k\": %lld, \"dim\": %lld, \"label_dtype\": \"%s\", \"threads\": %d, "
         "\"iters\": %d, \"warmup\": %d, \"median_ms\": %.6f, \"p90_ms\": %.6f, "
         "\"min_ms\": %.6f, \"inputs\": \"%s\", \"classes\": \"%s\", "
-        "\"timed\": \"sample+feature gather\"%s%s%s}\n",
+        "\"timed\": \"sample+feature gather\"%s%s%s%s}\n",
         o.backend.c_str(), backend.name().c_str(), static_cast<long long>(o.rows),
         static_cast<long long>(o.n), static_cast<long long>(o.k), static_cast<long long>(o.dim),
         o.label_dtype.c_str(), o.threads, o.iters, o.warmup, median, p90,
         *std::min_element(ms.begin(), ms.end()), memory, o.classes.c_str(), floor_json, stats_json,
-        isa_json.c_str());
+        device_json, isa_json.c_str());
   } else {
     std::printf(
         "%s rows=%lld n=%lld k=%lld dim=%lld %s threads=%d iters=%d: median %.4f ms, "
@@ -496,6 +574,15 @@ int main(int argc, char** argv) {
       std::printf("floor %.4f ms (labels %.4f, keys %.4f, gather %.4f): %.2fx the floor\n",
                   floor.total(), floor.labels_ms, floor.keys_ms, floor.gather_ms,
                   median / floor.total());
+    }
+    if (launch) {
+      std::printf(
+          "device %s us (kernels, outputs on the device), %lld bytes h2d, %lld bytes d2h, "
+          "%.1f graph captures per 100 launches\n",
+          device_us >= 0 ? std::to_string(device_us).c_str() : "n/a",
+          static_cast<long long>(launch->last_stats().upload_bytes),
+          static_cast<long long>(launch->last_stats().download_bytes),
+          100.0 * static_cast<double>(captures) / static_cast<double>(o.iters));
     }
     if (has_stats) {
       std::printf(

@@ -291,16 +291,22 @@ def rec(c, impl):
     return None
 fmt = lambda v: "n/a" if v is None else f"{v:.4g}"
 impls = ["gpusampler", "pytorch-topk", "pytorch-topk_compiled"]
-print("| B | N | K | D | " + " | ".join(f"{i} ms" for i in impls) + " | compile / ours | launches | B/elem | smem B/elem | stream ops |")
-print("|" + "---:|" * (len(impls) + 9))
+# Ours: device time (device_us: events around the kernels, outputs left on the device, as
+# torch's outputs stay there) for the ratio; end to end (median_ms: upload, kernels, download,
+# completion) in its own column.
+print("| B | N | K | D | gpusampler device ms | gpusampler end to end ms | " +
+      " | ".join(f"{i} ms" for i in impls[1:]) +
+      " | compile / ours (device) | h2d B | d2h B | graph captures / 100 | launches | B/elem | smem B/elem | stream ops |")
+print("|" + "---:|" * (len(impls) + 13))
 for c in cells:
     g = rec(c, "gpusampler")
     m = [None if rec(c, i) is None else float(rec(c, i)["median_ms"]) for i in impls]
-    x = "n/a" if m[0] is None or m[2] is None or m[0] <= 0 else f"{m[2] / m[0]:.2f}x"
+    dev = None if g is None or g.get("device_us") is None else float(g["device_us"]) / 1000.0
+    x = "n/a" if dev is None or m[2] is None or dev <= 0 else f"{m[2] / dev:.2f}x"
     d = g.get("dim", "") if g else ""
-    get = lambda f: "n/a" if g is None or f not in g else (f"{g[f]:.2f}" if isinstance(g[f], float) else str(g[f]))
-    print(f"| {c[0]} | {c[1]} | {c[2]} | {d} | " + " | ".join(fmt(v) for v in m) +
-          f" | {x} | {get('launches')} | {get('bytes_per_element')} | {get('smem_bytes_per_element')} | {get('stream_ops')} |")
+    get = lambda f: "n/a" if g is None or f not in g or g[f] is None else (f"{g[f]:.2f}" if isinstance(g[f], float) else str(g[f]))
+    print(f"| {c[0]} | {c[1]} | {c[2]} | {d} | {fmt(dev)} | {fmt(m[0])} | " + " | ".join(fmt(v) for v in m[1:]) +
+          f" | {x} | {get('h2d_bytes')} | {get('d2h_bytes')} | {get('graph_captures')} | {get('launches')} | {get('bytes_per_element')} | {get('smem_bytes_per_element')} | {get('stream_ops')} |")
 skipped = sorted({r["skipped"] for r in recs if "skipped" in r})
 if skipped: print("\nskipped: " + "; ".join(skipped))
 PYEOF

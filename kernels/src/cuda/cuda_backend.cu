@@ -69,6 +69,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda:" + std::to_string(device_); }
   MemorySpace memory_space() const override { return MemorySpace::kDevice; }
   void Sample(const Batch& batch) override;
+  bool SampleSmallClass(const Batch& batch, int32_t class_rows, const void* sizes) override;
   void* stream() const override { return stream_; }
   void Reserve(int64_t num_rows, int64_t total_elements, int64_t total_slots,
                int64_t total_class_pairs = 0) override;
@@ -193,6 +194,20 @@ void CudaBackend::Sample(const Batch& batch) {
   if (arena) {
     error_flags_ = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(d_arena_) + layout.error);
   }
+}
+
+bool CudaBackend::SampleSmallClass(const Batch& batch, int32_t class_rows, const void* sizes) {
+  CheckBatch(batch, /*pointers=*/true);
+  if (batch.num_rows == 0 || class_rows < batch.num_rows || sizes == nullptr) return false;
+  ValidateRows(batch.host_rows, batch.num_rows);
+  if (!AllSmallBinaryRows(batch.host_rows, batch.num_rows, pipeline::kSmallRowMax)) return false;
+  error_flags_ = nullptr;  // the fused kernel keeps no error word
+  detail::ScopedDevice guard(device_);
+  pipeline::CudaExec exec(stream_);
+  pipeline::Params p = pipeline::ParamsOf(batch);
+  p.sizes = static_cast<const pipeline::LaunchSizes*>(sizes);
+  pipeline::EnqueueSmallClass(exec, class_rows, p);
+  return true;
 }
 
 }  // namespace

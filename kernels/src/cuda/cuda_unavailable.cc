@@ -32,6 +32,7 @@ class UnavailableCuda final : public DeviceImpl {
   int64_t Operations(void*) const override { return -1; }
   void GraphLaunch(void*, void**, const std::function<void()>&) const override { Unavailable(); }
   void GraphDestroy(void*) const noexcept override {}
+  void GraphReplay(void*, void*) const override { Unavailable(); }
   void TimerCreate(void*, void**, void**) const override { Unavailable(); }
   void TimerDestroy(void*, void*) const noexcept override {}
   void TimerRecord(void*, void*) const override { Unavailable(); }

@@ -234,6 +234,12 @@ void GraphLaunch(void* stream, void** exec_io, const std::function<void()>& enqu
   GPUSAMPLER_CUDA_TRY(cudaGraphLaunch(exec, s));
 }
 
+void GraphReplay(void* stream, void* exec) {
+  const cudaStream_t s = AsStream(stream);
+  detail::ScopedDevice guard(detail::StreamDevice(s));
+  GPUSAMPLER_CUDA_TRY(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), s));
+}
+
 void GraphDestroy(void* exec) noexcept {
   if (exec != nullptr) {
     GPUSAMPLER_CUDA_TRY_NO_THROW(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec)));
@@ -309,6 +315,7 @@ class CudaDevice final : public DeviceImpl {
   void GraphLaunch(void* stream, void** exec, const std::function<void()>& enqueue) const override {
     runtime::GraphLaunch(stream, exec, enqueue);
   }
+  void GraphReplay(void* stream, void* exec) const override { runtime::GraphReplay(stream, exec); }
   void GraphDestroy(void* exec) const noexcept override { runtime::GraphDestroy(exec); }
   void TimerCreate(void* stream, void** start, void** stop) const override {
     runtime::TimerCreate(stream, start, stop);

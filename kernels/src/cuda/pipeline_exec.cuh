@@ -92,8 +92,25 @@ struct DeviceBlock {
   __device__ __forceinline__ void CountPhilox(int64_t /*calls*/) {}
 };
 
+// Blocks per SM that a body's kernel must fit (__launch_bounds__' minimum): the tiles of
+// Pass1 and Pass2 are sized for one wave of kResidentBlocks (params.hpp: 4 blocks on each of
+// 132 SMs), which needs at most 64 registers per thread; the other stages, 1. The build checks
+// what ptxas gives against this (resources_check.cu, check_resources.cmake).
 template <class Body>
-__global__ void __launch_bounds__(kThreads) RunBody(Body body) {
+struct MinBlocksPerSm {
+  static constexpr int value = 1;
+};
+template <>
+struct MinBlocksPerSm<Pass1Body> {
+  static constexpr int value = kResidentBlocksPerSm;
+};
+template <>
+struct MinBlocksPerSm<Pass2Body> {
+  static constexpr int value = kResidentBlocksPerSm;
+};
+
+template <class Body>
+__global__ void __launch_bounds__(kThreads, MinBlocksPerSm<Body>::value) RunBody(Body body) {
   DeviceBlock b;
   body(b, static_cast<int64_t>(blockIdx.x));
 }

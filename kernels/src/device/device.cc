@@ -61,7 +61,14 @@ void StreamGraph::Reset() noexcept {
   exec_ = nullptr;
 }
 void StreamGraph::Launch(const std::function<void()>& enqueue) {
+  ++captures_;
   OfStream(stream_).GraphLaunch(stream_, &exec_, enqueue);
+}
+void StreamGraph::Replay() {
+  if (exec_ == nullptr) {
+    throw Error(Error::Code::kInternal, "StreamGraph::Replay: no graph is instantiated");
+  }
+  OfStream(stream_).GraphReplay(stream_, exec_);
 }
 
 StreamTimer::StreamTimer(void* stream) : stream_(stream) {

@@ -49,6 +49,8 @@ class DeviceImpl {
   virtual void GraphLaunch(void* stream, void** exec,
                            const std::function<void()>& enqueue) const = 0;
   virtual void GraphDestroy(void* exec) const noexcept = 0;
+  // StreamGraph::Replay: launches `exec` (from GraphLaunch) again without capturing.
+  virtual void GraphReplay(void* stream, void* exec) const = 0;
   // StreamTimer's two events on `stream`.
   virtual void TimerCreate(void* stream, void** start, void** stop) const = 0;
   virtual void TimerDestroy(void* start, void* stop) const noexcept = 0;

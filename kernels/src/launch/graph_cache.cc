@@ -26,15 +26,26 @@ size_t GraphCache::SetOf(const std::vector<RowDesc>& rows) {
   return c;
 }
 
-bool GraphCache::Run(void* stream, const std::vector<RowDesc>& rows,
-                     const std::function<void()>& work) {
-  if (rows.empty()) return false;
+GraphCache::Ran GraphCache::Run(void* stream, const std::vector<RowDesc>& rows,
+                                const std::string& key, const std::function<bool()>& work) {
+  Ran ran;
+  if (rows.empty()) return ran;
   if (enabled_) {
-    auto& graph = graphs_[SetOf(rows)];
+    const size_t set = SetOf(rows);
+    auto& graph = graphs_[set];
     if (!graph) graph = std::make_unique<StreamGraph>(stream);
     try {
-      graph->Launch(work);
-      return true;
+      if (!key.empty() && graph->instantiated() && keys_[set] == key) {
+        graph->Replay();
+      } else {
+        keys_[set].clear();  // (a capture that throws leaves no key)
+        bool replayable = false;
+        graph->Launch([&] { replayable = work(); });
+        keys_[set] = replayable ? key : std::string();
+        ran.captured = true;
+      }
+      ran.graph = true;
+      return ran;
     } catch (const Error& e) {
       // Bad input, no memory, a device fault: the same without a graph.
       if (e.code() != Error::Code::kInternal) throw;
@@ -45,16 +56,18 @@ bool GraphCache::Run(void* stream, const std::vector<RowDesc>& rows,
                    name_.c_str(), e.what());
       enabled_ = false;
       graph->Reset();
+      keys_[set].clear();
     }
   }
   work();
-  return false;
+  return ran;
 }
 
 void GraphCache::Release(Backend& backend) {
   for (auto& graph : graphs_) {
     if (graph) graph->Reset();
   }
+  for (auto& key : keys_) key.clear();
   backend.ReleaseGraphs();
 }
 

@@ -63,7 +63,7 @@ void PlanRequest(size_t j, const LaunchRequest& q, bool device, LaunchPlan* plan
 // The sections of the launch's two regions for the planned totals.
 void SizeRegions(LaunchPlan* plan) {
   Regions& reg = plan->regions;
-  reg.rows = Section(plan->num_rows * static_cast<int64_t>(sizeof(RowDesc)));
+  reg.rows = Section(plan->num_rows * static_cast<int64_t>(sizeof(RowDesc)) + kSizesBytes);
   reg.labels = Section(plan->staged_label_bytes);
   reg.idx = Section(plan->total_slots * 8);
   reg.olab = Section(plan->out_label_bytes);
@@ -79,7 +79,7 @@ Regions RegionsFor(const StagedSizes& sizes) {
   // at most one request per row.
   const int64_t slack = std::max<int64_t>(sizes.rows, 1) * kPart;
   Regions r;
-  r.rows = Section(sizes.rows * static_cast<int64_t>(sizeof(RowDesc)));
+  r.rows = Section(sizes.rows * static_cast<int64_t>(sizeof(RowDesc)) + kSizesBytes);
   r.labels = Section(sizes.elements * 8 + slack);
   r.idx = Section(sizes.slots * 8);
   r.olab = Section(sizes.slots * 8 + slack);

@@ -18,6 +18,10 @@ namespace gpusampler::kernels {
 inline constexpr size_t kSection = 256;  // sections of the staging regions start 256-byte aligned
 inline constexpr int64_t kPart = 16;     // a request's part of a section starts 16-byte aligned
 
+// The rows section ends with a pipeline::LaunchSizes (16 bytes reserved): the row count that a
+// size class's graph reads when it replays (StagedLaunch::RunDevice).
+inline constexpr int64_t kSizesBytes = 16;
+
 inline size_t Section(int64_t bytes) {
   return (static_cast<size_t>(std::max<int64_t>(0, bytes)) + kSection - 1) / kSection * kSection;
 }

@@ -13,6 +13,7 @@
 #include "gpusampler/kernels/launcher.hpp"
 #include "launch/graph_cache.hpp"
 #include "launch/plan.hpp"
+#include "pipeline/params.hpp"
 
 namespace gpusampler::kernels {
 
@@ -315,13 +316,72 @@ void StagedLaunch::StageLabels(const std::vector<LaunchRequest>& requests, const
 
 // Runs `work` on the launcher's stream, captured as the graph of `rows`' stage set when graphs
 // are on (GraphCache); returns whether it ran as a graph.
-bool StagedLaunch::LaunchWork(const std::vector<RowDesc>& rows, const std::function<void()>& work) {
-  bool graphed = false;
-  launcher_->Launch([&] { graphed = graphs_->Run(launcher_->stream(), rows, work); });
-  return graphed;
+void StagedLaunch::LaunchWork(const std::vector<RowDesc>& rows, const std::string& key,
+                              const std::function<bool()>& work) {
+  GraphCache::Ran ran;
+  launcher_->Launch([&] { ran = graphs_->Run(launcher_->stream(), rows, key, work); });
+  stats_.graph = ran.graph;
+  stats_.graph_captured = ran.captured;
 }
 
 namespace {
+
+// The fused kernel's size class: the power of two at or above the row count.
+int32_t SmallClassRows(int64_t rows) {
+  int64_t c = 1;
+  while (c < rows) c *= 2;
+  return static_cast<int32_t>(c);
+}
+
+// What a size class's captured launch depends on besides device memory: the grid, the copies'
+// addresses and sizes, and every pointer the kernel receives (the rest it reads from the row
+// table and the sizes word when it runs). Equal keys capture the same operations.
+std::string SmallClassKey(int32_t class_rows, const Batch& batch, const void* h_in,
+                          const void* d_in, size_t upload, const void* h_out, const void* d_out,
+                          size_t download, const void* sizes) {
+  const uintptr_t fields[] = {
+      static_cast<uintptr_t>(class_rows),
+      reinterpret_cast<uintptr_t>(h_in),
+      reinterpret_cast<uintptr_t>(d_in),
+      upload,
+      reinterpret_cast<uintptr_t>(h_out),
+      reinterpret_cast<uintptr_t>(d_out),
+      download,
+      reinterpret_cast<uintptr_t>(sizes),
+      reinterpret_cast<uintptr_t>(batch.rows),
+      reinterpret_cast<uintptr_t>(batch.labels),
+      reinterpret_cast<uintptr_t>(batch.features),
+      reinterpret_cast<uintptr_t>(batch.out_indices),
+      reinterpret_cast<uintptr_t>(batch.out_labels),
+      reinterpret_cast<uintptr_t>(batch.out_features),
+      reinterpret_cast<uintptr_t>(batch.out_num_positive),
+      reinterpret_cast<uintptr_t>(batch.out_num_negative),
+  };
+  return std::string("small:") + std::string(reinterpret_cast<const char*>(fields), sizeof(fields));
+}
+
+// The one upload's bytes: row table, staged labels, class tables and scores are adjacent.
+size_t UploadBytes(const LaunchPlan& plan) {
+  const Regions& reg = plan.regions;
+  if (plan.total_scores > 0) {
+    return reg.rows + reg.labels + reg.tables +
+           static_cast<size_t>(plan.total_scores) * sizeof(float);
+  }
+  if (plan.class_table_bytes > 0) {
+    return reg.rows + reg.labels + static_cast<size_t>(plan.class_table_bytes);
+  }
+  return reg.rows + static_cast<size_t>(plan.staged_label_bytes);
+}
+
+// The launch's row count in the sizes word at the end of the rows section (staged in `h_in`,
+// uploaded with the row table); returns its device address.
+const void* StageSizes(const LaunchPlan& plan, uint8_t* h_in, const uint8_t* d_in) {
+  const size_t at = plan.regions.rows - static_cast<size_t>(kSizesBytes);
+  pipeline::LaunchSizes sizes;
+  sizes.num_rows = static_cast<int32_t>(plan.num_rows);
+  std::memcpy(h_in + at, &sizes, sizeof(sizes));
+  return d_in + at;
+}
 
 // A bounded step of the kernels overflowed (never expected): the results are not used.
 void ThrowOnErrorFlags(const std::string& name, uint32_t flags) {
@@ -362,12 +422,7 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
   }
   // One upload (row table, staged labels, class tables and scores are adjacent), the
   // kernels, one download of every output up to the last section in use.
-  const size_t upload = plan.total_scores > 0
-                            ? reg.rows + reg.labels + reg.tables +
-                                  static_cast<size_t>(plan.total_scores) * sizeof(float)
-                        : plan.class_table_bytes > 0
-                            ? reg.rows + reg.labels + static_cast<size_t>(plan.class_table_bytes)
-                            : reg.rows + static_cast<size_t>(plan.staged_label_bytes);
+  const size_t upload = UploadBytes(plan);
   const size_t download = reg.feat_at() + static_cast<size_t>(plan.out_feature_bytes);
   Batch batch = BatchOf(plan, bases, reinterpret_cast<const RowDesc*>(d_in), rows_.data(), d_out);
   if (plan.any_classes) {
@@ -379,6 +434,16 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
 
   void* stream = launcher_->stream();
   Backend& backend = launcher_->backend();
+  // Small binary rows only: the fused kernel's size class, its row count in the sizes word
+  // at the end of the rows section (uploaded with the row table), so a graph captured once
+  // replays for every launch with the same key.
+  const bool small = !plan.any_classes && plan.num_rows > 0 &&
+                     AllSmallBinaryRows(rows_.data(), plan.num_rows, pipeline::kSmallRowMax);
+  const int32_t class_rows = small ? SmallClassRows(plan.num_rows) : 0;
+  const void* d_sizes = StageSizes(plan, h_in, d_in);
+  const std::string key =
+      small ? SmallClassKey(class_rows, batch, h_in, d_in, upload, h_out, d_out, download, d_sizes)
+            : std::string();
   // The kernels' error word (Backend::error_flags) comes back with the outputs, after them,
   // and is reset on the device for the next launch.
   uint8_t* h_flags = h_out + reg.out();
@@ -386,23 +451,24 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
   uint32_t* d_flags = nullptr;
   const auto work = [&] {
     CopyAsync(d_in, h_in, upload, stream);
-    backend.Sample(batch);
+    const bool classed = small && backend.SampleSmallClass(batch, class_rows, d_sizes);
+    if (!classed) backend.Sample(batch);
     d_flags = backend.error_flags();
     if (d_flags != nullptr) {
       CopyAsync(h_flags, d_flags, sizeof(uint32_t), stream);
       MemsetAsync(d_flags, 0, sizeof(uint32_t), stream);
     }
     CopyAsync(h_out, d_out, download, stream);
+    return classed && d_flags == nullptr;  // (a replay skips this: no error word to read)
   };
   const int64_t ops_before = StreamOperations(stream);
-  const bool graphed = LaunchWork(rows_, work);
+  LaunchWork(rows_, key, work);
   const int64_t ops_after = StreamOperations(stream);
   uint32_t flags = 0;
   if (d_flags != nullptr) std::memcpy(&flags, h_flags, sizeof(flags));
   ThrowOnErrorFlags(name_, flags);
   LoweredClassCounts(plan, h_out);
 
-  stats_.graph = graphed;
   stats_.stream_ops = ops_before >= 0 && ops_after >= 0 ? ops_after - ops_before : -1;
   stats_.upload_bytes = plan.num_rows > 0 ? static_cast<int64_t>(upload) : 0;
   stats_.download_bytes = plan.num_rows > 0 ? static_cast<int64_t>(download) : 0;

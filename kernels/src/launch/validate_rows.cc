@@ -49,4 +49,11 @@ void ValidateRows(const RowDesc* rows, int64_t num_rows) {
   for (int64_t r = 0; r < num_rows; ++r) ValidateRow(rows[r], r);
 }
 
+bool AllSmallBinaryRows(const RowDesc* rows, int64_t num_rows, int64_t small_max) {
+  for (int64_t j = 0; j < num_rows; ++j) {
+    if (rows[j].length > small_max || rows[j].class_table >= 0) return false;
+  }
+  return true;
+}
+
 }  // namespace gpusampler::kernels

@@ -29,9 +29,10 @@ inline constexpr int kBlockKeys = kThreads * kItems;           // 4096
 inline constexpr int64_t kSmallRowMax = kBlockKeys;            // rows the fused kernel takes
 inline constexpr int64_t kTileElements = int64_t{1} << 16;     // Pass1/Pass2 tile, at most
 inline constexpr int64_t kMinTileElements = int64_t{1} << 14;  // ... and at least
-inline constexpr int64_t kResidentBlocks = 528;                // one wave: 132 H200 SMs x 4 blocks
-inline constexpr int kRoundElements = kThreads * 4;            // one Philox call per thread
-inline constexpr int kSelectBits = 11;                         // u histogram: 2048 buckets
+inline constexpr int kResidentBlocksPerSm = 4;                 // Pass1/Pass2 at <= 64 registers
+inline constexpr int64_t kResidentBlocks = 132 * kResidentBlocksPerSm;  // one wave: H200's SMs
+inline constexpr int kRoundElements = kThreads * 4;  // one Philox call per thread
+inline constexpr int kSelectBits = 11;               // u histogram: 2048 buckets
 inline constexpr int kSelectBins = 1 << kSelectBits;
 inline constexpr int kMaxOrderBits = 11;  // v buckets: at most 2048
 inline constexpr int kMaxOrderBins = 1 << kMaxOrderBits;

@@ -18,28 +18,27 @@ struct Pass2Body {
     int64_t sel_below[2], cand_bin[2], cand_off[2], cand_count[2];
     int32_t large;
     int32_t n_sel, n_cand[2];
+    // The round's first place in p.sel and in p.cand per class (kDropped: none), set by
+    // ReserveRound as absolute indices, so that WriteRound holds no tile pointers.
     unsigned long long sel_at, cand_at[2];
     int32_t vhist[kMaxOrderBins];
   };
-  // The tile's uniform values, read once from shared memory (registers).
+  // The tile's uniform values that the classification reads, once from shared memory
+  // (registers; what only thread 0 or the writes need stays in shared memory, so that Pass2
+  // fits 64 registers: 4 blocks per SM, MinBlocksPerSm in cuda/pipeline_exec.cuh).
   struct Tile {
     RowDesc row;
     int32_t l;
-    LargeRowState* st;
     int64_t begin, end;
-    int64_t sel_below0, sel_below1, cand_bin0, cand_bin1, cand_count0, cand_count1;
-    uint64_t* sel;
-    uint64_t* cand0;
-    uint64_t* cand1;
+    int64_t sel_below0, sel_below1, cand_bin0, cand_bin1;
   };
   // Per round (two quads per thread, both loaded before either is used), each thread holds
-  // up to eight keys and where they go (kind: 0 none, 1 selected, 2 + c a candidate of class
-  // c; off: its place among the round's keys).
+  // up to eight keys and where they go: code = kind | off << 2 (kind: 0 none, 1 selected,
+  // 2 + c a candidate of class c; off: its place among the round's keys, < 2 kRoundElements).
   template <class B>
   struct Round {
     typename B::template Items<uint64_t, 8> key;
-    typename B::template Items<int32_t, 8> kind;
-    typename B::template Items<int32_t, 8> off;
+    typename B::template Items<int32_t, 8> code;
   };
 
   template <class B>
@@ -56,7 +55,7 @@ struct Pass2Body {
       for (int64_t round = tl.begin; round < tl.end; round += 2 * kRoundElements) {
         ClassifyRound<L>(b, sh, tl, labels, aligned, round, r);
         ReserveRound(b, sh, tl);
-        WriteRound(b, sh, tl, r);
+        WriteRound(b, sh, r);
       }
     });
     b.Threads([&](int t) {
@@ -102,18 +101,12 @@ struct Pass2Body {
     Tile tl;
     tl.row = b.SLoad(&sh.row);
     tl.l = b.SLoad(&sh.large);
-    tl.st = p.large + tl.l;
     tl.begin = b.SLoad(&sh.begin);
     tl.end = b.SLoad(&sh.end);
     tl.sel_below0 = b.SLoad(&sh.sel_below[0]);
     tl.sel_below1 = b.SLoad(&sh.sel_below[1]);
     tl.cand_bin0 = b.SLoad(&sh.cand_bin[0]);
     tl.cand_bin1 = b.SLoad(&sh.cand_bin[1]);
-    tl.cand_count0 = b.SLoad(&sh.cand_count[0]);
-    tl.cand_count1 = b.SLoad(&sh.cand_count[1]);
-    tl.sel = p.sel + b.SLoad(&sh.sel_base);
-    tl.cand0 = p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[0]);
-    tl.cand1 = p.cand + b.SLoad(&sh.cand_base) + b.SLoad(&sh.cand_off[1]);
     return tl;
   }
 
@@ -137,12 +130,11 @@ struct Pass2Body {
       GPUSAMPLER_UNROLL
       for (int h = 0; h < 2; ++h) {
         uint64_t* k_ = b.Mine(r.key, t) + 4 * h;
-        int32_t* kind_ = b.Mine(r.kind, t) + 4 * h;
-        int32_t* off_ = b.Mine(r.off, t) + 4 * h;
+        int32_t* code_ = b.Mine(r.code, t) + 4 * h;
         const int64_t i0 = round + h * kRoundElements + 4 * t;
         const uint32_t* cls = quad[h];
         GPUSAMPLER_UNROLL
-        for (int w = 0; w < 4; ++w) kind_[w] = 0;
+        for (int w = 0; w < 4; ++w) code_[w] = 0;
         if (cls[0] == kIgnored && cls[1] == kIgnored && cls[2] == kIgnored && cls[3] == kIgnored) {
           continue;
         }
@@ -155,12 +147,11 @@ struct Pass2Body {
           const int64_t bin = u.v[w] >> (32 - kSelectBits);
           const int c = static_cast<int>(cls[w]);
           if (bin < Pick(c, tl.sel_below0, tl.sel_below1)) {
-            kind_[w] = 1;
+            code_[w] = 1;
             any_selected = true;
           } else if (bin == Pick(c, tl.cand_bin0, tl.cand_bin1)) {
-            kind_[w] = 2 + static_cast<int32_t>(cls[w]);
             k_[w] = (static_cast<uint64_t>(u.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
-            off_[w] = b.SharedAdd(&sh.n_cand[cls[w]], 1);
+            code_[w] = (2 + static_cast<int32_t>(cls[w])) | b.SharedAdd(&sh.n_cand[cls[w]], 1) << 2;
           }
         }
         if (!any_selected) continue;
@@ -168,9 +159,9 @@ struct Pass2Body {
         b.CountPhilox(1);
         GPUSAMPLER_UNROLL
         for (int w = 0; w < 4; ++w) {
-          if (kind_[w] != 1) continue;
+          if (code_[w] != 1) continue;
           k_[w] = (static_cast<uint64_t>(v.v[w]) << 32) | static_cast<uint64_t>(i0 + w);
-          off_[w] = b.SharedAdd(&sh.n_sel, 1);
+          code_[w] = 1 | b.SharedAdd(&sh.n_sel, 1) << 2;
           b.SharedAdd(&sh.vhist[BucketOf(v.v[w], p.order_bits)], 1);
         }
       }
@@ -178,27 +169,31 @@ struct Pass2Body {
   }
 
   // Thread 0 reserves the round's places in the row's selected and candidate ranges (global
-  // cursors) and resets the round's counters.
+  // cursors), as absolute indices into p.sel and p.cand, and resets the round's counters.
   template <class B>
   GPUSAMPLER_HD void ReserveRound(B& b, Shared& sh, const Tile& tl) const {
     b.Threads([&](int t) {
       if (t != 0) return;
+      LargeRowState* st = p.large + tl.l;
       const int32_t n_sel = b.SLoad(&sh.n_sel);
       if (n_sel > 0) {
-        b.SStore(&sh.sel_at,
-                 b.GlobalAdd(&tl.st->sel_cursor, static_cast<unsigned long long>(n_sel)));
+        const unsigned long long at =
+            b.GlobalAdd(&st->sel_cursor, static_cast<unsigned long long>(n_sel));
+        b.SStore(&sh.sel_at, static_cast<unsigned long long>(b.SLoad(&sh.sel_base)) + at);
       }
       for (int c = 0; c < 2; ++c) {
         const int32_t n_cand = b.SLoad(&sh.n_cand[c]);
         if (n_cand > 0) {
           const unsigned long long at =
-              b.GlobalAdd(&tl.st->cand_cursor[c], static_cast<unsigned long long>(n_cand));
+              b.GlobalAdd(&st->cand_cursor[c], static_cast<unsigned long long>(n_cand));
           // Bounded: Threshold counted the boundary bucket's keys.
-          if (static_cast<int64_t>(at) + n_cand > Pick(c, tl.cand_count0, tl.cand_count1)) {
+          if (static_cast<int64_t>(at) + n_cand > b.SLoad(&sh.cand_count[c])) {
             b.Fail(p.error, kErrorCandidates, "Pass2: more boundary candidates than counted");
             b.SStore(&sh.cand_at[c], kDropped);  // (the device goes on without writing)
           } else {
-            b.SStore(&sh.cand_at[c], at);
+            b.SStore(&sh.cand_at[c], static_cast<unsigned long long>(b.SLoad(&sh.cand_base) +
+                                                                     b.SLoad(&sh.cand_off[c])) +
+                                         at);
           }
         }
       }
@@ -210,21 +205,19 @@ struct Pass2Body {
   }
 
   template <class B>
-  GPUSAMPLER_HD void WriteRound(B& b, Shared& sh, const Tile& tl, Round<B>& r) const {
+  GPUSAMPLER_HD void WriteRound(B& b, Shared& sh, Round<B>& r) const {
     b.Threads([&](int t) {
       const uint64_t* k_ = b.Mine(r.key, t);
-      const int32_t* kind_ = b.Mine(r.kind, t);
-      const int32_t* off_ = b.Mine(r.off, t);
+      const int32_t* code_ = b.Mine(r.code, t);
       GPUSAMPLER_UNROLL
       for (int w = 0; w < 8; ++w) {
-        if (kind_[w] == 1) {
-          b.Store(tl.sel + static_cast<int64_t>(b.SLoad(&sh.sel_at)) + off_[w], k_[w]);
-        } else if (kind_[w] >= 2) {
-          const int c = kind_[w] - 2;
-          const unsigned long long at = b.SLoad(&sh.cand_at[c]);
-          if (at != kDropped) {
-            b.Store(Pick(c, tl.cand0, tl.cand1) + static_cast<int64_t>(at) + off_[w], k_[w]);
-          }
+        const int32_t kind = code_[w] & 3;
+        const int64_t off = code_[w] >> 2;
+        if (kind == 1) {
+          b.Store(p.sel + static_cast<int64_t>(b.SLoad(&sh.sel_at)) + off, k_[w]);
+        } else if (kind >= 2) {
+          const unsigned long long at = b.SLoad(&sh.cand_at[kind - 2]);
+          if (at != kDropped) b.Store(p.cand + static_cast<int64_t>(at) + off, k_[w]);
         }
       }
     });

@@ -75,6 +75,31 @@ class SimBackend final : public Backend {
     });
   }
 
+  bool SampleSmallClass(const Batch& batch, int32_t class_rows, const void* sizes) override {
+    // (tests that lower small_row_max take Sample: the class is the device's)
+    if (!stream_ || options_.small_row_max != pipeline::kSmallRowMax || batch.num_rows <= 0 ||
+        batch.num_rows > INT_MAX / 2 || class_rows < batch.num_rows || sizes == nullptr ||
+        batch.host_rows == nullptr) {
+      return false;
+    }
+    ValidateRows(batch.host_rows, batch.num_rows);
+    if (!AllSmallBinaryRows(batch.host_rows, batch.num_rows, pipeline::kSmallRowMax)) {
+      return false;
+    }
+    pipeline::Params p = ParamsOf(batch, options_);
+    p.sizes = static_cast<const pipeline::LaunchSizes*>(sizes);
+    const int64_t elements = batch.total_elements;
+    stream_->Enqueue([this, p, class_rows, elements] {
+      LaunchStats stats;
+      stats.label_elements = elements;
+      sim::SimExec exec(&stats);
+      pipeline::EnqueueSmallClass(exec, class_rows, p);
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_ = stats;
+    });
+    return true;
+  }
+
   void Reserve(int64_t num_rows, int64_t total_elements, int64_t total_slots,
                int64_t total_class_pairs = 0) override {
     if (!stream_ || num_rows <= 0) return;

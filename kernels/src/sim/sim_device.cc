@@ -81,16 +81,25 @@ bool SimStream::capturing() {
   return capturing_;
 }
 
-void SimStream::EndCapture(bool launch) {
-  std::vector<std::function<void()>> ops;
+SimStream::Captured SimStream::EndCapture(bool launch) {
+  auto ops = std::make_shared<std::vector<std::function<void()>>>();
   {
     std::lock_guard<std::mutex> lock(mu_);
     capturing_ = false;
-    ops.swap(captured_);
+    ops->swap(captured_);
   }
-  if (!launch || ops.empty()) return;
-  Enqueue([ops = std::move(ops)] {
-    for (const auto& op : ops) op();
+  if (!launch || ops->empty()) return nullptr;
+  Captured captured = std::move(ops);
+  LaunchCaptured(captured);
+  return captured;
+}
+
+void SimStream::LaunchCaptured(const Captured& ops) {
+  if (!ops) return;
+  // (each launch runs the captured closures again: they read device and pinned memory when
+  // they run, as a CUDA graph's nodes do)
+  Enqueue([ops] {
+    for (const auto& op : *ops) op();
   });
 }
 
@@ -198,6 +207,11 @@ void Free(void* ptr) noexcept {
 
 namespace {
 
+// A StreamGraph's instantiated graph on cuda-sim: the operations it captured.
+struct SimGraph {
+  SimStream::Captured ops;
+};
+
 // StreamTimer on a sim stream: the times at which the stream reached Start and Stop.
 struct SimEvent {
   std::chrono::steady_clock::time_point at{};
@@ -250,10 +264,15 @@ class SimDevice final : public DeviceImpl {
       sim_stream->EndCapture(/*launch=*/false);
       throw;
     }
-    sim_stream->EndCapture(/*launch=*/true);
-    *exec = stream;  // "instantiated": nothing to keep on the host
+    SimStream::Captured ops = sim_stream->EndCapture(/*launch=*/true);
+    // "instantiated": the captured operations, kept for GraphReplay
+    delete static_cast<SimGraph*>(*exec);
+    *exec = new SimGraph{std::move(ops)};
   }
-  void GraphDestroy(void*) const noexcept override {}
+  void GraphReplay(void* stream, void* exec) const override {
+    AsSimStream(stream)->LaunchCaptured(static_cast<SimGraph*>(exec)->ops);
+  }
+  void GraphDestroy(void* exec) const noexcept override { delete static_cast<SimGraph*>(exec); }
 
   void TimerCreate(void*, void** start, void** stop) const override {
     *start = new SimEvent;

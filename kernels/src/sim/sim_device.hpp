@@ -34,8 +34,12 @@ class SimStream {
   // instead of queuing them; EndCapture(true) queues them as one operation that runs them
   // in order (a graph launch), EndCapture(false) drops them. A callback cannot be captured
   // (EnqueueCallback throws Error(kInternal) while capturing).
+  // EndCapture returns the captured operations (null when dropped or none), which
+  // LaunchCaptured queues again as one operation (a graph replayed without capture).
+  using Captured = std::shared_ptr<const std::vector<std::function<void()>>>;
   void BeginCapture();
-  void EndCapture(bool launch);
+  Captured EndCapture(bool launch);
+  void LaunchCaptured(const Captured& ops);
   // Whether the stream is capturing now (cudaStreamIsCapturing).
   bool capturing();
   // Operations queued so far (a captured graph counts one): the stream_ops of a launch.

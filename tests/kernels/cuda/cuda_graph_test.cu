@@ -8,11 +8,13 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpusampler/kernels/backend.hpp"
 #include "gpusampler/kernels/batch_builder.hpp"
 #include "gpusampler/kernels/device.hpp"
+#include "pipeline/params.hpp"
 
 namespace gpusampler::kernels {
 namespace {
@@ -40,36 +42,42 @@ uint64_t Mix(uint64_t x) {
   return x;
 }
 
-// Labels and features of a batch mixing dtypes, feature widths, empty rows and K > N.
+// Labels and features of a batch mixing dtypes, feature widths, empty rows and K > N; with
+// `only`, every request has that label dtype (labels its range holds; bool has no ignored
+// value); `small_only` leaves out the large row (SampleSmallClass takes the batch).
 struct HostBatch {
   BatchBuilder builder;
   std::vector<uint8_t> labels;
   std::vector<uint8_t> features;
 
-  HostBatch() {
+  explicit HostBatch(DType only = DType::kUnspecified, bool small_only = false) {
+    const bool mixed = only == DType::kUnspecified;
+    const bool is_bool = only == DType::kBool;
+    const bool is_unsigned = only == DType::kUInt8 || is_bool;
     SamplingSpec spec;
     spec.num_samples = 64;
-    builder.AddRequest(spec, 7, DType::kInt32, {1000, 0, 37}, 12);
+    builder.AddRequest(spec, 7, mixed ? DType::kInt32 : only, {1000, 0, 37}, 12);
     spec.num_samples = 100;
     spec.positive_fraction = 0.25;
     spec.fill = FillPolicy::kNegativesOnly;
-    builder.AddRequest(spec, 99, DType::kInt8, {5003}, 0);
+    if (!small_only) builder.AddRequest(spec, 99, mixed ? DType::kInt8 : only, {5003}, 0);
     spec.num_samples = 9;
-    spec.positive_label = 3;
-    spec.negative_label = -2;
+    spec.positive_label = is_bool ? 1 : 3;
+    spec.negative_label = is_bool ? 0 : is_unsigned ? 2 : -2;
     spec.fill = FillPolicy::kNone;
-    builder.AddRequest(spec, 12345678901234ULL, DType::kInt16, {50, 2, 700}, 5);
+    builder.AddRequest(spec, 12345678901234ULL, mixed ? DType::kInt16 : only, {50, 2, 700}, 5);
 
     labels.resize(static_cast<size_t>(builder.label_bytes()));
     features.resize(static_cast<size_t>(builder.feature_bytes()));
+    const int64_t ignored = is_unsigned ? 7 : -7;
     for (const RowDesc& row : builder.rows()) {
       const size_t item = DTypeSize(row.label_dtype);
       for (int64_t i = 0; i < row.length; ++i) {
         // Mostly negatives, some positives, some ignored values.
         const uint64_t h = Mix(static_cast<uint64_t>(row.label_offset) * 131 + i);
-        const int64_t label = h % 10 < 2   ? row.positive_label
-                              : h % 10 < 8 ? row.negative_label
-                                           : int64_t{-7};
+        const int64_t label = h % 10 < 2              ? row.positive_label
+                              : h % 10 < 8 || is_bool ? row.negative_label
+                                                      : ignored;
         std::memcpy(&labels[row.label_offset + i * item], &label, item);  // little-endian
       }
       for (int64_t b = 0; b < row.length * row.feature_row_bytes; ++b) {
@@ -92,7 +100,8 @@ struct HostBatch {
 // Device copies of a HostBatch's inputs and one set of outputs.
 class DeviceBatch {
  public:
-  DeviceBatch(const HostBatch& host, void* stream) : stream_(stream) {
+  DeviceBatch(const HostBatch& host, void* stream, int device = 0)
+      : stream_(stream), device_(device) {
     const auto& rows = host.builder.rows();
     d_rows_ = Upload(rows.data(), rows.size() * sizeof(RowDesc));
     d_labels_ = Upload(host.labels.data(), host.labels.size());
@@ -120,6 +129,17 @@ class DeviceBatch {
 
   const Batch& batch() const { return batch_; }
 
+  // Every output back to the pattern it started with.
+  void ResetOutputs(const HostBatch& host) {
+    const Outputs init = host.MakeOutputs();
+    CopyAsync(d_indices_, init.indices.data(), init.indices.size() * sizeof(int64_t), stream_);
+    CopyAsync(d_out_labels_, init.labels.data(), init.labels.size(), stream_);
+    CopyAsync(d_out_features_, init.features.data(), init.features.size(), stream_);
+    CopyAsync(d_num_positive_, init.num_positive.data(), init.num_positive.size() * 4, stream_);
+    CopyAsync(d_num_negative_, init.num_negative.data(), init.num_negative.size() * 4, stream_);
+    StreamSynchronize(stream_);
+  }
+
   Outputs Download(const HostBatch& host) const {
     Outputs out = host.MakeOutputs();
     CopyAsync(out.indices.data(), d_indices_, out.indices.size() * sizeof(int64_t), stream_);
@@ -133,13 +153,14 @@ class DeviceBatch {
 
  private:
   void* Upload(const void* src, size_t bytes) {
-    void* d = DeviceAlloc(0, bytes == 0 ? 1 : bytes);
+    void* d = DeviceAlloc(device_, bytes == 0 ? 1 : bytes);
     owned_.push_back(d);
     CopyAsync(d, src, bytes, stream_);
     return d;
   }
 
   void* stream_;
+  int device_;
   std::vector<void*> owned_;
   void* d_rows_;
   void* d_labels_;
@@ -265,6 +286,62 @@ TEST(CudaGraphTest, InvalidRowIsRefusedLikeOnTheCpu) {
   EXPECT_FALSE(cpu_error.empty());
   EXPECT_EQ(cuda_error, cpu_error);
 }
+
+// Every label dtype, on CUDA device 0 (skipped without one) and on its cuda-sim twin: a
+// plain Sample equals the CPU backend; one captured through StreamGraph, then replayed
+// without capture over reset outputs, gives the same; so does the size class's launch
+// (SampleSmallClass, the row count read from device memory) of a small-row batch, captured
+// once and replayed.
+class CudaGraphDTypeTest : public ::testing::TestWithParam<std::tuple<int, DType>> {};
+
+TEST_P(CudaGraphDTypeTest, CapturedAndReplayedMatchPlainAndCpu) {
+  const int device = std::get<0>(GetParam());
+  if (device != kSimDevice && CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  std::unique_ptr<Backend> backend = MakeCudaBackend(device);
+  void* stream = backend->stream();
+  for (const bool small_only : {false, true}) {
+    SCOPED_TRACE(small_only ? "small rows only" : "with a large row");
+    const HostBatch host(std::get<1>(GetParam()), small_only);
+    DeviceBatch plain(host, stream, device);
+    backend->Sample(plain.batch());  // (grows the scratch space, which capture does not allow)
+    const Outputs want = plain.Download(host);
+    ASSERT_TRUE(want == RunCpu(host)) << "device and CPU backends differ";
+
+    DeviceBatch captured(host, stream, device);
+    pipeline::LaunchSizes sizes;
+    sizes.num_rows = static_cast<int32_t>(captured.batch().num_rows);
+    void* d_sizes = DeviceAlloc(device, sizeof(sizes));
+    CopyToDevice(device, d_sizes, &sizes, sizeof(sizes));
+    bool classed = false;
+    StreamGraph graph(stream);
+    graph.Launch([&] {
+      classed = small_only && backend->SampleSmallClass(captured.batch(), 8, d_sizes);
+      if (!classed) backend->Sample(captured.batch());
+    });
+    EXPECT_EQ(classed, small_only);
+    EXPECT_TRUE(captured.Download(host) == want) << "captured";
+    for (int replay = 0; replay < 2; ++replay) {
+      captured.ResetOutputs(host);
+      graph.Replay();
+      EXPECT_TRUE(captured.Download(host) == want) << "replay " << replay;
+    }
+    EXPECT_EQ(graph.captures(), 1);
+    graph.Reset();
+    backend->ReleaseGraphs();
+    DeviceFree(d_sizes);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryLabelDType, CudaGraphDTypeTest,
+                         ::testing::Combine(::testing::Values(0, kSimDevice),
+                                            ::testing::Values(DType::kBool, DType::kInt8,
+                                                              DType::kUInt8, DType::kInt16,
+                                                              DType::kInt32, DType::kInt64)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, DType>>& info) {
+                           return std::string(std::get<0>(info.param) == kSimDevice ? "CudaSim_"
+                                                                                    : "Cuda_") +
+                                  Traits(std::get<1>(info.param)).name;
+                         });
 
 TEST(CudaGraphTest, EmptyBatchAndUnavailableDevice) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";

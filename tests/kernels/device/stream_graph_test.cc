@@ -54,5 +54,37 @@ TEST(StreamGraphSimTest, OneOperationInOrderAndNothingOnError) {
   DeviceFree(c);
 }
 
+// Replay launches the last capture again without capturing: its copies read their sources
+// when they run (as a CUDA graph's nodes do), one stream operation, one capture counted.
+TEST(StreamGraphSimTest, ReplayRunsTheLastCaptureAgain) {
+  auto backend = MakeCudaBackend(kSimDevice);
+  void* stream = backend->stream();
+  auto* a = static_cast<uint8_t*>(DeviceAlloc(kSimDevice, 64));
+  auto* b = static_cast<uint8_t*>(DeviceAlloc(kSimDevice, 64));
+  StreamGraph graph(stream);
+  EXPECT_THROW(graph.Replay(), Error);  // nothing instantiated yet
+  std::memset(a, 1, 64);
+  std::memset(b, 0, 64);
+  int enqueued = 0;
+  graph.Launch([&] {
+    ++enqueued;
+    CopyAsync(b, a, 64, stream);
+  });
+  StreamSynchronize(stream);
+  EXPECT_EQ(b[63], 1);
+  std::memset(a, 2, 64);
+  const int64_t before = StreamOperations(stream);
+  graph.Replay();
+  StreamSynchronize(stream);
+  EXPECT_EQ(StreamOperations(stream) - before, 1);
+  EXPECT_EQ(enqueued, 1) << "Replay ran the enqueue function";
+  EXPECT_EQ(graph.captures(), 1);
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(b[i], 2) << i;
+  graph.Reset();
+  EXPECT_THROW(graph.Replay(), Error);
+  DeviceFree(a);
+  DeviceFree(b);
+}
+
 }  // namespace
 }  // namespace gpusampler::kernels

@@ -55,7 +55,20 @@ class Backend {
   // used). The caller downloads it with the outputs and resets it to zero (stream-ordered);
   // null when the launch keeps none (CPU; cuda-sim, which faults at once; fused rows only).
   virtual uint32_t* error_flags() { return nullptr; }
+  // The launch of a size class (pipeline::EnqueueSmallClass) when every row of `batch` is
+  // small (at most kSmallRowMax elements) and binary: the fused kernel over `class_rows` >=
+  // batch.num_rows blocks, which reads the row count from `sizes` (a pipeline::LaunchSizes in
+  // the backend's memory) when it runs, so that one capture serves every batch of the class.
+  // Same results as Sample(batch). Returns false, enqueueing nothing, for other batches or
+  // where unsupported (CPU); throws what Sample throws.
+  virtual bool SampleSmallClass(const Batch& /*batch*/, int32_t /*class_rows*/,
+                                const void* /*sizes*/) {
+    return false;
+  }
 };
+
+// Whether every row is small and binary, so that SampleSmallClass takes the batch.
+bool AllSmallBinaryRows(const RowDesc* rows, int64_t num_rows, int64_t small_max);
 
 // The row checks of SPEC section 1 that every backend applies before sampling, so that an
 // invalid row fails the same way (Error(kInvalidArgument), same message) on every backend

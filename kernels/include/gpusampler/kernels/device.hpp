@@ -80,13 +80,20 @@ class StreamGraph {
   // throws (the capture is discarded, nothing launched), or Error(kInternal) when capture,
   // instantiation or the launch fails.
   void Launch(const std::function<void()>& enqueue);
+  // Launches the instantiated graph again as it was last captured, without capturing
+  // (cudaGraphLaunch): the caller knows that a new capture would record the same operations
+  // (GraphCache's key). Throws Error(kInternal) when none is instantiated or the launch fails.
+  void Replay();
   // Destroys the instantiated graph: call it before memory that the graph refers to moves.
   void Reset() noexcept;
   bool instantiated() const { return exec_ != nullptr; }
+  // Captures made by Launch so far (Replay makes none).
+  int64_t captures() const { return captures_; }
 
  private:
   void* stream_;
   void* exec_ = nullptr;
+  int64_t captures_ = 0;
 };
 
 // Elapsed milliseconds of the work enqueued on `stream` between the two calls, measured

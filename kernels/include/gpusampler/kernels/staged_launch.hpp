@@ -103,6 +103,9 @@ struct StagedStats {
   // device does not count them (CUDA, host backends).
   int64_t stream_ops = -1;
   bool graph = false;  // the device work ran as one captured graph
+  // ... which this launch captured (false: a graph captured by an earlier launch of the same
+  // size class, buffers and copy sizes was replayed; see GraphCache)
+  bool graph_captured = false;
 };
 
 // Sizes a launch may reach without allocating (StagedLaunch::Reserve).
@@ -171,7 +174,8 @@ class StagedLaunch {
   void Grow(const LaunchSizes& want);
   static void StageLabels(const std::vector<LaunchRequest>& requests, const Plan& plan,
                           uint8_t* h_labels);
-  bool LaunchWork(const std::vector<RowDesc>& rows, const std::function<void()>& work);
+  void LaunchWork(const std::vector<RowDesc>& rows, const std::string& key,
+                  const std::function<bool()>& work);
   void Carve(const std::vector<LaunchRequest>& requests, const Plan& plan, const uint8_t* out);
   void GatherHostFeatures(const std::vector<LaunchRequest>& requests, const Plan& plan);
   // Classes: the requests' class tables and class rows (BatchBuilder), their scores staged
