@@ -119,6 +119,11 @@ const Flag kFlags[] = {
      86400},
     {"--upload-idle-timeout-ms", &ServerConfig::upload_idle_timeout_ms,
      "an upload that sends nothing this long ends DEADLINE_EXCEEDED and keeps nothing", 1, 86400e3},
+    // Connections and calls (issue 31).
+    {"--self-check-ms", &ServerConfig::self_check_ms,
+     "connect to the gRPC port this often (0 = never): one failure fails /readyz", 0, 3600e3},
+    {"--self-check-failures", &ServerConfig::self_check_failures,
+     "consecutive failed self-checks that fail /healthz (the process must be restarted)", 1, 1000},
     {"--port-file", &ServerConfig::port_file,
      "once SERVING, write \"grpc_port metrics_port\\n\" to this file"},
 };
