@@ -55,6 +55,14 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
  private:
   void Start(const grpc::ByteBuffer& bytes) {
     Metrics* m = svc_->metrics();
+    if (!bytes.Valid()) {
+      // No message at all (an empty one is a valid, empty buffer): the body never arrived,
+      // because the client closed, reset or cancelled the call first (issue 31). Not the
+      // client's bad input.
+      return Done(Status(Code::kCancelled,
+                         "the request never arrived (the client closed, reset or cancelled "
+                         "the call before sending it)"));
+    }
     const int64_t n = static_cast<int64_t>(bytes.Length());
     m->received_bytes().Increment(static_cast<double>(n));
     // The request is held twice: as received and parsed.
@@ -73,6 +81,12 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
         Done(FromCallbackException());
       }
     };
+    if (ClientGone()) {
+      // Gone before the launch: dropped, not computed (issue 31).
+      m->inflight().Decrement();
+      m->dropped_cancelled().Increment();
+      return Done(Status(Code::kCancelled, "the client went away before the request ran"));
+    }
     status = svc_->scheduler()->Submit(job_);
     if (!status.ok()) {
       m->inflight().Decrement();
@@ -80,10 +94,14 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     }
   }
 
+  // OnCancel ran, or gRPC already knows that the call failed (IsCancelled is thread-safe in
+  // the callback API; OnCancel may come after the worker's answer).
+  bool ClientGone() const { return client_gone_.load() || ctx_->IsCancelled(); }
+
   // Finishes the call; `this` may be gone once Finish returns.
   void Done(Status status) {
     if (finished_) return;
-    if (status.ok() && client_gone_.load()) {
+    if (status.ok() && ClientGone()) {
       // Computed for a client that is gone (cancelled, or its deadline passed): nothing can
       // be written, so it is not OK.
       status =
