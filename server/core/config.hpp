@@ -82,6 +82,11 @@ struct ServerConfig {
   // /healthz (a listener that stopped accepting never resumes: grpc/grpc#20418).
   int64_t self_check_ms = 3000;
   int64_t self_check_failures = 3;
+  // Live Sampler calls at once (each also limited to max_concurrent_streams per connection);
+  // a SampleStream that sends no message within first_message_timeout_ms ends
+  // DEADLINE_EXCEEDED.
+  int64_t max_calls = 4096;
+  int64_t first_message_timeout_ms = 30000;
 };
 
 // Registers every flag of `config` on `app` (defaults are the current values); numeric flags

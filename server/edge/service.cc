@@ -63,6 +63,8 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
                          "the request never arrived (the client closed, reset or cancelled "
                          "the call before sending it)"));
     }
+    Status admitted;
+    if (!ticket_.Take(&svc_->calls(), ctx_->peer(), &admitted)) return Done(admitted);
     const int64_t n = static_cast<int64_t>(bytes.Length());
     m->received_bytes().Increment(static_cast<double>(n));
     // The request is held twice: as received and parsed.
@@ -130,6 +132,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   Response response_;
   const Clock::time_point accepted_;
   std::shared_ptr<Job> job_;
+  CallTicket ticket_;    // --max-calls, per connection; left when the reactor is deleted
   int64_t charged_ = 0;  // bytes of the budget this call holds
   bool finished_ = false;
   std::atomic<bool> client_gone_{false};  // OnCancel ran
@@ -144,7 +147,8 @@ SamplerService::SamplerService(const ServerConfig& config, Scheduler* scheduler,
       metrics_(metrics),
       info_(std::move(info)),
       datasets_(datasets),
-      budget_(config.max_inflight_bytes) {
+      budget_(config.max_inflight_bytes),
+      calls_(config.max_calls, config.max_concurrent_streams, &budget_) {
   budget_.SetGauge(&metrics_->inflight_bytes());
   stall_thread_ = std::thread([this] { StallLoop(); });
 }
@@ -161,9 +165,11 @@ SamplerService::~SamplerService() {
 void SamplerService::StallLoop() {
   const auto limit = std::chrono::duration_cast<Clock::duration>(
       std::chrono::milliseconds(config_.stream_write_timeout_ms));
-  // A tenth of the limit (at most 250 ms): a stream ends between 1 and 1.1 limits.
-  const auto period = std::clamp<Clock::duration>(limit / 10, std::chrono::milliseconds(10),
-                                                  std::chrono::milliseconds(250));
+  const auto first = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::milliseconds(config_.first_message_timeout_ms));
+  // A tenth of the shorter limit (at most 250 ms): a stream ends between 1 and 1.1 limits.
+  const auto period = std::clamp<Clock::duration>(
+      std::min(limit, first) / 10, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
   std::unique_lock<std::mutex> lock(streams_mu_);
   while (!stall_cv_.wait_for(lock, period, [this] { return stop_; })) {
     std::vector<DrainableCall*> stalled;
