@@ -31,6 +31,12 @@ FdLimit RaiseFdLimit();
 // (this process is out of descriptors itself).
 bool AcceptsConnections(const std::string& host, int port, std::chrono::milliseconds timeout);
 
+// The same answer without sending a byte, for a TLS port (where bytes that are not a TLS
+// handshake make gRPC log an error each time): the connection is made, and accepted when the
+// accept queue of the port's listening socket (/proc/net/tcp, tcp6) is empty at some moment
+// within `timeout`; a listener that stopped accepting keeps the connection queued.
+bool AcceptsQuietly(const std::string& host, int port, std::chrono::milliseconds timeout);
+
 // The host the self-check connects to for a listen address: its host, or the loopback
 // address for a wildcard (0.0.0.0, [::], an empty host).
 std::string SelfCheckHost(const std::string& listen_address);

@@ -518,8 +518,11 @@ void Server::StartSelfCheck() {
   const auto period = std::chrono::milliseconds(config_.self_check_ms);
   const auto timeout = std::min<std::chrono::milliseconds>(period, std::chrono::seconds(2));
   accept_watch_ = std::make_unique<AcceptWatch>(
-      [host, port, timeout] { return AcceptsConnections(host, port, timeout); }, period,
-      static_cast<int>(config_.self_check_failures),
+      [host, port, timeout, tls = !config_.tls_cert_file.empty()] {
+        // With TLS, no bytes: a preface would make gRPC log a failed handshake every check.
+        return tls ? AcceptsQuietly(host, port, timeout) : AcceptsConnections(host, port, timeout);
+      },
+      period, static_cast<int>(config_.self_check_failures),
       [probe = probe_](bool ready, bool alive) {
         probe->accepting.store(ready);
         probe->alive.store(alive);

@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -62,6 +63,25 @@ TEST(AcceptCheckTest, AListenerThatNeverAcceptsFails) {
   int port = 0;
   const int listener = Listen(&port);
   EXPECT_FALSE(AcceptsConnections("127.0.0.1", port, milliseconds(300)));
+  close(listener);
+}
+
+TEST(AcceptCheckTest, QuietCheckSeesTheAcceptQueue) {
+  int port = 0;
+  const int listener = Listen(&port);
+  // Never accepted: the connection stays in the listener's queue.
+  EXPECT_FALSE(AcceptsQuietly("127.0.0.1", port, milliseconds(300)));
+  // Drain what the failed check left queued (its connection, now closed), then accept.
+  std::atomic<bool> stop{false};
+  std::thread server([&] {
+    while (!stop.load()) {
+      pollfd p{listener, POLLIN, 0};
+      if (poll(&p, 1, 10) == 1) close(accept(listener, nullptr, nullptr));
+    }
+  });
+  EXPECT_TRUE(AcceptsQuietly("127.0.0.1", port, milliseconds(2000)));
+  stop = true;
+  server.join();
   close(listener);
 }
 
