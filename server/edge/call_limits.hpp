@@ -1,7 +1,7 @@
-// Every connection bounded (issue 31, item 2): at most --max-concurrent-streams live Sampler
-// calls per connection (gRPC only advertises the HTTP/2 setting, and a client that ignores
-// it gets every stream) and --max-calls in all; each call's fixed overhead (the reactor, its
-// context and buffers) is charged to the byte budget while it lives. Thread-safe.
+// Every connection bounded (issue 31, item 2): at most --max-concurrent-streams live Sample
+// and SampleStream calls per connection (gRPC only advertises the HTTP/2 setting, and a client that
+// ignores it gets every stream) and --max-calls in all; each call's fixed overhead (the reactor,
+// its context and buffers) is charged to the byte budget while it lives. Thread-safe.
 #pragma once
 
 #include <cstdint>
