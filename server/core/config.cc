@@ -102,7 +102,9 @@ const Flag kFlags[] = {
     {"--max-stream-inflight-bytes", &ServerConfig::max_stream_inflight_bytes,
      "bytes one SampleStream may hold before it stops reading", 1, kInt64Max},
     {"--max-concurrent-streams", &ServerConfig::max_concurrent_streams,
-     "concurrent calls per connection", 1, kIntMax},
+     "concurrent calls per connection (advertised, and enforced: beyond it "
+     "RESOURCE_EXHAUSTED)",
+     1, kIntMax},
     {"--stream-write-timeout-ms", &ServerConfig::stream_write_timeout_ms,
      "a SampleStream whose client has not read an answer this long ends RESOURCE_EXHAUSTED "
      "and releases its bytes",
@@ -119,6 +121,16 @@ const Flag kFlags[] = {
      86400},
     {"--upload-idle-timeout-ms", &ServerConfig::upload_idle_timeout_ms,
      "an upload that sends nothing this long ends DEADLINE_EXCEEDED and keeps nothing", 1, 86400e3},
+    // Connections and calls (issue 31).
+    {"--self-check-ms", &ServerConfig::self_check_ms,
+     "connect to the gRPC port this often (0 = never): one failure fails /readyz", 0, 3600e3},
+    {"--self-check-failures", &ServerConfig::self_check_failures,
+     "consecutive failed self-checks that fail /healthz (the process must be restarted)", 1, 1000},
+    {"--max-calls", &ServerConfig::max_calls,
+     "live Sample and SampleStream calls in all (beyond: RESOURCE_EXHAUSTED with a retry pushback)",
+     1, kInt64Max},
+    {"--first-message-timeout-ms", &ServerConfig::first_message_timeout_ms,
+     "a SampleStream that sends no message this long ends DEADLINE_EXCEEDED", 1, 86400e3},
     {"--port-file", &ServerConfig::port_file,
      "once SERVING, write \"grpc_port metrics_port\\n\" to this file"},
 };

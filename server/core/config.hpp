@@ -76,6 +76,17 @@ struct ServerConfig {
   // A SampleStream whose client has not taken an answer for this long ends
   // RESOURCE_EXHAUSTED and releases its bytes (a reader that stopped cannot pin the budget).
   int64_t stream_write_timeout_ms = 30000;
+
+  // Connections and calls (issue 31): the self-check connects to the gRPC port every
+  // self_check_ms (0 = never); one failure fails /readyz, self_check_failures in a row fail
+  // /healthz (a listener that stopped accepting never resumes: grpc/grpc#20418).
+  int64_t self_check_ms = 3000;
+  int64_t self_check_failures = 3;
+  // Live Sampler calls at once (each also limited to max_concurrent_streams per connection);
+  // a SampleStream that sends no message within first_message_timeout_ms ends
+  // DEADLINE_EXCEEDED.
+  int64_t max_calls = 4096;
+  int64_t first_message_timeout_ms = 30000;
 };
 
 // Registers every flag of `config` on `app` (defaults are the current values); numeric flags

@@ -10,8 +10,13 @@
 namespace gpusampler::server {
 
 StreamCall::StreamCall(SamplerService* svc, grpc::CallbackServerContext* ctx)
-    : svc_(svc), ctx_(ctx) {
+    : svc_(svc), ctx_(ctx), started_(Clock::now()) {
   svc_->AddStream(this);
+  // --max-calls and --max-concurrent-streams (issue 31): a stream over them ends at once.
+  if (Status admitted; !ticket_.Take(&svc_->calls(), ctx_->peer(), &admitted)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Fail(admitted);
+  }
   Pump();
 }
 
@@ -31,11 +36,16 @@ void StreamCall::FinishDrain() {
 
 bool StreamCall::BeginStall(Clock::time_point now, Clock::duration limit) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (refs_ == 0 || state_ == CallState::kFinished || stalled_ || write_ != WriteState::kInFlight) {
+  if (refs_ == 0 || state_ == CallState::kFinished || stalled_ || no_first_message_) return false;
+  // --first-message-timeout-ms: a stream that has sent nothing yet (issue 31).
+  const auto first = std::chrono::milliseconds(svc_->config().first_message_timeout_ms);
+  if (messages_ == 0 && read_ == ReadState::kInFlight && now - started_ >= first) {
+    no_first_message_ = true;
+  } else if (write_ != WriteState::kInFlight || now - write_started_ < limit) {
     return false;
+  } else {
+    stalled_ = true;
   }
-  if (now - write_started_ < limit) return false;
-  stalled_ = true;
   ++refs_;
   // Not finished, so the call is alive now: hold it until EndStall has cancelled it (the
   // stream may finish on another thread meanwhile).
@@ -46,6 +56,18 @@ bool StreamCall::BeginStall(Clock::time_point now, Clock::duration limit) {
 }
 
 void StreamCall::EndStall() {
+  if (no_first_message_) {
+    const std::string message = "no message within " +
+                                std::to_string(svc_->config().first_message_timeout_ms) +
+                                " ms of the stream's start (--first-message-timeout-ms)";
+    spdlog::debug("SampleStream from {}: {}", stall_peer_, message);
+    grpc_call_cancel_with_status(stall_call_, GRPC_STATUS_DEADLINE_EXCEEDED, message.c_str(),
+                                 nullptr);
+    grpc_call_unref(stall_call_);
+    Pump();
+    Unref();
+    return;
+  }
   // The answer cannot be written, so the status goes in place of the unread data: a
   // server-side cancel with a status sends it as trailers and resets the stream, which
   // ends the outstanding write (OnWriteDone(false)) and releases the stream's bytes.

@@ -18,6 +18,7 @@
 
 #include "core/job.hpp"
 #include "core/status.hpp"
+#include "edge/call_limits.hpp"
 #include "edge/service.hpp"
 #include "gpusampler/v1/sampler.pb.h"
 
@@ -101,6 +102,11 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   Clock::time_point write_started_{};  // of the write in flight
   grpc_call* stall_call_ = nullptr;    // referenced from BeginStall to EndStall
   std::string stall_peer_;
+  // Issue 31: the call's admission (--max-calls, per connection) and the first-message
+  // timeout (set by BeginStall when no message came within --first-message-timeout-ms).
+  const Clock::time_point started_;
+  CallTicket ticket_;
+  bool no_first_message_ = false;
 };
 
 }  // namespace gpusampler::server

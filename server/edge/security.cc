@@ -207,6 +207,44 @@ std::string CheckTlsPair(const std::string& cert_pem, const std::string& key_pem
   return "";
 }
 
+namespace {
+
+std::string AsnTime(const ASN1_TIME* t) {
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  ASN1_TIME_print(bio.get(), t);
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+std::string CertificateTimeProblem(const std::string& cert_pem) {
+  std::string problem;
+  bool first = true;
+  ForEachCert(cert_pem, [&](X509* c) {
+    if (!first) return;
+    first = false;
+    if (X509_cmp_current_time(X509_get0_notAfter(c)) < 0) {
+      problem = "the certificate expired at " + AsnTime(X509_get0_notAfter(c));
+    } else if (X509_cmp_current_time(X509_get0_notBefore(c)) > 0) {
+      problem = "the certificate is not valid before " + AsnTime(X509_get0_notBefore(c));
+    }
+  });
+  return problem;
+}
+
+namespace {
+
+void WarnCertificateTime(const std::string& path, const std::string& cert_pem) {
+  if (const std::string why = CertificateTimeProblem(cert_pem); !why.empty()) {
+    spdlog::critical("--tls-cert-file {}: {}: clients that check it refuse every connection", path,
+                     why);
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const ServerConfig& config,
                                                                const std::string& cert_dir,
                                                                std::shared_ptr<TokenSet> tokens,
@@ -287,7 +325,8 @@ Status CredentialManager::Init(RefusalSink on_refused) {
     return Status(Code::kInternal, "cannot create a private directory for the TLS files (" + tmpl +
                                        "): set TMPDIR to a writable directory");
   }
-  private_dir_ = tmpl;  // mkdtemp: mode 0700
+  WarnCertificateTime(config_.tls_cert_file, cert);  // served anyway: a clock may be wrong
+  private_dir_ = tmpl;                               // mkdtemp: mode 0700
   if (!WriteAtomically(private_dir_ + "/key.pem", key) ||
       !WriteAtomically(private_dir_ + "/cert.pem", cert) ||
       (!ca.empty() && !WriteAtomically(private_dir_ + "/ca.pem", ca))) {
@@ -326,13 +365,24 @@ void CredentialManager::Refresh() {
   if (!config_.auth_token_file.empty()) {
     std::vector<std::string> tokens;
     if (Status s = LoadTokens(config_.auth_token_file, &tokens); !s.ok()) {
-      spdlog::error("{}; the {} token(s) read before stay accepted", s.message(),
-                    tokens_->Get()->size());
-    } else if (tokens != *tokens_->Get()) {
+      // Once per streak of the same problem, not every refresh (issue 31).
+      if (s.message() != last_token_error_) {
+        spdlog::error("{}; the {} token(s) read before stay accepted", s.message(),
+                      tokens_->Get()->size());
+        last_token_error_ = s.message();
+      }
+      return RefreshTls();
+    }
+    last_token_error_.clear();
+    if (tokens != *tokens_->Get()) {
       spdlog::info("--auth-token-file re-read: {} token(s) accepted now", tokens.size());
       tokens_->Set(std::move(tokens));
     }
   }
+  RefreshTls();
+}
+
+void CredentialManager::RefreshTls() {
   if (private_dir_.empty()) return;
   std::string cert, key, ca;
   Status s = ReadPemFile("--tls-cert-file", config_.tls_cert_file, &cert);
@@ -365,6 +415,7 @@ void CredentialManager::Refresh() {
                   private_dir_);
     return;
   }
+  WarnCertificateTime(config_.tls_cert_file, cert);
   good_cert_ = std::move(cert);
   good_key_ = std::move(key);
   good_ca_ = std::move(ca);

@@ -62,6 +62,10 @@ class TokenSet {
 std::string CheckTlsPair(const std::string& cert_pem, const std::string& key_pem,
                          const std::string& ca_pem);
 
+// Why the first certificate of a PEM chain is not valid now ("expired at ...", "not valid
+// before ..."); "" when it is (or when nothing parses: CheckTlsPair says so).
+std::string CertificateTimeProblem(const std::string& cert_pem);
+
 // Called for each call the metadata check refuses: its :path and status (requests_total).
 using RefusalSink = std::function<void(const std::string& path, const Status& status)>;
 
@@ -91,6 +95,7 @@ class CredentialManager {
 
  private:
   void RefreshLoop();
+  void RefreshTls();  // the TLS half of Refresh
 
   const ServerConfig config_;
   std::shared_ptr<TokenSet> tokens_ = std::make_shared<TokenSet>();
@@ -98,6 +103,7 @@ class CredentialManager {
   std::string private_dir_;  // the copy gRPC's file watcher reads ("" without TLS)
   std::string good_cert_, good_key_, good_ca_;  // what the copy holds
   std::string last_error_;                      // the last TLS problem logged
+  std::string last_token_error_;                // the token file's problem logged last
   std::atomic<bool> removed_{false};
   std::mutex mu_;
   std::condition_variable cv_;

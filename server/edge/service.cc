@@ -55,6 +55,16 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
  private:
   void Start(const grpc::ByteBuffer& bytes) {
     Metrics* m = svc_->metrics();
+    if (!bytes.Valid()) {
+      // No message at all (an empty one is a valid, empty buffer): the body never arrived,
+      // because the client closed, reset or cancelled the call first (issue 31). Not the
+      // client's bad input.
+      return Done(Status(Code::kCancelled,
+                         "the request never arrived (the client closed, reset or cancelled "
+                         "the call before sending it)"));
+    }
+    Status admitted;
+    if (!ticket_.Take(&svc_->calls(), ctx_->peer(), &admitted)) return Done(admitted);
     const int64_t n = static_cast<int64_t>(bytes.Length());
     m->received_bytes().Increment(static_cast<double>(n));
     // The request is held twice: as received and parsed.
@@ -73,6 +83,12 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
         Done(FromCallbackException());
       }
     };
+    if (ClientGone()) {
+      // Gone before the launch: dropped, not computed (issue 31).
+      m->inflight().Decrement();
+      m->dropped_cancelled().Increment();
+      return Done(Status(Code::kCancelled, "the client went away before the request ran"));
+    }
     status = SubmitJob(svc_, job_);
     if (!status.ok()) {
       m->inflight().Decrement();
@@ -80,10 +96,14 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     }
   }
 
+  // OnCancel ran, or gRPC already knows that the call failed (IsCancelled is thread-safe in
+  // the callback API; OnCancel may come after the worker's answer).
+  bool ClientGone() const { return client_gone_.load() || ctx_->IsCancelled(); }
+
   // Finishes the call; `this` may be gone once Finish returns.
   void Done(Status status) {
     if (finished_) return;
-    if (status.ok() && client_gone_.load()) {
+    if (status.ok() && ClientGone()) {
       // Computed for a client that is gone (cancelled, or its deadline passed): nothing can
       // be written, so it is not OK.
       status =
@@ -112,6 +132,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   Response response_;
   const Clock::time_point accepted_;
   std::shared_ptr<Job> job_;
+  CallTicket ticket_;    // --max-calls, per connection; left when the reactor is deleted
   int64_t charged_ = 0;  // bytes of the budget this call holds
   bool finished_ = false;
   std::atomic<bool> client_gone_{false};  // OnCancel ran
@@ -126,7 +147,8 @@ SamplerService::SamplerService(const ServerConfig& config, Scheduler* scheduler,
       metrics_(metrics),
       info_(std::move(info)),
       datasets_(datasets),
-      budget_(config.max_inflight_bytes) {
+      budget_(config.max_inflight_bytes),
+      calls_(config.max_calls, config.max_concurrent_streams, &budget_) {
   budget_.SetGauge(&metrics_->inflight_bytes());
   stall_thread_ = std::thread([this] { StallLoop(); });
 }
@@ -143,9 +165,11 @@ SamplerService::~SamplerService() {
 void SamplerService::StallLoop() {
   const auto limit = std::chrono::duration_cast<Clock::duration>(
       std::chrono::milliseconds(config_.stream_write_timeout_ms));
-  // A tenth of the limit (at most 250 ms): a stream ends between 1 and 1.1 limits.
-  const auto period = std::clamp<Clock::duration>(limit / 10, std::chrono::milliseconds(10),
-                                                  std::chrono::milliseconds(250));
+  const auto first = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::milliseconds(config_.first_message_timeout_ms));
+  // A tenth of the shorter limit (at most 250 ms): a stream ends between 1 and 1.1 limits.
+  const auto period = std::clamp<Clock::duration>(
+      std::min(limit, first) / 10, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
   std::unique_lock<std::mutex> lock(streams_mu_);
   while (!stall_cv_.wait_for(lock, period, [this] { return stop_; })) {
     std::vector<DrainableCall*> stalled;

@@ -15,6 +15,7 @@
 #include "core/config.hpp"
 #include "core/status.hpp"
 #include "datasets/datasets.hpp"
+#include "edge/call_limits.hpp"
 #include "edge/request_bytes.hpp"
 #include "edge/security.hpp"
 #include "gpusampler/v1/sampler.grpc.pb.h"
@@ -90,6 +91,7 @@ class SamplerService final : public SamplerBase {
   Status Authorize(const grpc::CallbackServerContext& context) const;
   bool accepting() const { return accepting_.load(); }
   ByteBudget& budget() { return budget_; }
+  CallLimits& calls() { return calls_; }
   void AddStream(DrainableCall* stream);
   void RemoveStream(DrainableCall* stream);
   // The bearer tokens now accepted (re-read with the TLS files; empty: auth off). May be
@@ -108,6 +110,7 @@ class SamplerService final : public SamplerBase {
   DatasetRegistry* datasets_;
   std::atomic<bool> accepting_{true};
   ByteBudget budget_;
+  CallLimits calls_;  // --max-calls, --max-concurrent-streams (after budget_)
   std::shared_ptr<TokenSet> tokens_;
   std::mutex streams_mu_;
   std::set<DrainableCall*> streams_;

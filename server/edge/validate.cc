@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iomanip>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -20,9 +21,18 @@ using kernels::DType;
 
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 
+// The shortest text that reads back as exactly `x` (1.0000001, never a rounded "1").
 std::string Num(double x) {
   std::ostringstream out;
   out << x;
+  if (std::strtod(out.str().c_str(), nullptr) == x || !std::isfinite(x)) return out.str();
+  out.str("");
+  out << std::setprecision(17) << x;
+  for (int p = 7; p < 17; ++p) {
+    std::ostringstream shorter;
+    shorter << std::setprecision(p) << x;
+    if (std::strtod(shorter.str().c_str(), nullptr) == x) return shorter.str();
+  }
   return out.str();
 }
 

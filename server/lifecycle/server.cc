@@ -25,6 +25,7 @@
 #include "edge/service.hpp"
 #include "edge/validate.hpp"
 #include "gpusampler/kernels/device.hpp"
+#include "lifecycle/accept_check.hpp"
 #include "observability/call_metrics.hpp"
 #include "observability/metrics.hpp"
 #include "scheduling/scheduler.hpp"
@@ -62,9 +63,13 @@ class ReflectionOption final : public grpc::ServerBuilderOption {
 
 }  // namespace
 
-// What /readyz answers for one server: SERVING or not (health).
+// What /readyz answers for one server: SERVING or not (health), and whether the gRPC port
+// still accepts connections (`accepting`); /healthz fails once it has not for a while
+// (`alive`). The last two are the self-check's (AcceptWatch).
 struct ProbeState {
   std::atomic<bool> serving{false};
+  std::atomic<bool> accepting{true};
+  std::atomic<bool> alive{true};
 };
 
 // The workers Start creates and the devices they sample on.
@@ -94,20 +99,30 @@ void SendText(mg_connection* conn, int code, const char* text) {
 // health is SERVING, else 503), and /metrics (handed to prometheus-cpp's handler). civetweb
 // matches a handler's URI as a prefix ("/metricsX" would be served); anything else is
 // answered 404 here, before the handlers.
+std::shared_ptr<ProbeState> FindProbe(int port) {
+  std::lock_guard<std::mutex> lock(g_probes_mu);
+  const auto it = g_probes.find(port);
+  return it != g_probes.end() ? it->second : nullptr;
+}
+
 int MetricsPortPaths(mg_connection* conn) {
   const mg_request_info* info = mg_get_request_info(conn);
   const char* uri = info ? info->local_uri : nullptr;
   if (uri && std::strcmp(uri, "/metrics") == 0) return 0;
   if (uri && std::strcmp(uri, "/healthz") == 0) {
+    const std::shared_ptr<ProbeState> probe = FindProbe(info->server_port);
+    if (probe && !probe->alive.load()) {
+      SendText(conn, 503, "the gRPC port does not accept connections\n");
+      return 503;
+    }
     SendText(conn, 200, "ok\n");
     return 200;
   }
   if (uri && std::strcmp(uri, "/readyz") == 0) {
-    std::shared_ptr<ProbeState> probe;
-    {
-      std::lock_guard<std::mutex> lock(g_probes_mu);
-      const auto it = g_probes.find(info->server_port);
-      if (it != g_probes.end()) probe = it->second;
+    const std::shared_ptr<ProbeState> probe = FindProbe(info->server_port);
+    if (probe && probe->serving.load() && !probe->accepting.load()) {
+      SendText(conn, 503, "NOT_SERVING (the gRPC port does not accept connections)\n");
+      return 503;
     }
     const bool serving = probe && probe->serving.load();
     SendText(conn, serving ? 200 : 503, serving ? "SERVING\n" : "NOT_SERVING\n");
@@ -313,6 +328,7 @@ Status Server::Start() {
   if (std::string error; !CheckConfig(config_, &error)) {
     return Status(Code::kInvalidArgument, error);
   }
+  RaiseFdLimit();
   ledger_ = std::make_shared<CallLedger>();
   probe_ = std::make_shared<ProbeState>();
   GPUSAMPLER_RETURN_IF_ERROR(StartCredentials());
@@ -495,8 +511,27 @@ Status Server::OpenRepository() {
   return Status::Ok();
 }
 
+void Server::StartSelfCheck() {
+  if (config_.self_check_ms <= 0) return;
+  const std::string host = SelfCheckHost(config_.address);
+  const int port = grpc_port_;
+  const auto period = std::chrono::milliseconds(config_.self_check_ms);
+  const auto timeout = std::min<std::chrono::milliseconds>(period, std::chrono::seconds(2));
+  accept_watch_ = std::make_unique<AcceptWatch>(
+      [host, port, timeout, tls = !config_.tls_cert_file.empty()] {
+        // With TLS, no bytes: a preface would make gRPC log a failed handshake every check.
+        return tls ? AcceptsQuietly(host, port, timeout) : AcceptsConnections(host, port, timeout);
+      },
+      period, static_cast<int>(config_.self_check_failures),
+      [probe = probe_](bool ready, bool alive) {
+        probe->accepting.store(ready);
+        probe->alive.store(alive);
+      });
+}
+
 Status Server::ReportServing() {
   trimmer_ = std::thread([this] { TrimLoop(); });
+  StartSelfCheck();
   health_->SetServing(true);
   metrics_->serving().Set(1);
   probe_->serving.store(true);
@@ -615,6 +650,7 @@ void Server::Shutdown() {
   }
   StopGrpc(deadline);
   StopTrimmer();
+  accept_watch_.reset();
   if (metrics_) metrics_->StopUpdater();
   spdlog::info("shut down{}", fault ? " after a device fault" : "");
 }

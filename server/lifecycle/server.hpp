@@ -34,6 +34,7 @@ class CredentialManager;
 struct CallLedger;
 struct ProbeState;
 struct Fleet;
+class AcceptWatch;
 
 // Test hook: builds the backend of CPU worker `index` instead of MakeCpuBackend (CPU workers
 // only: a --device cuda-sim server always runs MakeCudaSimBackend).
@@ -85,6 +86,7 @@ class Server {
   void WatchTransportRejections(const std::vector<intptr_t>& servers_before);
   Status OpenRepository();  // --dataset-dir
   Status ReportServing();   // SERVING, then the port file
+  void StartSelfCheck();    // --self-check-ms: /readyz and /healthz fail when not accepting
 
   // The steps of Shutdown after the queue drained.
   void WaitForArrivals(std::chrono::steady_clock::time_point deadline);  // bodies arriving
@@ -119,6 +121,7 @@ class Server {
   bool trim_stop_ = false;
   std::condition_variable trim_cv_;
   std::thread trimmer_;
+  std::unique_ptr<AcceptWatch> accept_watch_;
 };
 
 // Values fixed at configure time (CMake).

@@ -74,6 +74,27 @@ def test_python_client_reaches_every_replica(pair):
             client.delete_dataset("rep-py")
 
 
+def test_one_ipv4_list_target_uploads_to_every_address(pair, tmp_path: Path):
+    # Issue 31: Client("ipv4:a,b,c") without a repository uploaded to 1 of 3 (round_robin
+    # picked one); each address of the list is a replica of its own, like [a, b, c].
+    third = start_server(tmp_path / "third")
+    try:
+        targets = [s.target for s in pair] + [third.target]
+        labels, features, splits = data(3)
+        with gpusampler.Client("ipv4:" + ",".join(targets)) as client:
+            info = client.create_dataset("rep-list", labels, features, splits)
+            assert info.replicas == tuple(targets)
+            for t in targets:
+                assert "rep-list" in names_on(t), t
+            listed = [d for d in client.list_datasets() if d.name == "rep-list"]
+            assert len(listed) == 1 and listed[0].replicas == tuple(targets)
+            client.delete_dataset("rep-list")
+            for t in targets:
+                assert "rep-list" not in names_on(t), t
+    finally:
+        assert stop_server(third) == 0, third.log_text()
+
+
 def test_python_client_names_the_address_that_failed(pair):
     a = pair[0].target
     dead = dead_address()

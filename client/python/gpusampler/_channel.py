@@ -38,6 +38,16 @@ def service_config_json(
     return json.dumps({"loadBalancingConfig": [{"round_robin": {}}], "methodConfig": [method]})
 
 
+def listed_addresses(target: str) -> Optional[List[str]]:
+    """The addresses of one ``ipv4:a,b,c`` / ``ipv6:a,b`` target of several addresses, each
+    as a target of its own (``ipv4:a``); None for any other target."""
+    for scheme in ("ipv4:", "ipv6:"):
+        if target.startswith(scheme):
+            parts = [p for p in target[len(scheme):].split(",") if p]
+            return [scheme + p for p in parts] if len(parts) >= 2 else None
+    return None
+
+
 def channel_targets(targets: Sequence[str]) -> List[str]:
     """Several IPv4 (or several IPv6) ``host:port`` literals become one ``ipv4:`` / ``ipv6:``
     target that the channel balances with round_robin; anything else is one channel each."""
@@ -165,26 +175,31 @@ class Connection:
 
     def resolved_stubs(self) -> Optional[List[Tuple[str, Any]]]:
         """When the client has one target and it is a DNS name of several addresses (a
-        headless Service over the replicas): each address with a stub that reaches it alone,
+        headless Service over the replicas), or one ``ipv4:a,b,c`` / ``ipv6:`` list of
+        several addresses: each address with a stub that reaches it alone,
         resolved now (replicas come and go). None for one address, an IP literal, a unix
         socket, a target gRPC resolves itself in another scheme, or a name that does not
         resolve here (the call then fails on its own channel, with gRPC's message)."""
         if len(self.targets) != 1:
             return None
-        hostport = dns_host_port(self.targets[0])
-        if hostport is None:
-            return None
-        host, port = hostport
-        try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError):
-            return None
-        addresses: List[str] = []
-        for family, _, _, _, sockaddr in infos:
-            ip = str(sockaddr[0])
-            address = (f"ipv6:[{ip}]:{port}" if family == socket.AF_INET6 else f"ipv4:{ip}:{port}")
-            if address not in addresses:
-                addresses.append(address)
+        host: Optional[str] = None
+        addresses = listed_addresses(self.targets[0])
+        if addresses is None:
+            hostport = dns_host_port(self.targets[0])
+            if hostport is None:
+                return None
+            host, port = hostport
+            try:
+                infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except (OSError, UnicodeError):
+                return None
+            addresses = []
+            for family, _, _, _, sockaddr in infos:
+                ip = str(sockaddr[0])
+                address = (f"ipv6:[{ip}]:{port}" if family == socket.AF_INET6 else
+                           f"ipv4:{ip}:{port}")
+                if address not in addresses:
+                    addresses.append(address)
         if len(addresses) < 2:
             return None
         out: List[Tuple[str, Any]] = []
@@ -192,7 +207,7 @@ class Connection:
             if address not in self._resolved:
                 # TLS: the certificate names the DNS name, not the address.
                 options = list(self._options)
-                if self._credentials is not None:
+                if self._credentials is not None and host is not None:
                     options.append(("grpc.ssl_target_name_override", host))
                 channel = (self._api.secure_channel(address, self._credentials, options=options)
                            if self._credentials is not None else

@@ -5,6 +5,8 @@
 #include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -69,6 +71,34 @@ TEST(TokenTest, TokenFileIsReReadWithinTheRefresh) {
     t.server->RefreshCredentialsForTesting();
     EXPECT_TRUE(Call(target, creds, {"Bearer second"}).ok());
   }
+}
+
+// Issue 31: the token file's "no token" error is logged once per streak, not every refresh.
+TEST(TokenTest, NoTokenErrorIsLoggedOncePerStreak) {
+  Pki pki;
+  WriteFile(pki.path("tokens"), "first\n");
+  ServerConfig c = TestConfig();
+  c.auth_token_file = pki.path("tokens");
+  c.tls_refresh_seconds = 3600;  // refreshed by hand below
+  auto t = StartServer(c);
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256);
+  spdlog::default_logger()->sinks().push_back(sink);
+  const auto logged = [&] {
+    int n = 0;
+    for (const std::string& line : sink->last_formatted()) {
+      n += line.find("no token in the file") != std::string::npos;
+    }
+    return n;
+  };
+  WriteFile(pki.path("tokens"), "");
+  for (int i = 0; i < 4; ++i) t.server->RefreshCredentialsForTesting();
+  EXPECT_EQ(logged(), 1);
+  WriteFile(pki.path("tokens"), "first\n");  // the streak ends
+  t.server->RefreshCredentialsForTesting();
+  WriteFile(pki.path("tokens"), "");
+  for (int i = 0; i < 3; ++i) t.server->RefreshCredentialsForTesting();
+  EXPECT_EQ(logged(), 2);
+  spdlog::default_logger()->sinks().pop_back();
 }
 
 TEST(TokenTest, EveryLineIsOneWholeTrimmedToken) {

@@ -110,6 +110,13 @@ std::vector<Case> Cases() {
        "spec.num_samples = -5, must be >= 1"},
       {"fraction above 1", [](auto* r) { r->mutable_spec()->set_positive_fraction(1.5); }, kInvalid,
        "spec.positive_fraction = 1.5"},
+      // The exact value, not a rounded "1" (issue 31).
+      {"fraction just above 1",
+       [](auto* r) { r->mutable_spec()->set_positive_fraction(1.0000001); }, kInvalid,
+       "spec.positive_fraction = 1.0000001 is outside [0, 1]"},
+      {"fraction a hair above 1",
+       [](auto* r) { r->mutable_spec()->set_positive_fraction(1.0000000000000002); }, kInvalid,
+       "spec.positive_fraction = 1.0000000000000002 is outside [0, 1]"},
       {"fraction negative", [](auto* r) { r->mutable_spec()->set_positive_fraction(-0.1); },
        kInvalid, "spec.positive_fraction = -0.1"},
       {"fraction NaN",
