@@ -76,6 +76,14 @@ struct ServerConfig {
   // A SampleStream whose client has not taken an answer for this long ends
   // RESOURCE_EXHAUSTED and releases its bytes (a reader that stopped cannot pin the budget).
   int64_t stream_write_timeout_ms = 30000;
+
+  // --- Shared memory (SPEC section 9; issue 33) ---
+  // Off by default: RegisterRegion is FAILED_PRECONDITION. When on, a client of this host may
+  // register a POSIX shm object whose key starts with shm_key_prefix and have answers
+  // written there (docs/shared-memory.md).
+  bool allow_shared_memory = false;
+  std::string shm_key_prefix = "/gpusampler";
+  // --- end shared memory ---
 };
 
 // Registers every flag of `config` on `app` (defaults are the current values); numeric flags
