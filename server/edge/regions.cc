@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <prometheus/gauge.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <set>
 
 #include "edge/service.hpp"
@@ -94,20 +97,52 @@ std::array<v1::Tensor*, 6> MutableTensors(v1::SampleResponse* r) {
           r->has_num_per_class() ? r->mutable_num_per_class() : nullptr};
 }
 
-// pwrite until done (it may write less than asked).
-bool WriteAll(int fd, const char* data, size_t bytes, int64_t at) {
-  while (bytes > 0) {
-    const ssize_t n = pwrite(fd, data, bytes, static_cast<off_t>(at));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    bytes -= static_cast<size_t>(n);
-    at += n;
+// A store into a mapping whose object a client shrank meanwhile (after the fstat check)
+// raises SIGBUS. GuardedCopy's copy runs with a thread-local jump buffer that the handler
+// returns to; a SIGBUS elsewhere goes to the handler that was there before (or the default).
+thread_local sigjmp_buf* tl_guard = nullptr;
+struct sigaction g_previous_sigbus {};
+
+void OnSigbus(int sig, siginfo_t* info, void* context) {
+  if (tl_guard != nullptr) siglongjmp(*tl_guard, 1);
+  if ((g_previous_sigbus.sa_flags & SA_SIGINFO) != 0 && g_previous_sigbus.sa_sigaction != nullptr) {
+    g_previous_sigbus.sa_sigaction(sig, info, context);
+    return;
   }
-  return true;
+  if (g_previous_sigbus.sa_handler != SIG_IGN && g_previous_sigbus.sa_handler != SIG_DFL) {
+    g_previous_sigbus.sa_handler(sig);
+    return;
+  }
+  signal(SIGBUS, SIG_DFL);  // not ours: die as without the guard
+  raise(SIGBUS);
+}
+
+void InstallSigbusGuard() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction action {};
+    action.sa_sigaction = OnSigbus;
+    action.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGBUS, &action, &g_previous_sigbus);
+  });
 }
 
 }  // namespace
+
+bool GuardedCopy(uint8_t* dst, const void* src, size_t bytes) {
+  sigjmp_buf jump;
+  if (sigsetjmp(jump, 1) != 0) {
+    tl_guard = nullptr;
+    return false;
+  }
+  tl_guard = &jump;
+  std::memcpy(dst, src, bytes);
+  tl_guard = nullptr;
+  return true;
+}
+
+namespace {}  // namespace
 
 Region::Region(std::string name, int fd, void* map, size_t map_bytes, int64_t object_offset,
                int64_t byte_size)
@@ -118,6 +153,12 @@ Region::Region(std::string name, int fd, void* map, size_t map_bytes, int64_t ob
       object_offset_(object_offset),
       byte_size_(byte_size) {}
 
+uint8_t* Region::at(int64_t offset) const {
+  // The mapping starts at the page holding object_offset_.
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  return static_cast<uint8_t*>(map_) + (object_offset_ - object_offset_ / page * page) + offset;
+}
+
 Region::~Region() {
   munmap(map_, map_bytes_);
   close(fd_);
@@ -125,6 +166,7 @@ Region::~Region() {
 
 RegionTable::RegionTable(bool allowed, std::string key_prefix, prometheus::Gauge* gauge)
     : allowed_(allowed), prefix_(std::move(key_prefix)), gauge_(gauge) {
+  if (allowed_) InstallSigbusGuard();
   UpdateGauge();
 }
 
@@ -296,8 +338,8 @@ Status WriteToRegion(const RegionLease& lease, v1::SampleResponse* response, int
                          " from offset " + std::to_string(lease.offset));
   }
   // A client may shrink the object after registration; a store into the mapping past its
-  // new end would raise SIGBUS in the server, so the size is checked now and the bytes go
-  // in with pwrite (which never faults: at worst it regrows the file the client shrank).
+  // new end would raise SIGBUS in the server, so the size is checked now, and a shrink that
+  // races the copy is caught by the SIGBUS guard.
   struct stat st {};
   const int64_t base = region.object_offset() + lease.offset;
   if (fstat(region.fd(), &st) != 0 || st.st_size < base + needed) {
@@ -305,18 +347,17 @@ Status WriteToRegion(const RegionLease& lease, v1::SampleResponse* response, int
                   "output_region: the shared-memory object of " + Quoted(region.name()) +
                       " is now " + std::to_string(st.st_size) + " bytes, shorter than the " +
                       std::to_string(base + needed) +
-                      " this answer needs (truncated after "
-                      "registration)");
+                      " this answer needs (truncated after registration)");
   }
   *written = 0;
   const auto tensors = MutableTensors(response);
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i] == nullptr) continue;
     const std::string& data = tensors[i]->data();
-    if (!WriteAll(region.fd(), data.data(), data.size(), base + starts[i])) {
-      return Status(
-          Code::kFailedPrecondition,
-          "output_region: cannot write " + Quoted(region.name()) + ": " + std::strerror(errno));
+    if (!GuardedCopy(region.at(lease.offset + starts[i]), data.data(), data.size())) {
+      return Status(Code::kFailedPrecondition, "output_region: the shared-memory object of " +
+                                                   Quoted(region.name()) +
+                                                   " was truncated while the answer was written");
     }
     *written += static_cast<int64_t>(data.size());
   }

@@ -44,6 +44,8 @@ class Region {
   int64_t byte_size() const { return byte_size_; }
   int64_t object_offset() const { return object_offset_; }
   int fd() const { return fd_; }
+  // The region's byte `offset` in this process's mapping (0 <= offset <= byte_size).
+  uint8_t* at(int64_t offset) const;
   bool live() const { return live_.load(); }
   void Retire() { live_.store(false); }
 
@@ -108,11 +110,18 @@ int64_t RegionLayout(const v1::SampleResponse& response, std::array<int64_t, 6>*
 
 // Writes `response`'s tensor bytes into the lease's window and empties their data (dtype and
 // shape stay). CANCELLED when the region was unregistered meanwhile; FAILED_PRECONDITION
-// when the object was truncated after registration (checked with fstat; the bytes go in
-// with pwrite, which cannot raise SIGBUS as a store into a truncated mapping would);
+// when the object was truncated after registration (checked with fstat before the copy into
+// the mapping; a truncation racing the copy raises SIGBUS, which a guard installed with the
+// table (--allow-shared-memory) turns into the same status);
 // RESOURCE_EXHAUSTED naming the bytes needed when the window is too small. `*written` gets
 // the tensor bytes written.
 Status WriteToRegion(const RegionLease& lease, v1::SampleResponse* response, int64_t* written);
+
+// memcpy into a region's mapping that returns false instead of killing the process when the
+// pages are gone (the object was shrunk: SIGBUS). The guard's handler is installed by the
+// first RegionTable with shared memory allowed; a SIGBUS outside a copy goes to the handler
+// that was installed before it, or kills the process as usual.
+bool GuardedCopy(uint8_t* dst, const void* src, size_t bytes);
 
 // The scope of a call: its bearer token, or "" with authentication off. Call after the
 // call was authorized.
