@@ -367,7 +367,7 @@ grpc::Status Client::UploadDataset(v1::Sampler::Stub& stub, const std::string& n
   return Explain(writer->Finish());
 }
 
-// ---- Shared memory (SPEC section 9) ----
+// ---- Shared memory (docs/shared-memory.md) ----
 
 SharedRegion::SharedRegion(int64_t size, const std::string& key_prefix) : size_(size) {
   static std::atomic<int> count{0};

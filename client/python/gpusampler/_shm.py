@@ -1,4 +1,4 @@
-"""Shared-memory regions (SPEC section 9, docs/shared-memory.md): answers written by a server
+"""Shared-memory regions (docs/shared-memory.md): answers written by a server
 on the same host into a POSIX shm object this client created, and read back as arrays that
 view it, without a copy.
 
@@ -67,7 +67,7 @@ class Region:
             shm._mmap = None  # type: ignore[attr-defined]
         try:
             # Not shm.unlink(): it would tell the resource tracker, which no longer tracks it.
-            import _posixshmem
+            import _posixshmem  # type: ignore
 
             _posixshmem.shm_unlink(self.key)
         except FileNotFoundError:
@@ -160,8 +160,8 @@ def view_result_arrays(r: pb.SampleResponse, window: RegionWindow,
         t = getattr(r, field)
         start = align(end)
         nbytes = _tensors.wire_nbytes(t)
-        out[field] = _tensors.view_wire(t, buf, window.offset + start,
-                                        feature_kind if field == "features" else label_kind)
+        kind = feature_kind if field == "features" and feature_kind is not None else label_kind
+        out[field] = _tensors.view_wire(t, buf, window.offset + start, kind)
         end = start + nbytes
     return out
 

@@ -153,7 +153,7 @@ class SampleSession {
   std::thread watchdog_;
 };
 
-// Shared memory (SPEC section 9, docs/shared-memory.md): a POSIX shm object this process
+// Shared memory (docs/shared-memory.md): a POSIX shm object this process
 // created and mapped, for a server on the same host to write answers into. Removed
 // (shm_unlink) and unmapped by the destructor; unregister it first (Client::UnregisterRegion).
 // Not copyable; thread-compatible.
