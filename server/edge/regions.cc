@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -100,7 +101,8 @@ std::array<v1::Tensor*, 6> MutableTensors(v1::SampleResponse* r) {
 // A store into a mapping whose object a client shrank meanwhile (after the fstat check)
 // raises SIGBUS. GuardedCopy's copy runs with a thread-local jump buffer that the handler
 // returns to; a SIGBUS elsewhere goes to the handler that was there before (or the default).
-thread_local sigjmp_buf* tl_guard = nullptr;
+// volatile, with signal fences: the stores around the copy must not be merged or dropped.
+thread_local sigjmp_buf* volatile tl_guard = nullptr;
 struct sigaction g_previous_sigbus {};
 
 void OnSigbus(int sig, siginfo_t* info, void* context) {
@@ -137,7 +139,9 @@ bool GuardedCopy(uint8_t* dst, const void* src, size_t bytes) {
     return false;
   }
   tl_guard = &jump;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   std::memcpy(dst, src, bytes);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   tl_guard = nullptr;
   return true;
 }

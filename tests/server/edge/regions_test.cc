@@ -65,7 +65,7 @@ grpc::Status Register(v1::Sampler::Stub* stub, const std::string& name, const st
 
 v1::SampleRequest FeatureRequest(const std::string& region, int64_t offset) {
   RequestSpec spec;
-  spec.rows = {RandomRow(3000, 1), RandomRow(2000, 2)};
+  spec.rows = {RandomRow(3000, 1), RandomRow(3000, 2)};
   spec.num_samples = 64;
   spec.feature_dim = 5;
   v1::SampleRequest r = MakeRequest(spec);
