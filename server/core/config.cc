@@ -133,6 +133,14 @@ const Flag kFlags[] = {
      "a SampleStream that sends no message this long ends DEADLINE_EXCEEDED", 1, 86400e3},
     {"--port-file", &ServerConfig::port_file,
      "once SERVING, write \"grpc_port metrics_port\\n\" to this file"},
+    // --- Shared memory (SPEC section 9) ---
+    {"--allow-shared-memory", &ServerConfig::allow_shared_memory,
+     "let clients of this host register POSIX shared-memory regions for answers "
+     "(RegisterRegion; off: FAILED_PRECONDITION)"},
+    {"--shm-key-prefix", &ServerConfig::shm_key_prefix,
+     "shared-memory keys a client may register must start with this (with "
+     "--allow-shared-memory)"},
+    // --- end shared memory ---
 };
 
 Value Resolve(ServerConfig* config, const Field& field) {

@@ -87,6 +87,13 @@ struct ServerConfig {
   // DEADLINE_EXCEEDED.
   int64_t max_calls = 4096;
   int64_t first_message_timeout_ms = 30000;
+  // --- Shared memory (SPEC section 9; issue 33) ---
+  // Off by default: RegisterRegion is FAILED_PRECONDITION. When on, a client of this host may
+  // register a POSIX shm object whose key starts with shm_key_prefix and have answers
+  // written there (docs/shared-memory.md).
+  bool allow_shared_memory = false;
+  std::string shm_key_prefix = "/gpusampler";
+  // --- end shared memory ---
 };
 
 // Registers every flag of `config` on `app` (defaults are the current values); numeric flags

@@ -18,7 +18,39 @@ Clock::time_point SteadyDeadline(const grpc::CallbackServerContext& ctx, Clock::
   return now + std::chrono::duration_cast<Clock::duration>(left);
 }
 
+// Shared memory (SPEC section 9): the region named by `request.output_region`, which must
+// hold the answer's layout (RESOURCE_EXHAUSTED naming the bytes, before any launch). An
+// ELEMENTS epoch step is answered at the edge, so its layout is checked when written.
+Status LeaseRegion(SamplerService* svc, const grpc::CallbackServerContext& ctx,
+                   const v1::SampleRequest& request, const Job& job, RegionLease* lease) {
+  GPUSAMPLER_RETURN_IF_ERROR(
+      svc->regions().Lease(svc->RegionScope(ctx), request.output_region(), lease));
+  if (request.has_epoch() && request.epoch().mode() == v1::EPOCH_MODE_ELEMENTS) {
+    return Status::Ok();
+  }
+  const int64_t needed = RegionBytesNeeded(job);
+  if (needed > lease->capacity) {
+    const std::string name = lease->region->name();
+    const int64_t capacity = lease->capacity;
+    *lease = RegionLease{};
+    return LimitExceeded("output_region: the answer needs " + std::to_string(needed) +
+                         " bytes (tensors at multiples of 256), region '" + name + "' has " +
+                         std::to_string(capacity) + " from offset " +
+                         std::to_string(request.output_region().offset()));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status FinishInRegion(SamplerService* svc, RegionLease* lease, v1::SampleResponse* response) {
+  if (!lease->region) return Status::Ok();
+  int64_t written = 0;
+  const Status status = WriteToRegion(*lease, response, &written);
+  *lease = RegionLease{};  // the last holder of an unregistered region unmaps it
+  if (status.ok()) svc->metrics()->shm_written_bytes().Increment(static_cast<double>(written));
+  return status;
+}
 
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -26,7 +58,8 @@ double SecondsSince(Clock::time_point t) {
 
 std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerContext& ctx,
                                 const v1::SampleRequest& request, v1::SampleResponse* response,
-                                Clock::time_point accepted, int64_t* charged, Status* status) {
+                                Clock::time_point accepted, int64_t* charged, Status* status,
+                                RegionLease* lease) {
   if (*status = svc->Authorize(ctx); !status->ok()) return nullptr;
   if (!svc->accepting()) {
     *status = Unavailable("server is draining; retry another replica");
@@ -35,6 +68,9 @@ std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerC
   auto job = std::make_shared<Job>();
   *status = ValidateRequest(request, svc->config().limits, job.get(), svc->datasets());
   if (!status->ok()) return nullptr;
+  if (request.has_output_region()) {  // shared memory (SPEC section 9)
+    if (*status = LeaseRegion(svc, ctx, request, *job, lease); !status->ok()) return nullptr;
+  }
   int64_t response_bytes = 0;
   ResponseBytes(*job, request.request_id().size(), &response_bytes);  // checked by Validate
   // The response is held twice at its peak: built, then serialized for gRPC.

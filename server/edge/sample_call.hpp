@@ -10,6 +10,7 @@
 
 #include "core/job.hpp"
 #include "core/status.hpp"
+#include "edge/regions.hpp"
 #include "edge/service.hpp"
 #include "gpusampler/v1/sampler.pb.h"
 
@@ -24,9 +25,16 @@ double SecondsSince(Clock::time_point t);
 // member lists are built, answered without the scheduler); the caller only sends it. The
 // first step of a version comes back as a job with answer_off_scheduler (SubmitJob).
 // `*charged` grows by what was charged.
+// With `request.output_region` (SPEC section 9), `*lease` gets the region, checked to hold the
+// answer before any launch; the caller writes the answer there with FinishInRegion.
 std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerContext& ctx,
                                 const v1::SampleRequest& request, v1::SampleResponse* response,
-                                Clock::time_point accepted, int64_t* charged, Status* status);
+                                Clock::time_point accepted, int64_t* charged, Status* status,
+                                RegionLease* lease);
+
+// Shared memory (SPEC section 9): when `lease` holds a region, writes `response`'s tensor
+// bytes there (their data then empty), counts them, and releases the lease. OK without one.
+Status FinishInRegion(SamplerService* svc, RegionLease* lease, v1::SampleResponse* response);
 
 // Sets the response's timing.total_us: from `accepted` to now.
 void SetTotal(v1::SampleResponse* response, Clock::time_point accepted);

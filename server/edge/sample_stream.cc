@@ -167,7 +167,8 @@ void StreamCall::Accept(std::unique_ptr<Slot> slot) {
   std::shared_ptr<Job> job;
   if (status.ok()) {
     int64_t charged = 0;
-    job = PrepareJob(svc_, *ctx_, raw->request, &raw->response, raw->arrived, &charged, &status);
+    job = PrepareJob(svc_, *ctx_, raw->request, &raw->response, raw->arrived, &charged, &status,
+                     &raw->lease);
     raw->charged += charged;
     held_ += charged;
   }
@@ -194,10 +195,11 @@ void StreamCall::Accept(std::unique_ptr<Slot> slot) {
 // A slot whose response PrepareJob completed: serialized now, like JobDone's (under mu_).
 void StreamCall::AnsweredAtEdge(Slot* slot) {
   slot->done = true;
-  slot->status = Status::Ok();
+  slot->status = FinishInRegion(svc_, &slot->lease, &slot->response);  // shared memory
   SetTotal(&slot->response, slot->arrived);
   bool own = false;
-  if (!grpc::SerializationTraits<v1::SampleResponse>::Serialize(slot->response, &slot->bytes, &own)
+  if (slot->status.ok() &&
+      !grpc::SerializationTraits<v1::SampleResponse>::Serialize(slot->response, &slot->bytes, &own)
            .ok()) {
     slot->status = Status(Code::kInternal, "cannot serialize the response");
   }
@@ -211,7 +213,9 @@ void StreamCall::JobDone(Slot* slot, const Status& status) {
     std::lock_guard<std::mutex> lock(mu_);
     slot->done = true;
     slot->status = status;
-    if (status.ok()) {
+    if (status.ok()) slot->status = FinishInRegion(svc_, &slot->lease, &slot->response);
+    slot->lease = RegionLease{};  // shared memory (SPEC section 9)
+    if (slot->status.ok()) {
       SetTotal(&slot->response, slot->job->accepted);
       bool own = false;
       if (!grpc::SerializationTraits<v1::SampleResponse>::Serialize(slot->response, &slot->bytes,

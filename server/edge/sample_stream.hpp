@@ -50,6 +50,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     v1::SampleRequest request;
     v1::SampleResponse response;
     std::shared_ptr<Job> job;
+    RegionLease lease;  // shared memory (SPEC section 9): where the answer goes
     bool done = false;
     Status status;
     Clock::time_point arrived{};  // when its read completed

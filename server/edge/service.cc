@@ -72,7 +72,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     if (!status.ok()) return Done(status);
     charged_ += 2 * n;
     if (status = ParseRequest(bytes, &request_, "the request"); !status.ok()) return Done(status);
-    job_ = PrepareJob(svc_, *ctx_, request_, &response_, accepted_, &charged_, &status);
+    job_ = PrepareJob(svc_, *ctx_, request_, &response_, accepted_, &charged_, &status, &lease_);
     if (!job_) return Done(status);
     m->inflight().Increment();
     job_->done = [this](const Status& s) {
@@ -111,6 +111,8 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
               ? Status(Code::kDeadlineExceeded, "deadline passed before the answer was written")
               : Status(Code::kCancelled, "the client went away before the answer was written");
     }
+    if (status.ok()) status = FinishInRegion(svc_, &lease_, &response_);  // shared memory
+    lease_ = RegionLease{};
     if (status.ok()) {
       SetTotal(&response_, accepted_);
       bool own = false;
@@ -133,6 +135,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   const Clock::time_point accepted_;
   std::shared_ptr<Job> job_;
   CallTicket ticket_;    // --max-calls, per connection; left when the reactor is deleted
+  RegionLease lease_;    // shared memory: where the answer goes (SPEC section 9)
   int64_t charged_ = 0;  // bytes of the budget this call holds
   bool finished_ = false;
   std::atomic<bool> client_gone_{false};  // OnCancel ran
@@ -148,7 +151,8 @@ SamplerService::SamplerService(const ServerConfig& config, Scheduler* scheduler,
       info_(std::move(info)),
       datasets_(datasets),
       budget_(config.max_inflight_bytes),
-      calls_(config.max_calls, config.max_concurrent_streams, &budget_) {
+      calls_(config.max_calls, config.max_concurrent_streams, &budget_),
+      regions_(config.allow_shared_memory, config.shm_key_prefix, &metrics->shm_regions()) {
   budget_.SetGauge(&metrics_->inflight_bytes());
   stall_thread_ = std::thread([this] { StallLoop(); });
 }
@@ -172,6 +176,8 @@ void SamplerService::StallLoop() {
       std::min(limit, first) / 10, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
   std::unique_lock<std::mutex> lock(streams_mu_);
   while (!stall_cv_.wait_for(lock, period, [this] { return stop_; })) {
+    // Shared memory: the regions of revoked tokens are dropped within one period.
+    if (tokens_) regions_.Revoke(*tokens_->Get());
     std::vector<DrainableCall*> stalled;
     const auto now = Clock::now();
     for (DrainableCall* s : streams_) {

@@ -16,6 +16,7 @@
 #include "core/status.hpp"
 #include "datasets/datasets.hpp"
 #include "edge/call_limits.hpp"
+#include "edge/regions.hpp"
 #include "edge/request_bytes.hpp"
 #include "edge/security.hpp"
 #include "gpusampler/v1/sampler.grpc.pb.h"
@@ -45,7 +46,12 @@ using SamplerBase = v1::Sampler::WithRawCallbackMethod_Sample<
     v1::Sampler::WithRawCallbackMethod_SampleStream<v1::Sampler::WithCallbackMethod_GetServerInfo<
         v1::Sampler::WithRawCallbackMethod_CreateDataset<
             v1::Sampler::WithCallbackMethod_DeleteDataset<
-                v1::Sampler::WithCallbackMethod_ListDatasets<v1::Sampler::Service>>>>>>;
+                v1::Sampler::WithCallbackMethod_ListDatasets<
+                    // Shared memory (SPEC section 9; regions.cc).
+                    v1::Sampler::WithCallbackMethod_RegisterRegion<
+                        v1::Sampler::WithCallbackMethod_UnregisterRegion<
+                            v1::Sampler::WithCallbackMethod_ListRegions<
+                                v1::Sampler::Service>>>>>>>>>;
 
 class SamplerService final : public SamplerBase {
  public:
@@ -76,6 +82,20 @@ class SamplerService final : public SamplerBase {
                                          const v1::ListDatasetsRequest* request,
                                          v1::ListDatasetsResponse* response) override;
 
+  // Shared memory (SPEC section 9; regions.cc): regions scoped to the caller's token.
+  grpc::ServerUnaryReactor* RegisterRegion(grpc::CallbackServerContext* context,
+                                           const v1::RegisterRegionRequest* request,
+                                           v1::RegionInfo* response) override;
+  grpc::ServerUnaryReactor* UnregisterRegion(grpc::CallbackServerContext* context,
+                                             const v1::UnregisterRegionRequest* request,
+                                             v1::UnregisterRegionResponse* response) override;
+  grpc::ServerUnaryReactor* ListRegions(grpc::CallbackServerContext* context,
+                                        const v1::ListRegionsRequest* request,
+                                        v1::ListRegionsResponse* response) override;
+  RegionTable& regions() { return regions_; }
+  // The region scope of an authorized call: its bearer token, or "" with auth off.
+  std::string RegionScope(const grpc::CallbackServerContext& context) const;
+
   // New requests get UNAVAILABLE from now on (drain); open streams stop reading and end
   // with UNAVAILABLE once their accepted requests are answered.
   void StopAccepting();
@@ -96,7 +116,10 @@ class SamplerService final : public SamplerBase {
   void RemoveStream(DrainableCall* stream);
   // The bearer tokens now accepted (re-read with the TLS files; empty: auth off). May be
   // null: then config().auth_tokens.
-  void SetTokens(std::shared_ptr<TokenSet> tokens) { tokens_ = std::move(tokens); }
+  void SetTokens(std::shared_ptr<TokenSet> tokens) {
+    std::lock_guard<std::mutex> lock(streams_mu_);  // StallLoop reads it (region revocation)
+    tokens_ = std::move(tokens);
+  }
   const TokenSet* tokens() const { return tokens_.get(); }
 
  private:
@@ -112,6 +135,7 @@ class SamplerService final : public SamplerBase {
   ByteBudget budget_;
   CallLimits calls_;  // --max-calls, --max-concurrent-streams (after budget_)
   std::shared_ptr<TokenSet> tokens_;
+  RegionTable regions_;  // shared memory; revoked tokens' regions dropped by StallLoop
   std::mutex streams_mu_;
   std::set<DrainableCall*> streams_;
   bool stop_ = false;  // under streams_mu_

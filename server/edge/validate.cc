@@ -71,7 +71,9 @@ Status FinishRequest(const v1::SampleRequest& req, const Limits& limits, Job* jo
   if (!ResponseBytes(*job, req.request_id().size(), &out)) {
     return InvalidArgument("response size " + size_terms + " overflows int64");
   }
-  if (out > limits.max_message_bytes) {
+  // Shared memory (SPEC section 9): an answer written into a region is not bound by
+  // --max-message-bytes (PrepareJob checks that the region holds it).
+  if (out > limits.max_message_bytes && !req.has_output_region()) {
     return LimitExceeded("response would have " + std::to_string(out) + " bytes " + size_terms +
                          ", over max_message_bytes = " + std::to_string(limits.max_message_bytes) +
                          " (--max-message-bytes)");

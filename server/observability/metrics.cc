@@ -120,6 +120,8 @@ enum FamilyId : int {
   kBuildInfo,
   kDatasetLoads,
   kDatasetEvictions,
+  kShmRegions,       // shared memory (SPEC section 9)
+  kShmWrittenBytes,  // shared memory (SPEC section 9)
   kNumFamilies,
 };
 
@@ -250,6 +252,15 @@ const FamilySpec kFamilies[kNumFamilies] = {
      {},
      "Datasets evicted from memory to make room under "
      "--max-dataset-bytes (they stay in the repository)."},
+    // Shared memory (SPEC section 9).
+    {"gpusampler_shared_memory_regions",
+     Type::kGauge,
+     {},
+     "Shared-memory regions registered (RegisterRegion, all tokens) and mapped now."},
+    {"gpusampler_shared_memory_written_bytes_total",
+     Type::kCounter,
+     {},
+     "Answer bytes written into shared-memory regions instead of the response."},
 };
 
 bool IsGpuFamily(int id) {
@@ -368,6 +379,8 @@ void Metrics::BuildServerMetrics() {
   datasets_ = Add<prometheus::Gauge>(kDatasets, {});
   received_bytes_ = Add<prometheus::Counter>(kReceivedBytes, {});
   sent_bytes_ = Add<prometheus::Counter>(kSentBytes, {});
+  shm_regions_ = Add<prometheus::Gauge>(kShmRegions, {});
+  shm_written_bytes_ = Add<prometheus::Counter>(kShmWrittenBytes, {});
   dropped_deadline_ = Add<prometheus::Counter>(kDropped, {"deadline"});
   dropped_cancelled_ = Add<prometheus::Counter>(kDropped, {"cancelled"});
 }

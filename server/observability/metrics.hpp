@@ -138,6 +138,9 @@ class Metrics {
     return ok ? *dataset_loads_ok_ : *dataset_loads_error_;
   }
   prometheus::Counter& dataset_evictions() { return *dataset_evictions_; }
+  // Shared memory (SPEC section 9): regions mapped now; answer bytes written into them.
+  prometheus::Gauge& shm_regions() { return *shm_regions_; }
+  prometheus::Counter& shm_written_bytes() { return *shm_written_bytes_; }
 
  private:
   // The steps of the constructor: every family from the table (metrics.cc), then the
@@ -176,6 +179,8 @@ class Metrics {
   std::vector<prometheus::Gauge*> dataset_bytes_;  // one per device
   prometheus::Counter* received_bytes_ = nullptr;
   prometheus::Counter* sent_bytes_ = nullptr;
+  prometheus::Gauge* shm_regions_ = nullptr;          // shared memory
+  prometheus::Counter* shm_written_bytes_ = nullptr;  // shared memory
   prometheus::Counter* dropped_deadline_ = nullptr;
   prometheus::Counter* dropped_cancelled_ = nullptr;
   prometheus::Counter* short_rows_ = nullptr;

@@ -1,6 +1,9 @@
 #include "gpusampler/client/client.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <climits>
@@ -9,9 +12,11 @@
 #include <exception>
 #include <sstream>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 #include <utility>
 
+#include "gpusampler/client/tensor.hpp"
 #include "gpusampler/common/status_codes.hpp"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -360,6 +365,76 @@ grpc::Status Client::UploadDataset(v1::Sampler::Stub& stub, const std::string& n
   }
   writer->WritesDone();
   return Explain(writer->Finish());
+}
+
+// ---- Shared memory (docs/shared-memory.md) ----
+
+SharedRegion::SharedRegion(int64_t size, const std::string& key_prefix) : size_(size) {
+  static std::atomic<int> count{0};
+  key_ = key_prefix + "-" + std::to_string(getpid()) + "-" + std::to_string(++count);
+  const int fd = shm_open(key_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "shm_open");
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    const int e = errno;
+    close(fd);
+    shm_unlink(key_.c_str());
+    throw std::system_error(e, std::generic_category(), "ftruncate");
+  }
+  void* map = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int e = errno;
+  close(fd);  // the mapping keeps the object
+  if (map == MAP_FAILED) {
+    shm_unlink(key_.c_str());
+    throw std::system_error(e, std::generic_category(), "mmap");
+  }
+  data_ = static_cast<uint8_t*>(map);
+}
+
+SharedRegion::~SharedRegion() {
+  munmap(data_, static_cast<size_t>(size_));
+  shm_unlink(key_.c_str());
+}
+
+std::array<const uint8_t*, 6> SharedRegion::Tensors(const v1::SampleResponse& r,
+                                                    int64_t offset) const {
+  const v1::Tensor* tensors[] = {r.has_indices() ? &r.indices() : nullptr,
+                                 r.has_labels() ? &r.labels() : nullptr,
+                                 r.has_features() ? &r.features() : nullptr,
+                                 r.has_num_positive() ? &r.num_positive() : nullptr,
+                                 r.has_num_negative() ? &r.num_negative() : nullptr,
+                                 r.has_num_per_class() ? &r.num_per_class() : nullptr};
+  std::array<const uint8_t*, 6> out{};
+  int64_t end = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (tensors[i] == nullptr) continue;
+    int64_t bytes = static_cast<int64_t>(common::DTypeSize(tensors[i]->dtype()));
+    for (int64_t d : tensors[i]->shape()) bytes *= d;
+    const int64_t start = (end + 255) / 256 * 256;
+    end = start + bytes;
+    if (offset >= 0 && offset + end <= size_) out[i] = data_ + offset + start;
+  }
+  return out;
+}
+
+grpc::Status Client::RegisterRegion(const std::string& name, const SharedRegion& region,
+                                    const CallOptions& call) {
+  CheckCall(call);
+  auto context = NewContext(call.timeout.value_or(options_.default_timeout));
+  v1::RegisterRegionRequest request;
+  request.set_name(name);
+  request.set_shm_key(region.key());
+  request.set_byte_size(region.size());
+  v1::RegionInfo info;
+  return channels_.front().stub->RegisterRegion(context.get(), request, &info);
+}
+
+grpc::Status Client::UnregisterRegion(const std::string& name, const CallOptions& call) {
+  CheckCall(call);
+  auto context = NewContext(call.timeout.value_or(options_.default_timeout));
+  v1::UnregisterRegionRequest request;
+  request.set_name(name);
+  v1::UnregisterRegionResponse response;
+  return channels_.front().stub->UnregisterRegion(context.get(), request, &response);
 }
 
 grpc::Status Client::DeleteDataset(const std::string& name, const CallOptions& call) {

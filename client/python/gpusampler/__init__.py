@@ -41,6 +41,7 @@ from gpusampler.client import (  # noqa: E402
     Timing,
 )
 from gpusampler._epochs import Epoch  # noqa: E402
+from gpusampler._shm import Region, RegionWindow  # noqa: E402
 from gpusampler.errors import (  # noqa: E402
     AlreadyExistsError,
     CancelledError,
@@ -65,6 +66,8 @@ __all__ = [
     "Client",
     "DatasetInfo",
     "Epoch",
+    "Region",
+    "RegionWindow",
     "NotFoundError",
     "AlreadyExistsError",
     "FailedPreconditionError",

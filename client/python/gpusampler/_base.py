@@ -10,9 +10,9 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 import grpc
 
-from gpusampler import _datasets, _requests
-from gpusampler._args import (check_bool, check_int, check_positive, check_targets,
-                              check_timeout)
+from gpusampler import _datasets, _requests, _shm
+from gpusampler._args import (check_bool, check_int, check_name, check_positive,
+                              check_targets, check_timeout)
 from gpusampler._channel import Connection, channel_options, credentials
 from gpusampler._results import QualityWarnings, SampleResult, sample_result
 from gpusampler._tensors import Kinds
@@ -101,6 +101,8 @@ class ClientBase:
         self._wait_for_ready = wait_for_ready
         self._quality = QualityWarnings(warn_quality)
         self._request_ids = itertools.count()
+        #: shared memory: the regions this client registered, by name
+        self._regions: Dict[str, _shm.Region] = {}
         # None until a server has said whether it has a shared dataset repository.
         self._repository: Optional[bool] = None
         # What built this client, so that a DataLoader worker can open its own copy.
@@ -166,8 +168,35 @@ class ClientBase:
                 round_trip_us: int) -> SampleResult:
         """The result of ``response``; called from the public method itself, so that a
         quality warning points at the caller's line."""
+        if request.HasField("output_region"):  # shared memory: views of the region
+            arrays = _shm.view_result_arrays(response, self._window(request.output_region),
+                                             kinds)
+            self._quality.check(response, request.spec, stacklevel=4,
+                                counts=(arrays["num_positive"], arrays["num_negative"]))
+            return sample_result(response, kinds, round_trip_us, arrays)
         self._quality.check(response, request.spec, stacklevel=4)
         return sample_result(response, kinds, round_trip_us)
+
+    # ------------------------------------------------------------------ shared memory
+    def _new_region(self, size: int, name: Optional[str],
+                    shm_key_prefix: str) -> Tuple[_shm.Region, pb.RegisterRegionRequest]:
+        """register_region's object, created here, and its request."""
+        if len(self._connection.targets) != 1:
+            raise ValueError("register_region needs a client of one server address: shared "
+                             "memory works only with a server on this host")
+        if name is not None:
+            check_name("name", name)
+        name, key, shm = _shm.create(size, shm_key_prefix, name)
+        region = _shm.Region(name, key, shm, size, self)
+        return region, pb.RegisterRegionRequest(name=name, shm_key=key, offset=0,
+                                                byte_size=size)
+
+    def _window(self, output: pb.OutputRegion) -> "_shm.RegionWindow":
+        region = self._regions.get(output.name)
+        if region is None:
+            raise ValueError(f"output_region {output.name!r} is not a region this client "
+                             "registered (Client.register_region)")
+        return region.window(output.offset, output.byte_size)
 
     # ------------------------------------------------------------------ datasets
     def _upload(self, name: str, labels: Any, features: Any, row_splits: Any, replace: bool,

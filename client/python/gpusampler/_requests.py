@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 import grpc
 import numpy as np
 
-from gpusampler import _classes, _epochs, _tensors
+from gpusampler import _classes, _epochs, _shm, _tensors
 from gpusampler._args import INT64, UINT64, check_bool, check_int, check_name, check_real
 from gpusampler.errors import ResourceExhaustedError
 from gpusampler.v1 import sampler_pb2 as pb
@@ -26,7 +26,7 @@ FILL = {
 #: Arguments of sample() that a request of sample_stream may carry.
 SAMPLE_ARGS = ("labels", "features", "num_samples", "dataset", "rows", "return_features",
                "positive_fraction", "positive_label", "negative_label", "fill", "seed",
-               "row_splits", "classes", "fill_order", "scores", "epoch")
+               "row_splits", "classes", "fill_order", "scores", "epoch", "output_region")
 _SPEC_ARGS = ("num_samples", "positive_fraction", "positive_label", "negative_label", "fill",
               "seed", "classes", "fill_order")
 
@@ -53,6 +53,9 @@ def prepare(args: Mapping[str, Any], ids: Iterator[int],
     # Epochs (docs/semantics.md): the server refuses one without a dataset, naming the field.
     if args.get("epoch") is not None:
         request.epoch.CopyFrom(_epochs.epoch_message(args["epoch"]))
+    # Shared memory (docs/shared-memory.md): the answer's bytes go into this region.
+    if args.get("output_region") is not None:
+        request.output_region.CopyFrom(_shm.output_message(args["output_region"]))
     _check_size(request, max_message_bytes)
     return request, kinds
 

@@ -64,9 +64,19 @@ class SampleResult:
     epoch_steps: int = 0
 
 
-def sample_result(r: pb.SampleResponse, kinds: _tensors.Kinds, round_trip_us: int) -> SampleResult:
-    """The result of response ``r``, decoded as ``kinds`` says."""
+def sample_result(r: pb.SampleResponse, kinds: _tensors.Kinds, round_trip_us: int,
+                  arrays: Optional[dict] = None) -> SampleResult:
+    """The result of response ``r``, decoded as ``kinds`` says; ``arrays`` (shared memory:
+    the tensors viewing a region, by field name) instead of the response's tensor bytes."""
     label_kind, feature_kind = kinds
+    if arrays is not None:
+        return SampleResult(
+            indices=arrays["indices"], labels=arrays["labels"],
+            features=arrays["features"] if feature_kind is not None else None,
+            num_positive=arrays["num_positive"], num_negative=arrays["num_negative"],
+            seed=int(r.seed), timing=_timing(r, round_trip_us), device=r.device,
+            request_id=r.request_id, dataset_sha256=r.dataset_sha256,
+            num_per_class=arrays["num_per_class"], epoch_steps=int(r.epoch_steps))
     return SampleResult(
         indices=_tensors.from_wire(r.indices, label_kind),
         labels=_tensors.from_wire(r.labels, label_kind),
@@ -76,13 +86,7 @@ def sample_result(r: pb.SampleResponse, kinds: _tensors.Kinds, round_trip_us: in
         num_positive=_tensors.from_wire(r.num_positive, label_kind),
         num_negative=_tensors.from_wire(r.num_negative, label_kind),
         seed=int(r.seed),
-        timing=Timing(
-            queue_us=r.timing.queue_us,
-            compute_us=r.timing.compute_us,
-            total_us=r.timing.total_us,
-            batch_rows=r.timing.batch_rows,
-            round_trip_us=round_trip_us,
-        ),
+        timing=_timing(r, round_trip_us),
         device=r.device,
         request_id=r.request_id,
         dataset_sha256=r.dataset_sha256,
@@ -90,6 +94,12 @@ def sample_result(r: pb.SampleResponse, kinds: _tensors.Kinds, round_trip_us: in
         if r.HasField("num_per_class") else None,
         epoch_steps=int(r.epoch_steps),
     )
+
+
+def _timing(r: pb.SampleResponse, round_trip_us: int) -> Timing:
+    return Timing(queue_us=r.timing.queue_us, compute_us=r.timing.compute_us,
+                  total_us=r.timing.total_us, batch_rows=r.timing.batch_rows,
+                  round_trip_us=round_trip_us)
 
 
 class QualityWarnings:
@@ -100,15 +110,20 @@ class QualityWarnings:
         self.enabled = enabled
         self._warned: Set[str] = set()
 
-    def check(self, r: pb.SampleResponse, spec: pb.SamplingSpec, stacklevel: int) -> None:
+    def check(self, r: pb.SampleResponse, spec: pb.SamplingSpec, stacklevel: int,
+              counts: Optional[Any] = None) -> None:
         """Warns about response ``r`` to a request of ``spec``; ``stacklevel`` (as
-        warnings.warn takes it, counted from here) points at the caller's call."""
+        warnings.warn takes it, counted from here) points at the caller's call. ``counts``:
+        (num_positive, num_negative) when they are not in ``r`` (shared memory)."""
         if not self.enabled or spec.classes:  # the two-class checks; classes say their own
             return
         k = spec.num_samples
         target = math.floor(k * spec.positive_fraction)
-        pos = _tensors.from_wire(r.num_positive, _tensors.NUMPY)
-        neg = _tensors.from_wire(r.num_negative, _tensors.NUMPY)
+        if counts is not None:
+            pos, neg = (np.asarray(_tensors.host_array(c)) for c in counts)
+        else:
+            pos = _tensors.from_wire(r.num_positive, _tensors.NUMPY)
+            neg = _tensors.from_wire(r.num_negative, _tensors.NUMPY)
         short = int(np.count_nonzero(pos.astype(np.int64) + neg < k))
         under = int(np.count_nonzero(pos < target))
         for kind, count, text in (

@@ -142,7 +142,34 @@ def from_wire(t: pb.Tensor, kind: Kind) -> Any:
     shape = tuple(int(d) for d in t.shape)
     # bytearray: a writable buffer, so the arrays handed out are ordinary writable ones.
     a = np.frombuffer(bytearray(t.data), dtype=_BY_WIRE[t.dtype].storage).reshape(shape)
-    bfloat16 = t.dtype == _BFLOAT16.wire
+    return _as_kind(a, t.dtype, kind)
+
+
+def wire_nbytes(t: pb.Tensor) -> int:
+    """prod(shape) * itemsize of a wire tensor (its data may be empty: shared memory)."""
+    if t.dtype not in _BY_WIRE:
+        raise ValueError(f"response tensor has unknown dtype {t.dtype}")
+    return item_size(t.dtype) * math.prod(int(d) for d in t.shape)
+
+
+def view_wire(t: pb.Tensor, buf: Any, offset: int, kind: Kind) -> Any:
+    """The array of wire tensor ``t`` (dtype and shape) whose bytes lie in ``buf`` at
+    ``offset``: a view of ``buf``, no copy (unless ``kind`` is a GPU torch device)."""
+    shape = tuple(int(d) for d in t.shape)
+    nbytes = wire_nbytes(t)
+    if offset < 0 or offset + nbytes > len(buf):
+        raise ValueError(f"response tensor of {nbytes} bytes at offset {offset} lies outside "
+                         f"the region's {len(buf)} bytes")
+    storage = np.dtype(_BY_WIRE[t.dtype].storage)
+    a = np.frombuffer(buf, dtype=storage, count=nbytes // storage.itemsize,
+                      offset=offset).reshape(shape)
+    return _as_kind(a, t.dtype, kind)
+
+
+def _as_kind(a: np.ndarray, wire: int, kind: Kind) -> Any:
+    """Little-endian storage array ``a`` of wire dtype ``wire`` as numpy or torch (views on
+    little-endian hosts)."""
+    bfloat16 = wire == _BFLOAT16.wire
     if not kind.torch:
         if bfloat16:
             try:

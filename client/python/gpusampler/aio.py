@@ -52,11 +52,12 @@ import grpc
 import grpc.aio
 
 from gpusampler import _datasets, _health
-from gpusampler._args import check_timeout
+from gpusampler._args import check_name, check_timeout
 from gpusampler._base import ClientBase, Targets
 from gpusampler._classes import Class
 from gpusampler._datasets import DatasetInfo
 from gpusampler._results import SampleResult, ServerInfo
+from gpusampler._shm import Region
 from gpusampler._stream import InFlight, Sent, round_trip_us
 from gpusampler._tensors import Kinds
 from gpusampler.errors import GpuSamplerError
@@ -112,6 +113,7 @@ class Client(ClientBase):
         scores: Any = None,
         timeout: Optional[float] = None,
         epoch: Any = None,
+        output_region: Any = None,
     ) -> SampleResult:
         """As ``gpusampler.Client.sample``, awaited."""
         request, kinds, timeout = self._sample_request(locals())
@@ -165,6 +167,42 @@ class Client(ClientBase):
                                                      pb.GetServerInfoRequest(), timeout))
 
     # ------------------------------------------------------------------ datasets
+    # ------------------------------------------------------------------ shared memory
+    async def register_region(self, size: int, *, name: Optional[str] = None,
+                              shm_key_prefix: str = "/gpusampler",
+                              timeout: Optional[float] = None) -> Region:
+        """As ``gpusampler.Client.register_region``, awaited. ``await client.
+        unregister_region(region)`` releases it (``Region.close`` is for blocking clients)."""
+        timeout = check_timeout("timeout", timeout)
+        region, request = self._new_region(size, name, shm_key_prefix)
+        try:
+            await self._unary(self._connection.stub().RegisterRegion, request, timeout)
+        except BaseException:
+            region._release()
+            raise
+        self._regions[region.name] = region
+        return region
+
+    async def unregister_region(self, region: Union[Region, str], *,
+                                timeout: Optional[float] = None) -> None:
+        """As ``gpusampler.Client.unregister_region``, awaited."""
+        name = region.name if isinstance(region, Region) else check_name("region", region)
+        timeout = check_timeout("timeout", timeout)
+        own = self._regions.pop(name, None)
+        try:
+            await self._unary(self._connection.stub().UnregisterRegion,
+                              pb.UnregisterRegionRequest(name=name), timeout)
+        finally:
+            if own is not None:
+                own._release()
+
+    async def list_regions(self, *, timeout: Optional[float] = None) -> List[Tuple[str, int]]:
+        """As ``gpusampler.Client.list_regions``, awaited."""
+        timeout = check_timeout("timeout", timeout)
+        r = await self._unary(self._connection.stub().ListRegions, pb.ListRegionsRequest(),
+                              timeout)
+        return [(x.name, int(x.byte_size)) for x in r.regions]
+
     async def create_dataset(
         self,
         name: str,

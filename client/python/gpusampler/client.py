@@ -9,16 +9,18 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import (Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar,
+                    Union)
 
 import grpc
 
 from gpusampler import _datasets, _health
-from gpusampler._args import check_timeout
+from gpusampler._args import check_name, check_timeout
 from gpusampler._base import ClientBase, Targets
 from gpusampler._classes import Class
 from gpusampler._channel import channel_targets, service_config_json
 from gpusampler._datasets import DatasetInfo
+from gpusampler._shm import Region
 from gpusampler._results import DeviceInfo, Limits, SampleResult, ServerInfo, Timing
 from gpusampler._stream import InFlight, Sent, round_trip_us
 from gpusampler._tensors import Kinds
@@ -70,6 +72,7 @@ class Client(ClientBase):
         scores: Any = None,
         timeout: Optional[float] = None,
         epoch: Any = None,
+        output_region: Any = None,
     ) -> SampleResult:
         """Samples ``num_samples`` elements from every row of ``labels``.
 
@@ -110,6 +113,11 @@ class Client(ClientBase):
                 ``rank``, ``step``, ``rows_per_step``, ``drop_last``). The result's
                 ``epoch_steps`` is this rank's steps in the epoch; a step past it is
                 InvalidArgumentError with code OUT_OF_RANGE.
+            output_region: a ``Region`` from ``register_region`` (or ``region.window(offset,
+                byte_size)``): the server writes the answer's bytes there and the result's
+                arrays view them, without a copy; not bound by ``--max-message-bytes``
+                (docs/shared-memory.md). They stay valid until the same bytes are written
+                again or the region is closed.
 
         Every argument is checked before anything is sent: integers must be integers
         (``num_samples=2.5`` or ``"256"`` is a TypeError), and each message names its
@@ -191,6 +199,45 @@ class Client(ClientBase):
         stub = self._connection.stub()
         return ServerInfo._from_pb(self._unary(stub.GetServerInfo, pb.GetServerInfoRequest(),
                                                timeout))
+
+    # ------------------------------------------------------------------ shared memory
+    def register_region(self, size: int, *, name: Optional[str] = None,
+                        shm_key_prefix: str = "/gpusampler",
+                        timeout: Optional[float] = None) -> Region:
+        """Creates a POSIX shared-memory object of ``size`` bytes (under ``/dev/shm``, its key
+        starting with ``shm_key_prefix``, which must match the server's ``--shm-key-prefix``)
+        and registers it, so that ``sample(..., output_region=region)`` answers there. The
+        server must run on this host with ``--allow-shared-memory``
+        (docs/shared-memory.md). ``region.close()`` unregisters and removes it."""
+        timeout = check_timeout("timeout", timeout)
+        region, request = self._new_region(size, name, shm_key_prefix)
+        try:
+            self._unary(self._connection.stub().RegisterRegion, request, timeout)
+        except BaseException:
+            region._release()
+            raise
+        self._regions[region.name] = region
+        return region
+
+    def unregister_region(self, region: Union[Region, str], *,
+                          timeout: Optional[float] = None) -> None:
+        """Unregisters a region (requests still writing to it fail CANCELLED) and, for one
+        this client created, removes its object."""
+        name = region.name if isinstance(region, Region) else check_name("region", region)
+        timeout = check_timeout("timeout", timeout)
+        own = self._regions.pop(name, None)
+        try:
+            self._unary(self._connection.stub().UnregisterRegion,
+                        pb.UnregisterRegionRequest(name=name), timeout)
+        finally:
+            if own is not None:
+                own._release()
+
+    def list_regions(self, *, timeout: Optional[float] = None) -> List[Tuple[str, int]]:
+        """(name, byte_size) of the regions this client's token registered."""
+        timeout = check_timeout("timeout", timeout)
+        r = self._unary(self._connection.stub().ListRegions, pb.ListRegionsRequest(), timeout)
+        return [(x.name, int(x.byte_size)) for x in r.regions]
 
     # ------------------------------------------------------------------ datasets
     def create_dataset(

@@ -100,7 +100,7 @@ import grpc
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from gpusampler import _tensors
+from gpusampler import _shm, _tensors
 from gpusampler._args import check_bool, check_int
 from gpusampler._epochs import MODES as _EPOCH_MODES
 from gpusampler.client import Client, SampleResult
@@ -240,6 +240,38 @@ def _produce(batches: Generator["Batch", None, None], q: "queue.Queue[Tuple[str,
         batches.close()  # closes the client (and cancels a stream, see _stream_batches)
 
 
+class _Slots:
+    """SampleIterable(shared_memory=True): ``count`` answer slots of one region, used in
+    turn. The region is registered after the first (inline) answer, sized from it."""
+
+    def __init__(self, client: Client, count: int, enabled: bool) -> None:
+        self._client, self._count, self._enabled = client, count, enabled
+        self._region: Any = None
+        self._slot_bytes = 0
+        self._next = 0
+
+    def next(self) -> Dict[str, Any]:
+        """``output_region=`` of the next step (nothing before the region exists)."""
+        if self._region is None:
+            return {}
+        offset = self._next * self._slot_bytes
+        self._next = (self._next + 1) % self._count
+        return {"output_region": self._region.window(offset, self._slot_bytes)}
+
+    def size_from(self, result: SampleResult) -> None:
+        if not self._enabled or self._region is not None:
+            return
+        self._slot_bytes = _shm.align(_shm.layout_bytes(result))
+        self._region = self._client.register_region(self._slot_bytes * self._count)
+
+    def close(self) -> None:
+        if self._region is not None:
+            try:
+                self._client.unregister_region(self._region)
+            except GpuSamplerError:
+                pass  # the server is gone: its mapping went with it
+
+
 class _PrefetchIterator:
     """The iterator of a ``SampleIterable`` with ``prefetch > 0``: reads the queue that its
     background thread fills. ``close()`` (or garbage collection) stops the thread."""
@@ -329,6 +361,14 @@ class SampleIterable(IterableDataset):
         shuffle_seed: keys the epoch's permutation; the same on every rank (default 0).
         rows_per_step, drop_last: ROWS: dataset rows per step, and DistributedSampler's
             ``drop_last``.
+        shared_memory: answers come through one shared-memory region of the server's host
+            (docs/shared-memory.md) instead of the gRPC response: each iterator registers
+            a region of ``prefetch + 2`` slots (one slot without prefetch) and rotates
+            them, and the batch tensors view their slot without a copy. Lifetime: a batch
+            stays valid until the next-but-one batch is requested, so read (or copy, or
+            ``.to("cuda")``) a batch before asking for the batch after the next; the slot
+            count covers the ``prefetch`` queued batches, the one being written and the one
+            you hold. The first step is answered inline, to size the slots.
         **spec: the other ``Client.sample`` arguments (``positive_fraction``, ``fill``,
             ``positive_label``, ``negative_label``; or ``classes``, ``fill_order`` and
             ``scores``, sent with every step).
@@ -355,6 +395,7 @@ class SampleIterable(IterableDataset):
         shuffle_seed: int = 0,
         rows_per_step: int = 1,
         drop_last: bool = False,
+        shared_memory: bool = False,
         **spec: Any,
     ) -> None:
         super().__init__()
@@ -371,6 +412,7 @@ class SampleIterable(IterableDataset):
         self.steps = None if steps is None else check_int("steps", steps, 0)
         self.prefetch = check_int("prefetch", prefetch, 0)
         self.pin_memory = check_bool("pin_memory", pin_memory)
+        self.shared_memory = check_bool("shared_memory", shared_memory)
         if self.pin_memory and not _cuda_pinning_available():
             warnings.warn("SampleIterable(pin_memory=True): pinned memory needs CUDA, and "
                           "torch.cuda.is_available() is False; the batches come in ordinary "
@@ -477,12 +519,14 @@ class SampleIterable(IterableDataset):
         prefetch thread."""
         steps = self._steps() if steps is None else steps
         client = Client(self._target, **self._options)
+        slots = _Slots(client, self.prefetch + 2 if self.prefetch > 0 else 1,
+                       self.shared_memory)
         try:
             for step in steps:
                 if self.epoch_steps is not None and step >= self.epoch_steps:
                     return  # the end of the epoch
                 try:
-                    result = client.sample(**self._step_request(step))
+                    result = client.sample(**self._step_request(step), **slots.next())
                 except GpuSamplerError as e:
                     # A worker whose first step is past a short epoch: nothing to yield.
                     if self.epoch_mode is not None and e.code == grpc.StatusCode.OUT_OF_RANGE:
@@ -490,8 +534,10 @@ class SampleIterable(IterableDataset):
                     raise
                 if self.epoch_mode is not None:
                     self.epoch_steps = result.epoch_steps
+                slots.size_from(result)
                 yield self._batch(result, step)
         finally:
+            slots.close()
             client.close()
 
     def _stream_batches(self, steps: Iterator[int]) -> Generator[Batch, None, None]:

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <grpcpp/grpcpp.h>
+#include <array>
 
 #include <atomic>
 #include <chrono>
@@ -152,6 +153,33 @@ class SampleSession {
   std::thread watchdog_;
 };
 
+// Shared memory (docs/shared-memory.md): a POSIX shm object this process
+// created and mapped, for a server on the same host to write answers into. Removed
+// (shm_unlink) and unmapped by the destructor; unregister it first (Client::UnregisterRegion).
+// Not copyable; thread-compatible.
+class SharedRegion {
+ public:
+  // Creates "<key_prefix>-<pid>-<n>" of `size` bytes; throws std::system_error on failure.
+  explicit SharedRegion(int64_t size, const std::string& key_prefix = "/gpusampler");
+  ~SharedRegion();
+  SharedRegion(const SharedRegion&) = delete;
+  SharedRegion& operator=(const SharedRegion&) = delete;
+
+  const std::string& key() const { return key_; }
+  int64_t size() const { return size_; }
+  uint8_t* data() const { return data_; }
+  // Where each tensor of `response` (answered with output_region at `offset`) lies in the
+  // region, in SPEC's layout; null for an absent tensor or one outside the region.
+  // `fields`: indices, labels, features, num_positive, num_negative, num_per_class.
+  std::array<const uint8_t*, 6> Tensors(const v1::SampleResponse& response,
+                                        int64_t offset = 0) const;
+
+ private:
+  std::string key_;
+  int64_t size_ = 0;
+  uint8_t* data_ = nullptr;
+};
+
 // Thread-safe: one Client serves any number of threads.
 class Client {
  public:
@@ -192,6 +220,13 @@ class Client {
                              int64_t chunk_bytes = 0, const v1::Tensor* scores = nullptr);
   grpc::Status DeleteDataset(const std::string& name, const CallOptions& call = {});
   grpc::Status ListDatasets(std::vector<v1::DatasetInfo>* datasets, const CallOptions& call = {});
+
+  // Shared memory: registers `region` under `name` with the (first) target, which must run
+  // on this host with --allow-shared-memory; then set SampleRequest.output_region.name to
+  // `name`. UnregisterRegion releases the server's mapping.
+  grpc::Status RegisterRegion(const std::string& name, const SharedRegion& region,
+                              const CallOptions& call = {});
+  grpc::Status UnregisterRegion(const std::string& name, const CallOptions& call = {});
 
   const ClientOptions& options() const { return options_; }
   // True when some channel holds a connection (GRPC_CHANNEL_READY). After a failed call,

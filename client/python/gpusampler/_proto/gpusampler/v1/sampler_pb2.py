@@ -13,21 +13,21 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgpusampler/v1/sampler.proto\x12\rgpusampler.v1\"J\n\x06Tensor\x12#\n\x05\x64type\x18\x01 \x01(\x0e\x32\x14.gpusampler.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"$\n\nLabelRange\x12\n\n\x02lo\x18\x01 \x01(\x03\x12\n\n\x02hi\x18\x02 \x01(\x03\"\xcf\x01\n\tClassSpec\x12)\n\x06labels\x18\x01 \x03(\x0b\x32\x19.gpusampler.v1.LabelRange\x12\x0f\n\x05\x63ount\x18\x02 \x01(\x03H\x00\x12\x12\n\x08\x66raction\x18\x03 \x01(\x01H\x00\x12\x0e\n\x04rest\x18\x04 \x01(\x08H\x00\x12+\n\tselection\x18\x05 \x01(\x0e\x32\x18.gpusampler.v1.Selection\x12\x1a\n\rhard_fraction\x18\x06 \x01(\x01H\x01\x88\x01\x01\x42\x07\n\x05shareB\x10\n\x0e_hard_fraction\"\xa8\x02\n\x0cSamplingSpec\x12\x13\n\x0bnum_samples\x18\x01 \x01(\x03\x12\x1e\n\x11positive_fraction\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\x1b\n\x0epositive_label\x18\x03 \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0enegative_label\x18\x04 \x01(\x03H\x02\x88\x01\x01\x12.\n\x0b\x66ill_policy\x18\x05 \x01(\x0e\x32\x19.gpusampler.v1.FillPolicy\x12)\n\x07\x63lasses\x18\x06 \x03(\x0b\x32\x18.gpusampler.v1.ClassSpec\x12\x12\n\nfill_order\x18\x07 \x03(\x05\x42\x14\n\x12_positive_fractionB\x11\n\x0f_positive_labelB\x11\n\x0f_negative_label\"\xb2\x01\n\tEpochSpec\x12\x14\n\x0cshuffle_seed\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\r\x12\x12\n\nworld_size\x18\x03 \x01(\x03\x12\x0c\n\x04rank\x18\x04 \x01(\x03\x12\x0c\n\x04step\x18\x05 \x01(\x03\x12&\n\x04mode\x18\x06 \x01(\x0e\x32\x18.gpusampler.v1.EpochMode\x12\x15\n\rrows_per_step\x18\x07 \x01(\x03\x12\x11\n\tdrop_last\x18\x08 \x01(\x08\"\x84\x03\n\rSampleRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x04spec\x18\x02 \x01(\x0b\x32\x1b.gpusampler.v1.SamplingSpec\x12%\n\x06labels\x18\x03 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\'\n\x08\x66\x65\x61tures\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12)\n\nrow_splits\x18\x05 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x0f\n\x07\x64\x61taset\x18\x07 \x01(\t\x12#\n\x04rows\x18\x08 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x17\n\x0freturn_features\x18\t \x01(\x08\x12%\n\x06scores\x18\x0b \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\'\n\x05\x65poch\x18\x0c \x01(\x0b\x32\x18.gpusampler.v1.EpochSpecB\x07\n\x05_seed\"Z\n\x0cServerTiming\x12\x10\n\x08queue_us\x18\x01 \x01(\x03\x12\x12\n\ncompute_us\x18\x02 \x01(\x03\x12\x10\n\x08total_us\x18\x03 \x01(\x03\x12\x12\n\nbatch_rows\x18\x04 \x01(\x03\"\x9c\x03\n\x0eSampleResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x07indices\x18\x02 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12%\n\x06labels\x18\x03 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\'\n\x08\x66\x65\x61tures\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12+\n\x0cnum_positive\x18\x05 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12+\n\x0cnum_negative\x18\x06 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x0c\n\x04seed\x18\x07 \x01(\x04\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12+\n\x06timing\x18\t \x01(\x0b\x32\x1b.gpusampler.v1.ServerTiming\x12\x16\n\x0e\x64\x61taset_sha256\x18\n \x01(\t\x12,\n\rnum_per_class\x18\x0b \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x13\n\x0b\x65poch_steps\x18\x0c \x01(\x03\"\x16\n\x14GetServerInfoRequest\"<\n\nDeviceInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\n\n\x02id\x18\x03 \x01(\t\"\x96\x01\n\x06Limits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x10\n\x08max_rows\x18\x02 \x01(\x03\x12\x14\n\x0cmax_elements\x18\x03 \x01(\x03\x12\x18\n\x10max_row_elements\x18\x04 \x01(\x03\x12\x17\n\x0fmax_num_samples\x18\x05 \x01(\x03\x12\x16\n\x0emax_batch_rows\x18\x06 \x01(\x03\"\xaf\x01\n\nServerInfo\x12\x0f\n\x07version\x18\x01 \x01(\t\x12*\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x19.gpusampler.v1.DeviceInfo\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12%\n\x06limits\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Limits\x12\x10\n\x08revision\x18\x05 \x01(\t\x12\x1a\n\x12\x64\x61taset_repository\x18\x06 \x01(\x08\"\xcf\x01\n\x0c\x44\x61tasetChunk\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x06labels\x18\x02 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\'\n\x08\x66\x65\x61tures\x18\x03 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12)\n\nrow_splits\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x0f\n\x07replace\x18\x05 \x01(\x08\x12%\n\x06scores\x18\x06 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\"\xe2\x01\n\x0b\x44\x61tasetInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08num_rows\x18\x02 \x01(\x03\x12\x14\n\x0cnum_elements\x18\x03 \x01(\x03\x12)\n\x0blabel_dtype\x18\x04 \x01(\x0e\x32\x14.gpusampler.v1.DType\x12+\n\rfeature_dtype\x18\x05 \x01(\x0e\x32\x14.gpusampler.v1.DType\x12\x15\n\rfeature_shape\x18\x06 \x03(\x03\x12\r\n\x05\x62ytes\x18\x07 \x01(\x03\x12\x0e\n\x06sha256\x18\x08 \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\t \x03(\t\"$\n\x14\x44\x65leteDatasetRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x17\n\x15\x44\x65leteDatasetResponse\"\x15\n\x13ListDatasetsRequest\"D\n\x14ListDatasetsResponse\x12,\n\x08\x64\x61tasets\x18\x01 \x03(\x0b\x32\x1a.gpusampler.v1.DatasetInfo*\xcf\x01\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0e\n\nDTYPE_BOOL\x10\x01\x12\x0e\n\nDTYPE_INT8\x10\x02\x12\x0f\n\x0b\x44TYPE_UINT8\x10\x03\x12\x0f\n\x0b\x44TYPE_INT16\x10\x04\x12\x0f\n\x0b\x44TYPE_INT32\x10\x05\x12\x0f\n\x0b\x44TYPE_INT64\x10\x06\x12\x11\n\rDTYPE_FLOAT16\x10\x07\x12\x12\n\x0e\x44TYPE_BFLOAT16\x10\x08\x12\x11\n\rDTYPE_FLOAT32\x10\t\x12\x11\n\rDTYPE_FLOAT64\x10\n*u\n\nFillPolicy\x12\x1b\n\x17\x46ILL_POLICY_UNSPECIFIED\x10\x00\x12\x14\n\x10\x46ILL_POLICY_BOTH\x10\x01\x12\x1e\n\x1a\x46ILL_POLICY_NEGATIVES_ONLY\x10\x02\x12\x14\n\x10\x46ILL_POLICY_NONE\x10\x03*\x81\x01\n\tSelection\x12\x19\n\x15SELECTION_UNSPECIFIED\x10\x00\x12\x15\n\x11SELECTION_UNIFORM\x10\x01\x12\x16\n\x12SELECTION_WEIGHTED\x10\x02\x12\x15\n\x11SELECTION_HARDEST\x10\x03\x12\x13\n\x0fSELECTION_MIXED\x10\x04*U\n\tEpochMode\x12\x1a\n\x16\x45POCH_MODE_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x45POCH_MODE_ROWS\x10\x01\x12\x17\n\x13\x45POCH_MODE_ELEMENTS\x10\x02\x32\xf3\x03\n\x07Sampler\x12\x45\n\x06Sample\x12\x1c.gpusampler.v1.SampleRequest\x1a\x1d.gpusampler.v1.SampleResponse\x12O\n\x0cSampleStream\x12\x1c.gpusampler.v1.SampleRequest\x1a\x1d.gpusampler.v1.SampleResponse(\x01\x30\x01\x12O\n\rGetServerInfo\x12#.gpusampler.v1.GetServerInfoRequest\x1a\x19.gpusampler.v1.ServerInfo\x12J\n\rCreateDataset\x12\x1b.gpusampler.v1.DatasetChunk\x1a\x1a.gpusampler.v1.DatasetInfo(\x01\x12Z\n\rDeleteDataset\x12#.gpusampler.v1.DeleteDatasetRequest\x1a$.gpusampler.v1.DeleteDatasetResponse\x12W\n\x0cListDatasets\x12\".gpusampler.v1.ListDatasetsRequest\x1a#.gpusampler.v1.ListDatasetsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgpusampler/v1/sampler.proto\x12\rgpusampler.v1\"J\n\x06Tensor\x12#\n\x05\x64type\x18\x01 \x01(\x0e\x32\x14.gpusampler.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"$\n\nLabelRange\x12\n\n\x02lo\x18\x01 \x01(\x03\x12\n\n\x02hi\x18\x02 \x01(\x03\"\xcf\x01\n\tClassSpec\x12)\n\x06labels\x18\x01 \x03(\x0b\x32\x19.gpusampler.v1.LabelRange\x12\x0f\n\x05\x63ount\x18\x02 \x01(\x03H\x00\x12\x12\n\x08\x66raction\x18\x03 \x01(\x01H\x00\x12\x0e\n\x04rest\x18\x04 \x01(\x08H\x00\x12+\n\tselection\x18\x05 \x01(\x0e\x32\x18.gpusampler.v1.Selection\x12\x1a\n\rhard_fraction\x18\x06 \x01(\x01H\x01\x88\x01\x01\x42\x07\n\x05shareB\x10\n\x0e_hard_fraction\"\xa8\x02\n\x0cSamplingSpec\x12\x13\n\x0bnum_samples\x18\x01 \x01(\x03\x12\x1e\n\x11positive_fraction\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\x1b\n\x0epositive_label\x18\x03 \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0enegative_label\x18\x04 \x01(\x03H\x02\x88\x01\x01\x12.\n\x0b\x66ill_policy\x18\x05 \x01(\x0e\x32\x19.gpusampler.v1.FillPolicy\x12)\n\x07\x63lasses\x18\x06 \x03(\x0b\x32\x18.gpusampler.v1.ClassSpec\x12\x12\n\nfill_order\x18\x07 \x03(\x05\x42\x14\n\x12_positive_fractionB\x11\n\x0f_positive_labelB\x11\n\x0f_negative_label\"\xb2\x01\n\tEpochSpec\x12\x14\n\x0cshuffle_seed\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\r\x12\x12\n\nworld_size\x18\x03 \x01(\x03\x12\x0c\n\x04rank\x18\x04 \x01(\x03\x12\x0c\n\x04step\x18\x05 \x01(\x03\x12&\n\x04mode\x18\x06 \x01(\x0e\x32\x18.gpusampler.v1.EpochMode\x12\x15\n\rrows_per_step\x18\x07 \x01(\x03\x12\x11\n\tdrop_last\x18\x08 \x01(\x08\"\xb8\x03\n\rSampleRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x04spec\x18\x02 \x01(\x0b\x32\x1b.gpusampler.v1.SamplingSpec\x12%\n\x06labels\x18\x03 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\'\n\x08\x66\x65\x61tures\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12)\n\nrow_splits\x18\x05 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x0f\n\x07\x64\x61taset\x18\x07 \x01(\t\x12#\n\x04rows\x18\x08 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x17\n\x0freturn_features\x18\t \x01(\x08\x12%\n\x06scores\x18\x0b \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\'\n\x05\x65poch\x18\x0c \x01(\x0b\x32\x18.gpusampler.v1.EpochSpec\x12\x32\n\routput_region\x18\r \x01(\x0b\x32\x1b.gpusampler.v1.OutputRegionB\x07\n\x05_seed\"Z\n\x0cServerTiming\x12\x10\n\x08queue_us\x18\x01 \x01(\x03\x12\x12\n\ncompute_us\x18\x02 \x01(\x03\x12\x10\n\x08total_us\x18\x03 \x01(\x03\x12\x12\n\nbatch_rows\x18\x04 \x01(\x03\"\x9c\x03\n\x0eSampleResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x07indices\x18\x02 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12%\n\x06labels\x18\x03 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\'\n\x08\x66\x65\x61tures\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12+\n\x0cnum_positive\x18\x05 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12+\n\x0cnum_negative\x18\x06 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x0c\n\x04seed\x18\x07 \x01(\x04\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12+\n\x06timing\x18\t \x01(\x0b\x32\x1b.gpusampler.v1.ServerTiming\x12\x16\n\x0e\x64\x61taset_sha256\x18\n \x01(\t\x12,\n\rnum_per_class\x18\x0b \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x13\n\x0b\x65poch_steps\x18\x0c \x01(\x03\"\x16\n\x14GetServerInfoRequest\"<\n\nDeviceInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\n\n\x02id\x18\x03 \x01(\t\"\x96\x01\n\x06Limits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x10\n\x08max_rows\x18\x02 \x01(\x03\x12\x14\n\x0cmax_elements\x18\x03 \x01(\x03\x12\x18\n\x10max_row_elements\x18\x04 \x01(\x03\x12\x17\n\x0fmax_num_samples\x18\x05 \x01(\x03\x12\x16\n\x0emax_batch_rows\x18\x06 \x01(\x03\"\xaf\x01\n\nServerInfo\x12\x0f\n\x07version\x18\x01 \x01(\t\x12*\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x19.gpusampler.v1.DeviceInfo\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12%\n\x06limits\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Limits\x12\x10\n\x08revision\x18\x05 \x01(\t\x12\x1a\n\x12\x64\x61taset_repository\x18\x06 \x01(\x08\"\xcf\x01\n\x0c\x44\x61tasetChunk\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x06labels\x18\x02 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\'\n\x08\x66\x65\x61tures\x18\x03 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12)\n\nrow_splits\x18\x04 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\x12\x0f\n\x07replace\x18\x05 \x01(\x08\x12%\n\x06scores\x18\x06 \x01(\x0b\x32\x15.gpusampler.v1.Tensor\"\xe2\x01\n\x0b\x44\x61tasetInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08num_rows\x18\x02 \x01(\x03\x12\x14\n\x0cnum_elements\x18\x03 \x01(\x03\x12)\n\x0blabel_dtype\x18\x04 \x01(\x0e\x32\x14.gpusampler.v1.DType\x12+\n\rfeature_dtype\x18\x05 \x01(\x0e\x32\x14.gpusampler.v1.DType\x12\x15\n\rfeature_shape\x18\x06 \x03(\x03\x12\r\n\x05\x62ytes\x18\x07 \x01(\x03\x12\x0e\n\x06sha256\x18\x08 \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\t \x03(\t\"$\n\x14\x44\x65leteDatasetRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x17\n\x15\x44\x65leteDatasetResponse\"\x15\n\x13ListDatasetsRequest\"D\n\x14ListDatasetsResponse\x12,\n\x08\x64\x61tasets\x18\x01 \x03(\x0b\x32\x1a.gpusampler.v1.DatasetInfo\"Y\n\x15RegisterRegionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07shm_key\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tbyte_size\x18\x04 \x01(\x03\"-\n\nRegionInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tbyte_size\x18\x02 \x01(\x03\"?\n\x0cOutputRegion\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x11\n\tbyte_size\x18\x03 \x01(\x03\"\'\n\x17UnregisterRegionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x1a\n\x18UnregisterRegionResponse\"\x14\n\x12ListRegionsRequest\"A\n\x13ListRegionsResponse\x12*\n\x07regions\x18\x01 \x03(\x0b\x32\x19.gpusampler.v1.RegionInfo*\xcf\x01\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0e\n\nDTYPE_BOOL\x10\x01\x12\x0e\n\nDTYPE_INT8\x10\x02\x12\x0f\n\x0b\x44TYPE_UINT8\x10\x03\x12\x0f\n\x0b\x44TYPE_INT16\x10\x04\x12\x0f\n\x0b\x44TYPE_INT32\x10\x05\x12\x0f\n\x0b\x44TYPE_INT64\x10\x06\x12\x11\n\rDTYPE_FLOAT16\x10\x07\x12\x12\n\x0e\x44TYPE_BFLOAT16\x10\x08\x12\x11\n\rDTYPE_FLOAT32\x10\t\x12\x11\n\rDTYPE_FLOAT64\x10\n*u\n\nFillPolicy\x12\x1b\n\x17\x46ILL_POLICY_UNSPECIFIED\x10\x00\x12\x14\n\x10\x46ILL_POLICY_BOTH\x10\x01\x12\x1e\n\x1a\x46ILL_POLICY_NEGATIVES_ONLY\x10\x02\x12\x14\n\x10\x46ILL_POLICY_NONE\x10\x03*\x81\x01\n\tSelection\x12\x19\n\x15SELECTION_UNSPECIFIED\x10\x00\x12\x15\n\x11SELECTION_UNIFORM\x10\x01\x12\x16\n\x12SELECTION_WEIGHTED\x10\x02\x12\x15\n\x11SELECTION_HARDEST\x10\x03\x12\x13\n\x0fSELECTION_MIXED\x10\x04*U\n\tEpochMode\x12\x1a\n\x16\x45POCH_MODE_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x45POCH_MODE_ROWS\x10\x01\x12\x17\n\x13\x45POCH_MODE_ELEMENTS\x10\x02\x32\x81\x06\n\x07Sampler\x12\x45\n\x06Sample\x12\x1c.gpusampler.v1.SampleRequest\x1a\x1d.gpusampler.v1.SampleResponse\x12O\n\x0cSampleStream\x12\x1c.gpusampler.v1.SampleRequest\x1a\x1d.gpusampler.v1.SampleResponse(\x01\x30\x01\x12O\n\rGetServerInfo\x12#.gpusampler.v1.GetServerInfoRequest\x1a\x19.gpusampler.v1.ServerInfo\x12J\n\rCreateDataset\x12\x1b.gpusampler.v1.DatasetChunk\x1a\x1a.gpusampler.v1.DatasetInfo(\x01\x12Z\n\rDeleteDataset\x12#.gpusampler.v1.DeleteDatasetRequest\x1a$.gpusampler.v1.DeleteDatasetResponse\x12W\n\x0cListDatasets\x12\".gpusampler.v1.ListDatasetsRequest\x1a#.gpusampler.v1.ListDatasetsResponse\x12Q\n\x0eRegisterRegion\x12$.gpusampler.v1.RegisterRegionRequest\x1a\x19.gpusampler.v1.RegionInfo\x12\x63\n\x10UnregisterRegion\x12&.gpusampler.v1.UnregisterRegionRequest\x1a\'.gpusampler.v1.UnregisterRegionResponse\x12T\n\x0bListRegions\x12!.gpusampler.v1.ListRegionsRequest\x1a\".gpusampler.v1.ListRegionsResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpusampler.v1.sampler_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
-  _DTYPE._serialized_start=2761
-  _DTYPE._serialized_end=2968
-  _FILLPOLICY._serialized_start=2970
-  _FILLPOLICY._serialized_end=3087
-  _SELECTION._serialized_start=3090
-  _SELECTION._serialized_end=3219
-  _EPOCHMODE._serialized_start=3221
-  _EPOCHMODE._serialized_end=3306
+  _DTYPE._serialized_start=3174
+  _DTYPE._serialized_end=3381
+  _FILLPOLICY._serialized_start=3383
+  _FILLPOLICY._serialized_end=3500
+  _SELECTION._serialized_start=3503
+  _SELECTION._serialized_end=3632
+  _EPOCHMODE._serialized_start=3634
+  _EPOCHMODE._serialized_end=3719
   _TENSOR._serialized_start=46
   _TENSOR._serialized_end=120
   _LABELRANGE._serialized_start=122
@@ -39,31 +39,45 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _EPOCHSPEC._serialized_start=670
   _EPOCHSPEC._serialized_end=848
   _SAMPLEREQUEST._serialized_start=851
-  _SAMPLEREQUEST._serialized_end=1239
-  _SERVERTIMING._serialized_start=1241
-  _SERVERTIMING._serialized_end=1331
-  _SAMPLERESPONSE._serialized_start=1334
-  _SAMPLERESPONSE._serialized_end=1746
-  _GETSERVERINFOREQUEST._serialized_start=1748
-  _GETSERVERINFOREQUEST._serialized_end=1770
-  _DEVICEINFO._serialized_start=1772
-  _DEVICEINFO._serialized_end=1832
-  _LIMITS._serialized_start=1835
-  _LIMITS._serialized_end=1985
-  _SERVERINFO._serialized_start=1988
-  _SERVERINFO._serialized_end=2163
-  _DATASETCHUNK._serialized_start=2166
-  _DATASETCHUNK._serialized_end=2373
-  _DATASETINFO._serialized_start=2376
-  _DATASETINFO._serialized_end=2602
-  _DELETEDATASETREQUEST._serialized_start=2604
-  _DELETEDATASETREQUEST._serialized_end=2640
-  _DELETEDATASETRESPONSE._serialized_start=2642
-  _DELETEDATASETRESPONSE._serialized_end=2665
-  _LISTDATASETSREQUEST._serialized_start=2667
-  _LISTDATASETSREQUEST._serialized_end=2688
-  _LISTDATASETSRESPONSE._serialized_start=2690
-  _LISTDATASETSRESPONSE._serialized_end=2758
-  _SAMPLER._serialized_start=3309
-  _SAMPLER._serialized_end=3808
+  _SAMPLEREQUEST._serialized_end=1291
+  _SERVERTIMING._serialized_start=1293
+  _SERVERTIMING._serialized_end=1383
+  _SAMPLERESPONSE._serialized_start=1386
+  _SAMPLERESPONSE._serialized_end=1798
+  _GETSERVERINFOREQUEST._serialized_start=1800
+  _GETSERVERINFOREQUEST._serialized_end=1822
+  _DEVICEINFO._serialized_start=1824
+  _DEVICEINFO._serialized_end=1884
+  _LIMITS._serialized_start=1887
+  _LIMITS._serialized_end=2037
+  _SERVERINFO._serialized_start=2040
+  _SERVERINFO._serialized_end=2215
+  _DATASETCHUNK._serialized_start=2218
+  _DATASETCHUNK._serialized_end=2425
+  _DATASETINFO._serialized_start=2428
+  _DATASETINFO._serialized_end=2654
+  _DELETEDATASETREQUEST._serialized_start=2656
+  _DELETEDATASETREQUEST._serialized_end=2692
+  _DELETEDATASETRESPONSE._serialized_start=2694
+  _DELETEDATASETRESPONSE._serialized_end=2717
+  _LISTDATASETSREQUEST._serialized_start=2719
+  _LISTDATASETSREQUEST._serialized_end=2740
+  _LISTDATASETSRESPONSE._serialized_start=2742
+  _LISTDATASETSRESPONSE._serialized_end=2810
+  _REGISTERREGIONREQUEST._serialized_start=2812
+  _REGISTERREGIONREQUEST._serialized_end=2901
+  _REGIONINFO._serialized_start=2903
+  _REGIONINFO._serialized_end=2948
+  _OUTPUTREGION._serialized_start=2950
+  _OUTPUTREGION._serialized_end=3013
+  _UNREGISTERREGIONREQUEST._serialized_start=3015
+  _UNREGISTERREGIONREQUEST._serialized_end=3054
+  _UNREGISTERREGIONRESPONSE._serialized_start=3056
+  _UNREGISTERREGIONRESPONSE._serialized_end=3082
+  _LISTREGIONSREQUEST._serialized_start=3084
+  _LISTREGIONSREQUEST._serialized_end=3104
+  _LISTREGIONSRESPONSE._serialized_start=3106
+  _LISTREGIONSRESPONSE._serialized_end=3171
+  _SAMPLER._serialized_start=3722
+  _SAMPLER._serialized_end=4491
 # @@protoc_insertion_point(module_scope)

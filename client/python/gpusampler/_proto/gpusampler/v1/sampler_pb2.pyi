@@ -161,12 +161,53 @@ class ListDatasetsResponse(_message.Message):
     datasets: _containers.RepeatedCompositeFieldContainer[DatasetInfo]
     def __init__(self, datasets: _Optional[_Iterable[_Union[DatasetInfo, _Mapping]]] = ...) -> None: ...
 
+class ListRegionsRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class ListRegionsResponse(_message.Message):
+    __slots__ = ["regions"]
+    REGIONS_FIELD_NUMBER: _ClassVar[int]
+    regions: _containers.RepeatedCompositeFieldContainer[RegionInfo]
+    def __init__(self, regions: _Optional[_Iterable[_Union[RegionInfo, _Mapping]]] = ...) -> None: ...
+
+class OutputRegion(_message.Message):
+    __slots__ = ["byte_size", "name", "offset"]
+    BYTE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    byte_size: int
+    name: str
+    offset: int
+    def __init__(self, name: _Optional[str] = ..., offset: _Optional[int] = ..., byte_size: _Optional[int] = ...) -> None: ...
+
+class RegionInfo(_message.Message):
+    __slots__ = ["byte_size", "name"]
+    BYTE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    byte_size: int
+    name: str
+    def __init__(self, name: _Optional[str] = ..., byte_size: _Optional[int] = ...) -> None: ...
+
+class RegisterRegionRequest(_message.Message):
+    __slots__ = ["byte_size", "name", "offset", "shm_key"]
+    BYTE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SHM_KEY_FIELD_NUMBER: _ClassVar[int]
+    byte_size: int
+    name: str
+    offset: int
+    shm_key: str
+    def __init__(self, name: _Optional[str] = ..., shm_key: _Optional[str] = ..., offset: _Optional[int] = ..., byte_size: _Optional[int] = ...) -> None: ...
+
 class SampleRequest(_message.Message):
-    __slots__ = ["dataset", "epoch", "features", "labels", "request_id", "return_features", "row_splits", "rows", "scores", "seed", "spec"]
+    __slots__ = ["dataset", "epoch", "features", "labels", "output_region", "request_id", "return_features", "row_splits", "rows", "scores", "seed", "spec"]
     DATASET_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_REGION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RETURN_FEATURES_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +219,7 @@ class SampleRequest(_message.Message):
     epoch: EpochSpec
     features: Tensor
     labels: Tensor
+    output_region: OutputRegion
     request_id: str
     return_features: bool
     row_splits: Tensor
@@ -185,7 +227,7 @@ class SampleRequest(_message.Message):
     scores: Tensor
     seed: int
     spec: SamplingSpec
-    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[SamplingSpec, _Mapping]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., row_splits: _Optional[_Union[Tensor, _Mapping]] = ..., seed: _Optional[int] = ..., dataset: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., return_features: bool = ..., scores: _Optional[_Union[Tensor, _Mapping]] = ..., epoch: _Optional[_Union[EpochSpec, _Mapping]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[SamplingSpec, _Mapping]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., row_splits: _Optional[_Union[Tensor, _Mapping]] = ..., seed: _Optional[int] = ..., dataset: _Optional[str] = ..., rows: _Optional[_Union[Tensor, _Mapping]] = ..., return_features: bool = ..., scores: _Optional[_Union[Tensor, _Mapping]] = ..., epoch: _Optional[_Union[EpochSpec, _Mapping]] = ..., output_region: _Optional[_Union[OutputRegion, _Mapping]] = ...) -> None: ...
 
 class SampleResponse(_message.Message):
     __slots__ = ["dataset_sha256", "device", "epoch_steps", "features", "indices", "labels", "num_negative", "num_per_class", "num_positive", "request_id", "seed", "timing"]
@@ -270,6 +312,16 @@ class Tensor(_message.Message):
     dtype: DType
     shape: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, dtype: _Optional[_Union[DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class UnregisterRegionRequest(_message.Message):
+    __slots__ = ["name"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class UnregisterRegionResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
 
 class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -45,6 +45,21 @@ class SamplerStub(object):
                 request_serializer=gpusampler_dot_v1_dot_sampler__pb2.ListDatasetsRequest.SerializeToString,
                 response_deserializer=gpusampler_dot_v1_dot_sampler__pb2.ListDatasetsResponse.FromString,
                 )
+        self.RegisterRegion = channel.unary_unary(
+                '/gpusampler.v1.Sampler/RegisterRegion',
+                request_serializer=gpusampler_dot_v1_dot_sampler__pb2.RegisterRegionRequest.SerializeToString,
+                response_deserializer=gpusampler_dot_v1_dot_sampler__pb2.RegionInfo.FromString,
+                )
+        self.UnregisterRegion = channel.unary_unary(
+                '/gpusampler.v1.Sampler/UnregisterRegion',
+                request_serializer=gpusampler_dot_v1_dot_sampler__pb2.UnregisterRegionRequest.SerializeToString,
+                response_deserializer=gpusampler_dot_v1_dot_sampler__pb2.UnregisterRegionResponse.FromString,
+                )
+        self.ListRegions = channel.unary_unary(
+                '/gpusampler.v1.Sampler/ListRegions',
+                request_serializer=gpusampler_dot_v1_dot_sampler__pb2.ListRegionsRequest.SerializeToString,
+                response_deserializer=gpusampler_dot_v1_dot_sampler__pb2.ListRegionsResponse.FromString,
+                )
 
 
 class SamplerServicer(object):
@@ -96,6 +111,28 @@ class SamplerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterRegion(self, request, context):
+        """Shared memory (SPEC section 9; off unless --allow-shared-memory): registers a POSIX
+        shm object of this host, mapped once, so answers can be written there.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnregisterRegion(self, request, context):
+        """Unmaps a region; requests still using it fail CANCELLED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRegions(self, request, context):
+        """The regions this token registered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SamplerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -128,6 +165,21 @@ def add_SamplerServicer_to_server(servicer, server):
                     servicer.ListDatasets,
                     request_deserializer=gpusampler_dot_v1_dot_sampler__pb2.ListDatasetsRequest.FromString,
                     response_serializer=gpusampler_dot_v1_dot_sampler__pb2.ListDatasetsResponse.SerializeToString,
+            ),
+            'RegisterRegion': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterRegion,
+                    request_deserializer=gpusampler_dot_v1_dot_sampler__pb2.RegisterRegionRequest.FromString,
+                    response_serializer=gpusampler_dot_v1_dot_sampler__pb2.RegionInfo.SerializeToString,
+            ),
+            'UnregisterRegion': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterRegion,
+                    request_deserializer=gpusampler_dot_v1_dot_sampler__pb2.UnregisterRegionRequest.FromString,
+                    response_serializer=gpusampler_dot_v1_dot_sampler__pb2.UnregisterRegionResponse.SerializeToString,
+            ),
+            'ListRegions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRegions,
+                    request_deserializer=gpusampler_dot_v1_dot_sampler__pb2.ListRegionsRequest.FromString,
+                    response_serializer=gpusampler_dot_v1_dot_sampler__pb2.ListRegionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -239,5 +291,56 @@ class Sampler(object):
         return grpc.experimental.unary_unary(request, target, '/gpusampler.v1.Sampler/ListDatasets',
             gpusampler_dot_v1_dot_sampler__pb2.ListDatasetsRequest.SerializeToString,
             gpusampler_dot_v1_dot_sampler__pb2.ListDatasetsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RegisterRegion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/gpusampler.v1.Sampler/RegisterRegion',
+            gpusampler_dot_v1_dot_sampler__pb2.RegisterRegionRequest.SerializeToString,
+            gpusampler_dot_v1_dot_sampler__pb2.RegionInfo.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def UnregisterRegion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/gpusampler.v1.Sampler/UnregisterRegion',
+            gpusampler_dot_v1_dot_sampler__pb2.UnregisterRegionRequest.SerializeToString,
+            gpusampler_dot_v1_dot_sampler__pb2.UnregisterRegionResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListRegions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/gpusampler.v1.Sampler/ListRegions',
+            gpusampler_dot_v1_dot_sampler__pb2.ListRegionsRequest.SerializeToString,
+            gpusampler_dot_v1_dot_sampler__pb2.ListRegionsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
