@@ -120,6 +120,7 @@ enum FamilyId : int {
   kBuildInfo,
   kDatasetLoads,
   kDatasetEvictions,
+  kDatasetScanFailures,
   kNumFamilies,
 };
 
@@ -250,6 +251,11 @@ const FamilySpec kFamilies[kNumFamilies] = {
      {},
      "Datasets evicted from memory to make room under "
      "--max-dataset-bytes (they stay in the repository)."},
+    {"gpusampler_dataset_scan_failures_total",
+     Type::kCounter,
+     {},
+     "Re-scans of --dataset-dir that could not list the directory (EMFILE, "
+     "EACCES, ...); the resident datasets were kept."},
 };
 
 bool IsGpuFamily(int id) {
@@ -299,6 +305,7 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
   dataset_loads_ok_ = Add<prometheus::Counter>(kDatasetLoads, {"ok"});
   dataset_loads_error_ = Add<prometheus::Counter>(kDatasetLoads, {"error"});
   dataset_evictions_ = Add<prometheus::Counter>(kDatasetEvictions, {});
+  dataset_scan_failures_ = Add<prometheus::Counter>(kDatasetScanFailures, {});
 }
 
 void Metrics::RegisterFamilies(bool any_gpu) {

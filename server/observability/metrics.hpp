@@ -138,6 +138,8 @@ class Metrics {
     return ok ? *dataset_loads_ok_ : *dataset_loads_error_;
   }
   prometheus::Counter& dataset_evictions() { return *dataset_evictions_; }
+  // Re-scans that could not list --dataset-dir (the resident datasets were kept).
+  prometheus::Counter& dataset_scan_failures() { return *dataset_scan_failures_; }
 
  private:
   // The steps of the constructor: every family from the table (metrics.cc), then the
@@ -183,6 +185,7 @@ class Metrics {
   prometheus::Counter* dataset_loads_ok_ = nullptr;
   prometheus::Counter* dataset_loads_error_ = nullptr;
   prometheus::Counter* dataset_evictions_ = nullptr;
+  prometheus::Counter* dataset_scan_failures_ = nullptr;
   std::vector<std::unique_ptr<DeviceMetrics>> devices_;
 
   std::unique_ptr<Nvml> nvml_;
