@@ -140,10 +140,34 @@ def test_a_load_peaks_near_its_size(tmp_path: Path):
                              data=np.arange(8, dtype=np.int64).tobytes()),
             spec=pb.SamplingSpec(num_samples=2, positive_fraction=0.5)), timeout=10)
         before = vm_kb(s.process.pid, "VmHWM")
-        np.save(repo / "big.labels.npy", np.arange(size // 8, dtype=np.int64) % 2)
+        n = size // 8
+        # Rows of 1024 elements, so that sampling row 0 costs nothing next to the load.
+        np.save(repo / "big.row_splits.npy", np.append(np.arange(0, n, 1024), n).astype(np.int64))
+        np.save(repo / "big.labels.npy", np.arange(n, dtype=np.int64) % 2)
         st.Sample(by_name("big"), timeout=120)  # the miss loads it
         grown_mb = (vm_kb(s.process.pid, "VmHWM") - before) / 1024
     finally:
         stop_server(s)
     # One copy plus one read piece (8 MiB) and allocator slack; two copies would be 256 MiB.
     assert grown_mb < 1.25 * (size >> 20), grown_mb
+
+
+def test_an_upload_trickling_empty_chunks_ends_at_the_idle_timeout(tmp_path: Path):
+    s = start_server(tmp_path / "s", ["--upload-idle-timeout-ms", "1000"])
+    try:
+        def chunks():
+            yield pb.DatasetChunk(name="trickle", labels=pb.Tensor(
+                dtype=pb.DTYPE_INT64, shape=[4], data=np.arange(4, dtype=np.int64).tobytes()))
+            for _ in range(40):  # an empty chunk every 250 ms: 10 s, no data after the first
+                time.sleep(0.25)
+                yield pb.DatasetChunk(labels=pb.Tensor(dtype=pb.DTYPE_INT64, shape=[0]))
+
+        t0 = time.monotonic()
+        with pytest.raises(grpc.RpcError) as e:
+            stub(s.target).CreateDataset(chunks(), timeout=30)
+        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, e.value.details()
+        assert "--upload-idle-timeout-ms" in e.value.details()
+        assert time.monotonic() - t0 < 5  # not the 10 s of the trickle
+        assert wait_for(lambda: metric(s.metrics_port, "gpusampler_dataset_bytes") == 0)
+    finally:
+        stop_server(s)

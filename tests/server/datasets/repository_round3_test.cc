@@ -20,6 +20,7 @@
 #include "datasets/datasets.hpp"
 #include "datasets/repository.hpp"
 #include "datasets/repository_util.hpp"
+#include "gpusampler/client/npy.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "test_util.hpp"
 
@@ -219,6 +220,49 @@ TEST(RepositoryRound3Test, ALoadInProgressBlocksNoOtherNameNorTheRescan) {
   EXPECT_EQ(big.get(), again.get());  // one load
   EXPECT_EQ(counts.ok, 3);            // big, small, tiny: each loaded once
   EXPECT_EQ(counts.error, 0);
+}
+
+// Item 9: a hand-written multi-file set replaced in the documented order (labels, then
+// features) is never served torn: it reloads only once two re-scans saw all its files alike.
+TEST(RepositoryRound3Test, AHandWrittenSetReplacedFileByFileIsNeverServedTorn) {
+  const std::string dir = TempDir();
+  auto features = [](float add) {
+    v1::Tensor t;
+    t.set_dtype(v1::DTYPE_FLOAT32);
+    t.add_shape(100);
+    t.add_shape(1);
+    std::vector<float> v(100);
+    for (int i = 0; i < 100; ++i) v[i] = static_cast<float>(i) + add;
+    t.set_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
+    return t;
+  };
+  auto write_features = [&](float add) {
+    const std::string tmp = dir + "/.t.features.partial";
+    ASSERT_EQ(client::WriteNpy(tmp, features(add)), "");
+    ASSERT_EQ(rename(tmp.c_str(), (dir + "/t.features.npy").c_str()), 0);
+  };
+  write_features(0);
+  WritePlain(dir, "t", Labels(100, 1));
+  Counts counts;
+  auto registry = OpenRepo(dir, 1 << 20, &counts);
+  auto v1 = registry->Find("t");
+  ASSERT_TRUE(v1);
+  Repository* repo = registry->repository();
+  repo->Poll();
+  WritePlain(dir, "t", Labels(100, 2));  // new labels, old features: torn on disk
+  repo->Poll();
+  EXPECT_EQ(registry->Find("t"), v1);
+  write_features(0.5f);  // the set is whole again
+  repo->Poll();
+  EXPECT_EQ(registry->Find("t"), v1);  // changed since the last re-scan: not yet
+  repo->Poll();
+  auto v2 = registry->Find("t");
+  ASSERT_TRUE(v2);
+  ASSERT_NE(v2, v1);
+  float first = 0;
+  std::memcpy(&first, v2->features.data(), 4);
+  if (!v2->features.empty()) EXPECT_EQ(first, 0.5f);  // the new features with the new labels
+  EXPECT_EQ(counts.ok, 2);                            // v1 and v2: the torn version never loaded
 }
 
 }  // namespace
