@@ -134,6 +134,7 @@ class Repository {
   // listing, or a stat of a listed name, fails for any reason but the name being gone.
   bool Scan(std::map<std::string, Entry>* out) const;
   Found Stat(const std::string& name, Entry* entry) const;
+  Found StatListed(int dir_fd, const std::string& name, unsigned mask, Entry* entry) const;
   // The steps of Poll for one resident dataset and one not resident; true when changed.
   bool PollResident(const std::shared_ptr<const Dataset>& ds, const Entry* scanned);
   bool PollNew(const std::string& name, const Entry& entry);
