@@ -265,5 +265,40 @@ TEST(RepositoryRound3Test, AHandWrittenSetReplacedFileByFileIsNeverServedTorn) {
   EXPECT_EQ(counts.ok, 2);                            // v1 and v2: the torn version never loaded
 }
 
+// Item 9: ListDatasets lists only what can be sampled: not sections whose element counts
+// disagree, not a dataset over the budget, not a version that failed to load.
+TEST(RepositoryRound3Test, ListingLeavesOutWhatCanNeverBeSampled) {
+  const std::string dir = TempDir();
+  Counts counts;
+  auto registry = OpenRepo(dir, 4000, &counts);
+  WritePlain(dir, "good", Labels(100, 1));      // 800 bytes
+  WritePlain(dir, "too-big", Labels(1000, 2));  // 8000 bytes, over the 4000-byte budget
+  WritePlain(dir, "mismatch", Labels(100, 3));
+  {
+    v1::Tensor f;
+    f.set_dtype(v1::DTYPE_FLOAT32);
+    f.add_shape(50);  // 50 feature rows for 100 labels
+    f.set_data(std::string(200, '\0'));
+    ASSERT_EQ(client::WriteNpy(dir + "/mismatch.features.npy", f), "");
+  }
+  WritePlain(dir, "damaged", Labels(100, 4));
+  {
+    v1::Tensor b;
+    b.set_dtype(v1::DTYPE_BOOL);
+    b.add_shape(4);
+    b.set_data(std::string("\x01\x07\x00\x01", 4));  // 7 is not a bool
+    const std::string tmp = dir + "/.damaged.partial";
+    ASSERT_EQ(client::WriteNpy(tmp, b), "");
+    ASSERT_EQ(rename(tmp.c_str(), (dir + "/damaged.labels.npy").c_str()), 0);
+  }
+  Status status;
+  EXPECT_FALSE(registry->Acquire("damaged", &status));  // a bad file, now known
+  std::vector<v1::DatasetInfo> listed;
+  ASSERT_TRUE(registry->repository()->ListNotResident(&listed).ok());
+  std::vector<std::string> names;
+  for (const auto& info : listed) names.push_back(info.name());
+  EXPECT_EQ(names, std::vector<std::string>{"good"});
+}
+
 }  // namespace
 }  // namespace gpusampler::server::testing
