@@ -7,6 +7,8 @@
 #include <cstring>
 #include <random>
 
+#include <malloc.h>
+
 #include <spdlog/spdlog.h>
 
 #include "core/tensor_check.hpp"
@@ -562,7 +564,11 @@ void DatasetRegistry::Evicted(std::vector<std::shared_ptr<const Dataset>> evicte
                  ds->bytes);
     if (on_evict_) on_evict_();
   }
+  const bool any = !evicted.empty();
   evicted.clear();  // device copies are freed here, outside the lock
+  // glibc keeps large freed blocks in its heap once its mmap threshold has grown past them:
+  // give the evicted bytes back, so that RSS follows the budget under eviction churn.
+  if (any) malloc_trim(0);
 }
 
 bool DatasetRegistry::MakeRoom(int64_t bytes) {

@@ -318,6 +318,89 @@ Status ReadSections(const Opened& o, v1::DatasetChunk* chunk) {
   return Status::Ok();
 }
 
+// A load goes to the builder in pieces of about this many bytes (labels, features and scores
+// of the same elements), into buffers reserved at their final size: it peaks near its size
+// plus one piece, not at twice its size (issue 31 item 8).
+constexpr int64_t kLoadPieceBytes = int64_t{8} << 20;
+
+// Whether the sections' headers agree on the element count (1-D labels; features and
+// scores with as many rows): else the dataset can never load.
+bool Consistent(const Opened& o) {
+  if (o.labels.shape.size() != 1) return false;
+  const int64_t n = o.labels.shape[0];
+  if (o.has_features && (o.features.shape.empty() || o.features.shape[0] != n)) return false;
+  return !o.has_scores || (o.scores.shape.size() == 1 && o.scores.shape[0] == n);
+}
+
+// Whether the load can go in pieces of elements. (When it cannot, the builder's one-chunk
+// check names what is wrong.)
+bool PieceWise(const Opened& o) {
+  if (!Consistent(o) || o.labels.shape[0] <= 0) return false;
+  const int64_t n = o.labels.shape[0];
+  return o.labels.payload % n == 0 && (!o.has_features || o.features.payload % n == 0);
+}
+
+// Reads elements [from, from + count) of the probed section `s` (`elem_bytes` each) into
+// `t`, shaped [count, the section's other dims...].
+Status ReadPiece(const Section& s, int64_t elem_bytes, int64_t from, int64_t count, v1::DType dtype,
+                 v1::Tensor* t) {
+  t->set_dtype(dtype);
+  t->clear_shape();
+  t->add_shape(count);
+  for (size_t i = 1; i < s.shape.size(); ++i) t->add_shape(s.shape[i]);
+  std::string* data = t->mutable_data();
+  data->resize(static_cast<size_t>(count * elem_bytes));
+  GPUSAMPLER_RETURN_IF_ERROR(At(s.what, ReadAt(s.fd, s.offset + s.header_bytes + from * elem_bytes,
+                                               count * elem_bytes, data->data())));
+  if (s.dtype == v1::DTYPE_BOOL) {
+    GPUSAMPLER_RETURN_IF_ERROR(At(s.what, NpyCheck(common::CheckNpyBools(*data))));
+  }
+  return Status::Ok();
+}
+
+// Feeds the data of `o` (PieceWise) to `builder` in pieces. A read failure is returned with
+// *read_failed set; else what builder.Add answered.
+Status AddInPieces(const std::string& name, const Opened& o, DatasetBuilder* builder,
+                   bool* read_failed) {
+  const int64_t n = o.labels.shape[0];
+  const int64_t lb = o.labels.payload / n;
+  const int64_t fb = o.has_features ? o.features.payload / n : 0;
+  const int64_t per = std::max<int64_t>(1, kLoadPieceBytes / (lb + fb + (o.has_scores ? 4 : 0)));
+  Dataset* ds = builder->dataset();
+  ds->labels.reserve(static_cast<size_t>(o.labels.payload));
+  if (o.has_features) ds->features.reserve(static_cast<size_t>(o.features.payload));
+  if (o.has_scores) ds->scores.reserve(static_cast<size_t>(n));
+  const v1::DType fdtype =
+      o.feature_dtype == v1::DTYPE_BFLOAT16 ? o.feature_dtype : o.features.dtype;
+  v1::DatasetChunk chunk;
+  for (int64_t from = 0; from < n; from += per) {
+    const int64_t m = std::min(per, n - from);
+    Status s = Status::Ok();
+    if (from == 0) {
+      chunk.set_name(name);
+      chunk.set_replace(true);
+      if (o.has_row_splits) s = ReadSection(o.row_splits, chunk.mutable_row_splits());
+    } else {
+      chunk.clear_name();
+      chunk.set_replace(false);
+      chunk.clear_row_splits();
+    }
+    if (s.ok()) s = ReadPiece(o.labels, lb, from, m, o.labels.dtype, chunk.mutable_labels());
+    if (s.ok() && o.has_features) {
+      s = ReadPiece(o.features, fb, from, m, fdtype, chunk.mutable_features());
+    }
+    if (s.ok() && o.has_scores) {
+      s = ReadPiece(o.scores, 4, from, m, o.scores.dtype, chunk.mutable_scores());
+    }
+    if (!s.ok()) {
+      *read_failed = true;
+      return s;
+    }
+    GPUSAMPLER_RETURN_IF_ERROR(builder->Add(chunk));
+  }
+  return Status::Ok();
+}
+
 // The DatasetInfo of an opened dataset, from its headers alone.
 v1::DatasetInfo InfoFromHeaders(const std::string& name, const Opened& o) {
   v1::DatasetInfo info;
@@ -356,16 +439,45 @@ Repository::~Repository() {
   if (poller_.joinable()) poller_.join();
 }
 
-bool Repository::Stat(const std::string& name, Entry* entry) const {
+Repository::NameGuard::NameGuard(const Repository* repo, const std::string& name, bool wait)
+    : repo_(repo), name_(name) {
+  {
+    std::lock_guard<std::mutex> lock(repo_->state_mu_);
+    std::shared_ptr<std::mutex>& slot = repo_->name_locks_[name_];
+    if (!slot) slot = std::make_shared<std::mutex>();
+    mu_ = slot;
+  }
+  if (wait) {
+    mu_->lock();
+    owns_ = true;
+  } else {
+    owns_ = mu_->try_lock();
+  }
+}
+
+Repository::NameGuard::~NameGuard() {
+  if (owns_) mu_->unlock();
+  // Every copy of the pointer is made and dropped under state_mu_, so the count is exact.
+  std::lock_guard<std::mutex> lock(repo_->state_mu_);
+  mu_.reset();
+  const auto it = repo_->name_locks_.find(name_);
+  if (it != repo_->name_locks_.end() && it->second.use_count() == 1) {
+    repo_->name_locks_.erase(it);
+  }
+}
+
+Repository::Found Repository::Stat(const std::string& name, Entry* entry) const {
   struct stat st;
   const std::string base = dir_ + "/" + name;
+  auto gone = [] { return errno == ENOENT || errno == ENOTDIR; };
   if (stat((base + kContainerSuffix).c_str(), &st) == 0) {
     entry->container = true;
     entry->version = "c:" + Key(st);
     entry->file_bytes = st.st_size;
-    return true;
+    return Found::kYes;
   }
-  if (stat((base + kLabelsSuffix).c_str(), &st) != 0) return false;
+  if (!gone()) return Found::kError;
+  if (stat((base + kLabelsSuffix).c_str(), &st) != 0) return gone() ? Found::kNo : Found::kError;
   entry->container = false;
   entry->version = "p:" + Key(st) + "|";
   entry->file_bytes = st.st_size;
@@ -373,37 +485,102 @@ bool Repository::Stat(const std::string& name, Entry* entry) const {
     if (stat((base + suffix).c_str(), &st) == 0) {
       entry->version += Key(st) + "|";
       entry->file_bytes += st.st_size;
-    } else {
+    } else if (gone()) {
       entry->version += "-|";
+    } else {
+      return Found::kError;
     }
   }
-  return true;
+  return Found::kYes;
 }
 
-std::map<std::string, Repository::Entry> Repository::Scan() const {
-  std::set<std::string> names;
-  if (DIR* d = opendir(dir_.c_str())) {
+namespace {
+
+// The files of a dataset a listing can show, in Stat's order: the container, then the plain
+// files (labels first).
+const char* const kListedSuffixes[5] = {kContainerSuffix, kLabelsSuffix, ".features.npy",
+                                        ".row_splits.npy", kScoresSuffix};
+
+}  // namespace
+
+// Repository::Stat for a name whose files the listing showed (`mask`: bit i for
+// kListedSuffixes[i]): one fstatat per existing file instead of a stat per possible one
+// (100k datasets at a 2 s poll). A file gone since the listing: Stat decides.
+Repository::Found Repository::StatListed(int dir_fd, const std::string& name, unsigned mask,
+                                         Entry* entry) const {
+  struct stat st;
+  auto at = [&](int i) { return fstatat(dir_fd, (name + kListedSuffixes[i]).c_str(), &st, 0); };
+  if (mask & 1u) {
+    if (at(0) != 0) return Stat(name, entry);
+    entry->container = true;
+    entry->version = "c:" + Key(st);
+    entry->file_bytes = st.st_size;
+    return Found::kYes;
+  }
+  if (at(1) != 0) return Stat(name, entry);
+  entry->container = false;
+  entry->version = "p:" + Key(st) + "|";
+  entry->file_bytes = st.st_size;
+  for (int i = 2; i < 5; ++i) {
+    if (!(mask & (1u << i))) {
+      entry->version += "-|";
+      continue;
+    }
+    if (at(i) != 0) return Stat(name, entry);
+    entry->version += Key(st) + "|";
+    entry->file_bytes += st.st_size;
+  }
+  return Found::kYes;
+}
+
+bool Repository::Scan(std::map<std::string, Entry>* out) const {
+  out->clear();
+  std::map<std::string, unsigned> names;  // name -> the kListedSuffixes files listed
+  std::string failure;
+  DIR* d = opendir(dir_.c_str());
+  if (d != nullptr) {
+    errno = 0;
     while (dirent* e = readdir(d)) {
       const std::string file = e->d_name;
-      for (const std::string suffix : {kContainerSuffix, kLabelsSuffix}) {
-        if (EndsWith(file, suffix)) names.insert(file.substr(0, file.size() - suffix.size()));
+      for (int i = 0; i < 5; ++i) {
+        if (EndsWith(file, kListedSuffixes[i])) {
+          names[file.substr(0, file.size() - std::strlen(kListedSuffixes[i]))] |= 1u << i;
+        }
       }
+      errno = 0;
     }
-    closedir(d);
+    if (errno != 0) failure = "cannot list: " + Errno();
   } else {
-    spdlog::warn("--dataset-dir {}: cannot list: {}", dir_, Errno());
+    failure = "cannot list: " + Errno();
   }
-  std::map<std::string, Entry> out;
-  for (const std::string& name : names) {
+  for (auto it = names.begin(); failure.empty() && it != names.end(); ++it) {
+    if (!(it->second & 3u)) continue;  // neither a container nor labels: no dataset
     Entry entry;
-    if (Stat(name, &entry)) out.emplace(name, entry);
+    const Found found = StatListed(dirfd(d), it->first, it->second, &entry);
+    if (found == Found::kYes) out->emplace_hint(out->end(), it->first, entry);
+    if (found == Found::kError) failure = "cannot stat " + it->first + ".*: " + Errno();
   }
-  return out;
+  if (d != nullptr) closedir(d);
+  if (failure.empty()) {
+    if (scan_failing_.exchange(false)) spdlog::info("--dataset-dir {}: listing works again", dir_);
+    return true;
+  }
+  // Not a deletion of everything: the resident datasets stay until a listing succeeds.
+  if (!scan_failing_.exchange(true)) {
+    spdlog::warn(
+        "--dataset-dir {}: {}; keeping the resident datasets until a re-scan succeeds "
+        "(logged once until then; counted in gpusampler_dataset_scan_failures_total)",
+        dir_, failure);
+  }
+  if (hooks_.on_scan_failure) hooks_.on_scan_failure();
+  out->clear();
+  return false;
 }
 
 bool Repository::Exists(const std::string& name) const {
   Entry entry;
-  return ValidDatasetName(name) && Stat(name, &entry);
+  // A stat that fails for another reason than absence: assume it exists (never overwrite).
+  return ValidDatasetName(name) && Stat(name, &entry) != Found::kNo;
 }
 
 Status Repository::CheckWritable() const {
@@ -421,10 +598,12 @@ Status Repository::Open() {
     return InvalidArgument("--dataset-dir " + dir_ + ": not a directory (" +
                            (errno ? Errno() : std::string("exists")) + ")");
   }
-  std::lock_guard<std::mutex> lock(mu_);
   CleanLeftovers(kLeftoverAge);
   int loaded = 0, later = 0;
-  for (const auto& [name, entry] : Scan()) {
+  std::map<std::string, Entry> on_disk;
+  (void)Scan(&on_disk);  // a failure is logged; the re-scans retry, misses still load
+  for (const auto& [name, entry] : on_disk) {
+    NameGuard guard(this, name);
     bool fits = true;
     std::shared_ptr<const Dataset> ds;
     if (Load(name, entry, /*evict=*/false, &fits, &ds).ok() && ds) ++loaded;
@@ -460,59 +639,104 @@ void Repository::PollLoop() {
 }
 
 void Repository::Poll() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> poll_lock(poll_run_mu_);  // one re-scan at a time
   CleanLeftovers(kLeftoverAge);
-  const std::map<std::string, Entry> on_disk = Scan();
-  for (auto it = bad_.begin(); it != bad_.end();) {
-    it = on_disk.count(it->first) ? std::next(it) : bad_.erase(it);  // gone from the directory
+  std::map<std::string, Entry> on_disk;
+  if (!Scan(&on_disk)) return;  // a failed listing deletes nothing (logged, counted)
+  // A hand-written set is written file by file: it is (re)loaded only once two re-scans in
+  // a row saw the same versions of all its files, so a replacement caught between its files
+  // (new labels, old features) is never served. A container is one rename: at once.
+  std::map<std::string, std::string> seen;
+  for (auto& [name, entry] : on_disk) {
+    if (entry.container) continue;
+    const auto before = seen_plain_.find(name);
+    entry.settled = before != seen_plain_.end() && before->second == entry.version;
+    seen.emplace(name, entry.version);
+  }
+  seen_plain_ = std::move(seen);
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    for (auto it = bad_.begin(); it != bad_.end();) {
+      it = on_disk.count(it->first) ? std::next(it) : bad_.erase(it);  // gone from the dir
+    }
   }
   bool changed = false;
   std::set<std::string> resident;
   for (const auto& ds : registry_->List()) {
     resident.insert(ds->name);
     const auto it = on_disk.find(ds->name);
-    if (it == on_disk.end()) {
-      if (registry_->Drop(ds->name, ds.get())) {
-        spdlog::info("dataset '{}' was deleted from --dataset-dir; dropped", ds->name);
-        changed = true;
-      }
-    } else if (it->second.version != ds->repo_version) {
-      // The new version replaces the resident one only once it has loaded (Load's builder
-      // replaces on Store): a file that does not load (truncated, damaged) leaves the good
-      // version serving; Load logs and counts the failure once per file version.
-      bool fits = true;
-      std::shared_ptr<const Dataset> loaded;
-      const Status s = Load(ds->name, it->second, /*evict=*/true, &fits, &loaded);
-      if (loaded) {
-        spdlog::info("dataset '{}' was replaced in --dataset-dir; loaded the new version",
-                     ds->name);
-        changed = true;
-      } else if (s.code() == Code::kResourceExhausted && !KnownBad(ds->name, it->second.version) &&
-                 registry_->Drop(ds->name, ds.get())) {
-        // No room for both versions at once: the old one goes first, as a replacing upload
-        // would need the same room.
-        spdlog::info(
-            "dataset '{}' was replaced in --dataset-dir; no room for both versions, "
-            "dropped the old one to load the new",
-            ds->name);
-        changed = true;
-        (void)Load(ds->name, it->second, /*evict=*/true, &fits, &loaded);
-      }
-    }
+    changed |= PollResident(ds, it == on_disk.end() ? nullptr : &it->second);
   }
   for (const auto& [name, entry] : on_disk) {
-    if (resident.count(name)) continue;
-    // New here: loaded while it fits without evicting anything (else on demand).
-    if (entry.file_bytes > registry_->free_bytes()) continue;
-    bool fits = true;
-    std::shared_ptr<const Dataset> loaded;
-    (void)Load(name, entry, /*evict=*/false, &fits, &loaded);  // a failure: logged by Load
-    if (loaded) changed = true;
+    if (!resident.count(name)) changed |= PollNew(name, entry);
   }
   if (changed && hooks_.on_change) hooks_.on_change();
 }
 
+bool Repository::PollResident(const std::shared_ptr<const Dataset>& ds, const Entry* scanned) {
+  if (scanned != nullptr && (scanned->version == ds->repo_version || !scanned->settled)) {
+    return false;
+  }
+  // The listing is a snapshot taken without a lock: under the name's lock, stat again, so
+  // that an upload committed or a miss loaded since is not dropped or reloaded.
+  // A name busy with a load, commit or deletion is looked at again by the next poll: the
+  // poller never waits for one.
+  NameGuard guard(this, ds->name, /*wait=*/false);
+  if (!guard.owns()) return false;
+  Entry entry;
+  const Found found = Stat(ds->name, &entry);
+  if (found == Found::kError ||
+      (found == Found::kYes &&
+       (entry.version == ds->repo_version || (scanned && entry.version != scanned->version)))) {
+    return false;  // unchanged, or changed again since the listing (settles first)
+  }
+  if (found == Found::kNo) {
+    if (!registry_->Drop(ds->name, ds.get())) return false;
+    spdlog::info("dataset '{}' was deleted from --dataset-dir; dropped", ds->name);
+    return true;
+  }
+  // The new version replaces the resident one only once it has loaded (Load's builder
+  // replaces on Store): a file that does not load (truncated, damaged) leaves the good
+  // version serving; Load logs and counts the failure once per file version.
+  bool fits = true;
+  std::shared_ptr<const Dataset> loaded;
+  const Status s = Load(ds->name, entry, /*evict=*/true, &fits, &loaded);
+  if (loaded) {
+    spdlog::info("dataset '{}' was replaced in --dataset-dir; loaded the new version", ds->name);
+    return true;
+  }
+  if (s.code() != Code::kResourceExhausted || KnownBad(ds->name, entry.version) ||
+      !registry_->Drop(ds->name, ds.get())) {
+    return false;
+  }
+  // No room for both versions at once: the old one goes first, as a replacing upload
+  // would need the same room.
+  spdlog::info(
+      "dataset '{}' was replaced in --dataset-dir; no room for both versions, "
+      "dropped the old one to load the new",
+      ds->name);
+  (void)Load(ds->name, entry, /*evict=*/true, &fits, &loaded);
+  return true;
+}
+
+bool Repository::PollNew(const std::string& name, const Entry& entry) {
+  // New here: loaded while it fits without evicting anything (else on demand).
+  if (!entry.settled || entry.file_bytes > registry_->free_bytes()) return false;
+  NameGuard guard(this, name, /*wait=*/false);               // busy: a miss is loading it
+  if (!guard.owns() || registry_->Find(name)) return false;  // loaded meanwhile
+  bool fits = true;
+  std::shared_ptr<const Dataset> loaded;
+  (void)Load(name, entry, /*evict=*/false, &fits, &loaded);  // a failure: logged by Load
+  return loaded != nullptr;
+}
+
+void Repository::ForgetBad(const std::string& name) {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  bad_.erase(name);
+}
+
 bool Repository::KnownBad(const std::string& name, const std::string& version) const {
+  std::lock_guard<std::mutex> lock(state_mu_);
   const auto bad = bad_.find(name);
   return bad != bad_.end() && bad->second.first == version;
 }
@@ -524,7 +748,10 @@ Status Repository::RecordBadFile(const std::string& name, const std::string& why
            "dataset '" + name + "' in --dataset-dir " + dir_ + " is a bad file: " + why +
                (code == Code::kResourceExhausted ? " (--max-dataset-bytes)" : ""),
            code == Code::kResourceExhausted ? kDoNotRetry : kNoPushback);
-  bad_[name] = {version, s};
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    bad_[name] = {version, s};
+  }
   if (hooks_.on_load) hooks_.on_load(false);
   return s;
 }
@@ -532,8 +759,11 @@ Status Repository::RecordBadFile(const std::string& name, const std::string& why
 Status Repository::Load(const std::string& name, const Entry& entry, bool evict, bool* fits,
                         std::shared_ptr<const Dataset>* out) {
   *fits = true;
-  const auto bad = bad_.find(name);
-  if (bad != bad_.end() && bad->second.first == entry.version) return bad->second.second;
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    const auto bad = bad_.find(name);
+    if (bad != bad_.end() && bad->second.first == entry.version) return bad->second.second;
+  }
   auto fail = [&](const std::string& why, const std::string& version, Code code = Code::kNotFound) {
     return RecordBadFile(name, why, version, code);
   };
@@ -560,14 +790,20 @@ Status Repository::Load(const std::string& name, const Entry& entry, bool evict,
   // Make room before the data is read, so memory stays near the budget. When that fails,
   // Reserve (in builder.Add) says why: datasets in use or uploads in progress, transient.
   if (evict) registry_->MakeRoom(want);
-  v1::DatasetChunk chunk;
-  chunk.set_name(name);
-  chunk.set_replace(true);
-  if (Status s = ReadSections(o, &chunk); !s.ok()) return fail(s.message(), entry.version);
-  o.fds.clear();
   DatasetBuilder builder(registry_, limits_);
-  Status s = builder.Add(chunk);
-  chunk.Clear();
+  Status s = Status::Ok();
+  if (PieceWise(o)) {
+    bool read_failed = false;
+    s = AddInPieces(name, o, &builder, &read_failed);
+    if (read_failed) return fail(s.message(), entry.version);
+  } else {
+    v1::DatasetChunk chunk;
+    chunk.set_name(name);
+    chunk.set_replace(true);
+    if (Status r = ReadSections(o, &chunk); !r.ok()) return fail(r.message(), entry.version);
+    s = builder.Add(chunk);
+  }
+  o.fds.clear();
   if (s.code() == Code::kResourceExhausted) {
     if (!evict) {
       *fits = false;
@@ -588,7 +824,7 @@ Status Repository::Load(const std::string& name, const Entry& entry, bool evict,
   builder.dataset()->repo_version = o.version;
   // Device out of memory: not the file's fault.
   GPUSAMPLER_RETURN_IF_ERROR(builder.Store(out));
-  bad_.erase(name);
+  ForgetBad(name);
   if (hooks_.on_load) hooks_.on_load(true);
   spdlog::info("dataset '{}' loaded from --dataset-dir ({} bytes, sha256 {})", name, want,
                (*out)->sha256);
@@ -600,11 +836,13 @@ Status Repository::LoadOnMiss(const std::string& name, std::shared_ptr<const Dat
                                               "' not found (CreateDataset uploads it; it is "
                                               "not in --dataset-dir either)");
   if (!ValidDatasetName(name)) return not_found;
-  std::lock_guard<std::mutex> lock(mu_);
+  Entry entry;
+  // A name the directory lacks is answered without any lock: it waits for no load.
+  if (Stat(name, &entry) == Found::kNo) return not_found;
+  NameGuard guard(this, name);
   // Single flight: a concurrent miss may have loaded it meanwhile.
   if ((*out = registry_->Find(name))) return Status::Ok();
-  Entry entry;
-  if (!Stat(name, &entry)) return not_found;
+  if (Stat(name, &entry) != Found::kYes) return not_found;
   bool fits = true;
   const Status s = Load(name, entry, /*evict=*/true, &fits, out);
   if (hooks_.on_change) hooks_.on_change();
@@ -629,7 +867,7 @@ Status Repository::CommitUpload(DatasetBuilder* builder, std::shared_ptr<const D
     return s;
   }
   // 3. The commit: one rename (replace) or link (a new name: the first replica wins).
-  std::lock_guard<std::mutex> lock(mu_);
+  NameGuard guard(this, ds->name);
   const std::string base = dir_ + "/" + ds->name;
   GPUSAMPLER_RETURN_IF_ERROR(CommitName(*ds, builder->replace(), tmp, final_path));
   if (builder->replace()) {
@@ -639,7 +877,7 @@ Status Repository::CommitUpload(DatasetBuilder* builder, std::shared_ptr<const D
     }
   }
   if (Fd d(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); d.get() >= 0) fsync(d.get());
-  bad_.erase(ds->name);
+  ForgetBad(ds->name);
   ds->repo_version = version;
   DatasetRegistry::ReleaseHost(ds);
   const Status s = builder->Store(stored, /*placed=*/true, /*replace=*/true);
@@ -711,7 +949,7 @@ Status Repository::WriteTemporary(const Dataset& dataset, const std::string& tmp
 
 // Gives `tmp` its committed name: a rename when replacing; else a hard link that fails when
 // the name exists (the first replica wins), with check-then-rename where links are missing.
-// `tmp` is gone afterwards either way. Called with mu_ held.
+// `tmp` is gone afterwards either way. Called with the name's lock held.
 Status Repository::CommitName(const Dataset& dataset, bool replace, const std::string& tmp,
                               const std::string& final_path) const {
   const Dataset* ds = &dataset;
@@ -753,7 +991,7 @@ Status Repository::CommitName(const Dataset& dataset, bool replace, const std::s
 
 Status Repository::Delete(const std::string& name) {
   GPUSAMPLER_RETURN_IF_ERROR(CheckWritable());
-  std::lock_guard<std::mutex> lock(mu_);
+  NameGuard guard(this, name);
   const std::string base = dir_ + "/" + name;
   bool existed = false;
   // The commit markers first (NAME.dataset, NAME.labels.npy), then the rest.
@@ -767,7 +1005,7 @@ Status Repository::Delete(const std::string& name) {
     }
   }
   if (Fd d(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); d.get() >= 0) fsync(d.get());
-  bad_.erase(name);
+  ForgetBad(name);
   const bool resident = registry_->Delete(name);
   if (hooks_.on_change) hooks_.on_change();
   if (!existed && !resident) {
@@ -776,17 +1014,48 @@ Status Repository::Delete(const std::string& name) {
   return Status::Ok();
 }
 
-std::vector<v1::DatasetInfo> Repository::ListNotResident() const {
-  std::vector<v1::DatasetInfo> out;
+Status Repository::ListNotResident(std::vector<v1::DatasetInfo>* out) const {
+  out->clear();
   std::set<std::string> resident;
   for (const auto& ds : registry_->List()) resident.insert(ds->name);
-  for (const auto& [name, entry] : Scan()) {
-    if (!ValidDatasetName(name) || resident.count(name)) continue;
+  std::map<std::string, Entry> on_disk;
+  if (!Scan(&on_disk)) {
+    return Status(Code::kUnavailable,
+                  "--dataset-dir " + dir_ +
+                      " cannot be listed now (logged); retry, or ask "
+                      "another replica",
+                  1000);
+  }
+  for (const auto& [name, entry] : on_disk) {
+    if (!ValidDatasetName(name) || resident.count(name) || KnownBad(name, entry.version)) {
+      continue;  // never sampled: a bad name, or this version failed to load
+    }
     Opened o;
     if (!OpenDataset(dir_, name, entry.container, &o).ok()) continue;  // a bad file
-    out.push_back(InfoFromHeaders(name, o));
+    // Only what can be sampled: sections that agree, a size within the budget.
+    if (!Consistent(o) || o.payload() > registry_->max_bytes()) continue;
+    out->push_back(InfoFromHeaders(name, o));
   }
-  return out;
+  return Status::Ok();
+}
+
+bool Repository::IsLeftover(const std::string& file) {
+  const size_t at = file.rfind(kTmpMarker);
+  if (at == std::string::npos || at == 0) return false;
+  if (!ValidDatasetName(file.substr(0, at))) return false;
+  // <pid>-<16 lowercase hex>, exactly, after the marker (CommitUpload's format).
+  const std::string rest = file.substr(at + std::strlen(kTmpMarker));
+  const size_t dash = rest.find('-');
+  if (dash == 0 || dash == std::string::npos || dash > 10) return false;
+  for (size_t i = 0; i < dash; ++i) {
+    if (rest[i] < '0' || rest[i] > '9') return false;
+  }
+  const std::string rnd = rest.substr(dash + 1);
+  if (rnd.size() != 16) return false;
+  for (char c : rnd) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
 }
 
 int Repository::CleanLeftovers(std::chrono::seconds age) {
@@ -796,7 +1065,7 @@ int Repository::CleanLeftovers(std::chrono::seconds age) {
   const auto now = std::chrono::system_clock::now();
   while (dirent* e = readdir(d)) {
     const std::string file = e->d_name;
-    if (file.find(kTmpMarker) == std::string::npos) continue;
+    if (!IsLeftover(file)) continue;
     const std::string path = dir_ + "/" + file;
     struct stat st;
     if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;

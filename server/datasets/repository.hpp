@@ -11,7 +11,9 @@
 // An upload is written to NAME.dataset.tmp-<pid>-<random>, fsynced, and then renamed (or,
 // without replace, hard-linked, so that of two replicas creating one name the first wins)
 // to NAME.dataset, and the directory is fsynced. Nothing reads a .tmp- file; one older than
-// an hour is a crash's leftover and is removed by the re-scan.
+// an hour is a crash's leftover and is removed by the re-scan. Only a name of exactly that
+// shape (a valid NAME, ".dataset.tmp-", decimal pid, "-", 16 lowercase hex digits, nothing
+// after) is a leftover: "keep.dataset.tmp-1-abc" is a valid dataset name and is kept.
 //
 // NAME.dataset: "GSDATA01", the 64 hex digits of sha256, three little-endian uint64 lengths
 // (labels, features, row_splits sections; 0 = absent), then the sections, each a complete
@@ -25,10 +27,15 @@
 // notices replacements by the file's (device, inode, size, mtime), so a mount that caches
 // attributes (NFS actimeo) delays convergence by up to that cache's lifetime.
 //
-// Thread-safety: thread-safe. Loads, re-scans, commits and deletions run one at a time (a
-// load is single-flight: concurrent misses for one name load it once).
+// Thread-safety: thread-safe. Locking is per dataset name: loads, commits, deletions and
+// the re-scan's work on one name run one at a time (a load is single-flight: concurrent
+// misses for one name load it once), while other names, and misses of names the directory
+// lacks, go on meanwhile. No lock is held while the directory is listed. A listing that
+// fails (EMFILE, EACCES, an unmounted directory) changes nothing: it is logged once per
+// failure streak and counted (Hooks::on_scan_failure).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -49,8 +56,9 @@ namespace gpusampler::server {
 class Repository {
  public:
   struct Hooks {
-    std::function<void(bool ok)> on_load;  // a dataset loaded (ok) or a bad file (error)
-    std::function<void()> on_change;       // the resident datasets changed
+    std::function<void(bool ok)> on_load;   // a dataset loaded (ok) or a bad file (error)
+    std::function<void()> on_change;        // the resident datasets changed
+    std::function<void()> on_scan_failure;  // a listing of the directory failed
   };
   // How old an uncommitted .tmp- file must be before a re-scan removes it.
   static constexpr std::chrono::seconds kLeftoverAge{3600};
@@ -81,10 +89,14 @@ class Repository {
   // Removes `name` from the repository and from memory; NOT_FOUND when it is in neither.
   Status Delete(const std::string& name);
   // The committed datasets in the repository that are not in memory, described from their
-  // headers (devices empty; sha256 empty for hand-written files until loaded).
-  std::vector<v1::DatasetInfo> ListNotResident() const;
-  // Removes .tmp- files older than `age`; returns how many.
+  // headers (devices empty; sha256 empty for hand-written files until loaded). UNAVAILABLE
+  // when the directory cannot be listed (a partial list would claim deletions).
+  Status ListNotResident(std::vector<v1::DatasetInfo>* out) const;
+  // Removes upload leftovers (IsLeftover) older than `age`; returns how many.
   int CleanLeftovers(std::chrono::seconds age);
+  // True when `file` is exactly what CommitUpload names an upload before its commit:
+  // NAME.dataset.tmp-<pid>-<16 lowercase hex> with a valid NAME.
+  static bool IsLeftover(const std::string& file);
 
   const std::string& dir() const { return dir_; }
 
@@ -93,14 +105,39 @@ class Repository {
     bool container = false;  // NAME.dataset; else the plain .npy files
     std::string version;     // device, inode, size and mtime of its files
     int64_t file_bytes = 0;  // the files' sizes, headers included
+    bool settled = true;     // plain files: the previous re-scan saw this version too
   };
 
  private:
+  // Holds the lock of one dataset name for its lifetime (per-dataset locking).
+  class NameGuard {
+   public:
+    // `wait` false: takes the lock only when it is free (owns() says whether it did).
+    NameGuard(const Repository* repo, const std::string& name, bool wait = true);
+    ~NameGuard();
+    bool owns() const { return owns_; }
+    NameGuard(const NameGuard&) = delete;
+    NameGuard& operator=(const NameGuard&) = delete;
+
+   private:
+    const Repository* repo_;
+    std::string name_;
+    std::shared_ptr<std::mutex> mu_;
+    bool owns_ = false;
+  };
+  enum class Found { kYes, kNo, kError };  // kError: stat failed other than ENOENT
+
   Status WriteTemporary(const Dataset& dataset, const std::string& tmp, std::string* version) const;
   Status CommitName(const Dataset& dataset, bool replace, const std::string& tmp,
                     const std::string& final_path) const;
-  std::map<std::string, Entry> Scan() const;
-  bool Stat(const std::string& name, Entry* entry) const;
+  // Lists the directory into `out`; false (logged once per streak, counted) when the
+  // listing, or a stat of a listed name, fails for any reason but the name being gone.
+  bool Scan(std::map<std::string, Entry>* out) const;
+  Found Stat(const std::string& name, Entry* entry) const;
+  Found StatListed(int dir_fd, const std::string& name, unsigned mask, Entry* entry) const;
+  // The steps of Poll for one resident dataset and one not resident; true when changed.
+  bool PollResident(const std::shared_ptr<const Dataset>& ds, const Entry* scanned);
+  bool PollNew(const std::string& name, const Entry& entry);
   // Loads `entry` of `name` and stores it in the registry (replacing what is there). With
   // `evict`, unused datasets make room; without, a dataset that does not fit is left for
   // later (*fits false, OK). Bad files are logged and counted once per version.
@@ -110,6 +147,7 @@ class Repository {
   // of them answers: `code` (NOT_FOUND, or RESOURCE_EXHAUSTED for one over the budget).
   // Whether this version of `name`'s files is known not to load (RecordBadFile).
   bool KnownBad(const std::string& name, const std::string& version) const;
+  void ForgetBad(const std::string& name);
   Status RecordBadFile(const std::string& name, const std::string& why, const std::string& version,
                        Code code);
   void PollLoop();
@@ -118,8 +156,13 @@ class Repository {
   Limits limits_;
   DatasetRegistry* registry_;
   Hooks hooks_;
-  std::mutex mu_;                                              // one load / commit at a time
-  std::map<std::string, std::pair<std::string, Status>> bad_;  // name -> (version, why)
+  // Guards bad_ and name_locks_ only (held briefly, never during I/O).
+  mutable std::mutex state_mu_;
+  std::map<std::string, std::pair<std::string, Status>> bad_;              // name -> (version, why)
+  mutable std::map<std::string, std::shared_ptr<std::mutex>> name_locks_;  // NameGuard's
+  mutable std::atomic<bool> scan_failing_{false};  // in a streak of failed listings
+  std::mutex poll_run_mu_;                         // one Poll at a time; guards seen_plain_
+  std::map<std::string, std::string> seen_plain_;  // plain set -> version, last re-scan
 
   std::mutex poll_mu_;
   std::condition_variable poll_cv_;

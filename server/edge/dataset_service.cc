@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -26,6 +28,46 @@ int64_t NowNs() {
 }
 
 class CreateCall;
+
+// Runs DeleteDataset and ListDatasets off gRPC's callback threads (a reactor never blocks:
+// a listing of 100k files or a deletion on a slow mount takes seconds). A few threads for
+// the process, started on first use; the reactor finishes from the thread that did the work.
+class RepositoryWork {
+ public:
+  static RepositoryWork& Get() {
+    static RepositoryWork* w = new RepositoryWork();  // lives with the process
+    return *w;
+  }
+  void Run(std::function<void()> work) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(work));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  static constexpr int kThreads = 4;
+  RepositoryWork() {
+    for (int i = 0; i < kThreads; ++i) std::thread([this] { Loop(); }).detach();
+  }
+  void Loop() {
+    while (true) {
+      std::function<void()> work;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return !queue_.empty(); });
+        work = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      work();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+};
 
 // Ends uploads that sent nothing for --upload-idle-timeout-ms (SPEC section 3): one thread
 // for the process, started by the first upload. A call is registered from its start to
@@ -86,7 +128,6 @@ class CreateCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
   void OnReadDone(bool ok) override {
-    last_ns_ = NowNs();
     if (!ok) {
       // The client half-closed (or the call broke: then Finish is a no-op). Commit.
       if (ctx_->IsCancelled()) {
@@ -125,6 +166,7 @@ class CreateCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     ++chunks_;
     v1::DatasetChunk chunk;
     Status status = Status::Ok();
+    bool progress = false;
     if (!grpc::SerializationTraits<v1::DatasetChunk>::Deserialize(&chunk_bytes_, &chunk).ok()) {
       // Never the end of the stream: the whole upload fails and nothing is kept.
       status = InvalidArgument("chunk " + std::to_string(chunks_ - 1) +
@@ -133,14 +175,19 @@ class CreateCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     } else {
       std::lock_guard<std::mutex> lock(mu_);
       if (state_ != kReading) return;  // the watchdog ended it
+      const int64_t before = builder_->reserved();
       status = builder_->Add(chunk);
+      progress = builder_->reserved() > before;
     }
     chunk_bytes_.Clear();
     if (!status.ok()) {
       Fail(status);  // the builder's reservation goes with it: nothing is kept
       return;
     }
-    last_ns_ = NowNs();
+    // gpusampler_dataset_bytes counts the upload's reserved bytes as they arrive.
+    svc_->UpdateDatasetGauges();
+    // Only data is progress: an upload trickling empty chunks does not hold the budget.
+    if (progress) last_ns_ = NowNs();
     StartRead(&chunk_bytes_);
   }
 
@@ -160,9 +207,10 @@ class CreateCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     return true;
   }
   void ExpireFinish() {
-    End(Status(Code::kDeadlineExceeded, "upload sent nothing for " +
-                                            std::to_string(idle_ns_ / 1000000) +
-                                            " ms (--upload-idle-timeout-ms); nothing was stored"));
+    End(Status(Code::kDeadlineExceeded,
+               "upload sent no data for " + std::to_string(idle_ns_ / 1000000) +
+                   " ms (--upload-idle-timeout-ms; empty chunks do not count); nothing was "
+                   "stored"));
   }
 
  private:
@@ -236,20 +284,29 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* SamplerService::CreateDataset(
 grpc::ServerUnaryReactor* SamplerService::DeleteDataset(grpc::CallbackServerContext* context,
                                                         const v1::DeleteDatasetRequest* request,
                                                         v1::DeleteDatasetResponse*) {
-  Status status = Authorize(*context);
-  if (status.ok()) {
-    if (!ValidDatasetName(request->name())) {
-      status = InvalidArgument("name '" + request->name().substr(0, 140) +
-                               "' must match [A-Za-z0-9._-]{1,128}");
-    } else if (datasets_ != nullptr && datasets_->repository() != nullptr) {
-      status = datasets_->repository()->Delete(request->name());
-    } else if (datasets_ == nullptr || !datasets_->Delete(request->name())) {
-      status = Status(Code::kNotFound, "dataset '" + request->name() + "' not found");
-    }
-  }
-  UpdateDatasetGauges();
   auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status, context));
+  Status status = Authorize(*context);
+  if (status.ok() && !ValidDatasetName(request->name())) {
+    status = InvalidArgument("name '" + request->name().substr(0, 140) +
+                             "' must match [A-Za-z0-9._-]{1,128}");
+  }
+  if (!status.ok() || datasets_ == nullptr) {
+    if (status.ok())
+      status = Status(Code::kNotFound, "dataset '" + request->name() + "' not found");
+    reactor->Finish(ToGrpcStatus(status, context));
+    return reactor;
+  }
+  // The unlinks, the directory's fsync and the device frees: off this thread.
+  RepositoryWork::Get().Run([this, context, request, reactor] {
+    Status s = Status::Ok();
+    if (Repository* repo = datasets_->repository()) {
+      s = repo->Delete(request->name());
+    } else if (!datasets_->Delete(request->name())) {
+      s = Status(Code::kNotFound, "dataset '" + request->name() + "' not found");
+    }
+    UpdateDatasetGauges();
+    reactor->Finish(ToGrpcStatus(s, context));
+  });
   return reactor;
 }
 
@@ -260,20 +317,29 @@ void SamplerService::UpdateDatasetGauges() {
 grpc::ServerUnaryReactor* SamplerService::ListDatasets(grpc::CallbackServerContext* context,
                                                        const v1::ListDatasetsRequest*,
                                                        v1::ListDatasetsResponse* response) {
+  auto* reactor = context->DefaultReactor();
   const Status status = Authorize(*context);
-  if (status.ok() && datasets_ != nullptr) {
+  if (!status.ok() || datasets_ == nullptr) {
+    reactor->Finish(ToGrpcStatus(status, context));
+    return reactor;
+  }
+  // Listing the repository reads a header per dataset: off this thread.
+  RepositoryWork::Get().Run([this, context, response, reactor] {
+    Status s = Status::Ok();
     for (const auto& ds : datasets_->List()) *response->add_datasets() = ds->Info();
     // With a repository, its datasets that this replica has not loaded are listed too
     // (devices empty): any replica lists what every replica serves.
     if (Repository* repo = datasets_->repository()) {
-      for (auto& info : repo->ListNotResident()) *response->add_datasets() = std::move(info);
+      std::vector<v1::DatasetInfo> more;
+      s = repo->ListNotResident(&more);
+      for (auto& info : more) *response->add_datasets() = std::move(info);
       std::sort(
           response->mutable_datasets()->begin(), response->mutable_datasets()->end(),
           [](const v1::DatasetInfo& a, const v1::DatasetInfo& b) { return a.name() < b.name(); });
     }
-  }
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status, context));
+    if (!s.ok()) response->Clear();
+    reactor->Finish(ToGrpcStatus(s, context));
+  });
   return reactor;
 }
 

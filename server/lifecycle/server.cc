@@ -503,7 +503,8 @@ Status Server::OpenRepository() {
   auto repository = std::make_unique<Repository>(
       config_.dataset_dir, config_.limits, registry,
       Repository::Hooks{[m](bool ok) { m->dataset_loads(ok).Increment(); },
-                        [m, registry] { m->SetDatasets(registry->count(), registry->bytes()); }});
+                        [m, registry] { m->SetDatasets(registry->count(), registry->bytes()); },
+                        [m] { m->dataset_scan_failures().Increment(); }});
   Repository* repo = repository.get();
   registry->AttachRepository(std::move(repository));
   GPUSAMPLER_RETURN_IF_ERROR(repo->Open());

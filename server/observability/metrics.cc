@@ -122,6 +122,7 @@ enum FamilyId : int {
   kDatasetEvictions,
   kShmRegions,       // shared memory (SPEC section 9)
   kShmWrittenBytes,  // shared memory (SPEC section 9)
+  kDatasetScanFailures,
   kNumFamilies,
 };
 
@@ -261,6 +262,11 @@ const FamilySpec kFamilies[kNumFamilies] = {
      Type::kCounter,
      {},
      "Answer bytes written into shared-memory regions instead of the response."},
+    {"gpusampler_dataset_scan_failures_total",
+     Type::kCounter,
+     {},
+     "Re-scans of --dataset-dir that could not list the directory (EMFILE, "
+     "EACCES, ...); the resident datasets were kept."},
 };
 
 bool IsGpuFamily(int id) {
@@ -310,6 +316,7 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
   dataset_loads_ok_ = Add<prometheus::Counter>(kDatasetLoads, {"ok"});
   dataset_loads_error_ = Add<prometheus::Counter>(kDatasetLoads, {"error"});
   dataset_evictions_ = Add<prometheus::Counter>(kDatasetEvictions, {});
+  dataset_scan_failures_ = Add<prometheus::Counter>(kDatasetScanFailures, {});
 }
 
 void Metrics::RegisterFamilies(bool any_gpu) {

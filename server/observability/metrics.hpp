@@ -141,6 +141,8 @@ class Metrics {
   // Shared memory (SPEC section 9): regions mapped now; answer bytes written into them.
   prometheus::Gauge& shm_regions() { return *shm_regions_; }
   prometheus::Counter& shm_written_bytes() { return *shm_written_bytes_; }
+  // Re-scans that could not list --dataset-dir (the resident datasets were kept).
+  prometheus::Counter& dataset_scan_failures() { return *dataset_scan_failures_; }
 
  private:
   // The steps of the constructor: every family from the table (metrics.cc), then the
@@ -188,6 +190,7 @@ class Metrics {
   prometheus::Counter* dataset_loads_ok_ = nullptr;
   prometheus::Counter* dataset_loads_error_ = nullptr;
   prometheus::Counter* dataset_evictions_ = nullptr;
+  prometheus::Counter* dataset_scan_failures_ = nullptr;
   std::vector<std::unique_ptr<DeviceMetrics>> devices_;
 
   std::unique_ptr<Nvml> nvml_;
