@@ -263,9 +263,14 @@ void CodeLoop(const RowContext& x, const T* labels, const LabelLut& lut, int64_t
   const ClassRange* ranges = x.table.ranges;
   const int32_t num_ranges = x.table.header->num_ranges;
   const float* scores = x.scores;
-  int32_t selection[kMaxCodes];
+  // ScoreAdmits per code, without a branch on the class: 0 admits every score (no class,
+  // UNIFORM), 1 a score > 0 (WEIGHTED), 2 a score that is not NaN (HARDEST, MIXED).
+  int32_t test[kMaxCodes] = {};
   if constexpr (kNeedScores) {
-    for (int32_t c = 0; c < x.num_classes; ++c) selection[c] = x.table.classes[c].selection;
+    for (int32_t c = 0; c < x.num_classes; ++c) {
+      const auto sel = static_cast<Selection>(x.table.classes[c].selection);
+      test[c + 1] = sel == Selection::kUniform ? 0 : sel == Selection::kWeighted ? 1 : 2;
+    }
   }
   auto code_of = [&](int64_t i) {
     // Rows of a fused launch start at any byte offset: load the label unaligned.
@@ -281,10 +286,10 @@ void CodeLoop(const RowContext& x, const T* labels, const LabelLut& lut, int64_t
       cls = ClassOfLabel(ranges, num_ranges, label);
     }
     if constexpr (kNeedScores) {
-      if (cls >= 0 && static_cast<Selection>(selection[cls]) != Selection::kUniform) {
-        const float score = scores != nullptr ? scores[i] : std::numeric_limits<float>::quiet_NaN();
-        if (!ScoreAdmits(selection[cls], score)) cls = -1;
-      }
+      const float score = scores != nullptr ? scores[i] : std::numeric_limits<float>::quiet_NaN();
+      const int32_t t = test[cls + 1];
+      const bool admit = (t == 0) | ((t == 1) & (score > 0.0f)) | ((t == 2) & (score == score));
+      cls = admit ? cls : -1;
     }
     return cls + 1;
   };
@@ -363,11 +368,74 @@ void PackedRange(const RowContext& x, Isa isa, bool need_u, const Code* codes, i
   }
 }
 
+// Pass 3 over one chunk of a row with WEIGHTED or ranked classes, without a branch on the
+// class (with two classes of different modes that branch mispredicts about every other
+// element): every element is stored twice, packed u << 32 | i at its class's packed cursor,
+// which advances when u is below the bound (0: classes that are not packed, none, skipped),
+// and as a (key, i) record at its record cursor, which advances for WEIGHTED and ranked classes
+// only (the others' cursor is the chunk's spare record). Needs the scores and, with WEIGHTED
+// classes, a vector WeightedKeysFn (the portable version computes E per member instead).
+template <typename Code>
+void RecordRange(const RowContext& x, Isa isa, WeightedKeysFn weighted_keys, bool need_u2,
+                 const Code* codes, int64_t chunk, const ClassScratch& s, uint64_t* packed,
+                 uint64_t* spare, ClassCandidate* cand, ClassCandidate* spare_cand,
+                 int64_t* found) {
+  const RowDesc& row = *x.row;
+  const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
+  const int32_t nc = x.num_classes;
+  uint64_t* at[kMaxCodes];
+  ClassCandidate* at_rec[kMaxCodes];
+  uint64_t bound[kMaxCodes];
+  uint8_t rec[kMaxCodes], weighted[kMaxCodes];
+  at[0] = spare;
+  at_rec[0] = spare_cand;
+  bound[0] = 0;
+  rec[0] = weighted[0] = 0;
+  for (int32_t c = 0; c < nc; ++c) {
+    const uint8_t mode = s.mode[c];
+    const bool is_packed = IsPacked(mode), is_rec = mode == kWeighted || mode == kRanked;
+    const int64_t first = s.region[c * x.chunks + chunk];
+    at[c + 1] = is_packed ? packed + first : spare;
+    bound[c + 1] = is_packed ? s.bound[c] : 0;
+    at_rec[c + 1] = is_rec ? cand + first : spare_cand;
+    rec[c + 1] = is_rec ? 1 : 0;
+    weighted[c + 1] = mode == kWeighted ? 1 : 0;
+  }
+  const float* scores = x.scores;
+  alignas(64) uint32_t u[kTileElements] = {};
+  alignas(64) uint32_t u2[kTileElements] = {};
+  alignas(64) uint64_t wkeys[kTileElements] = {};
+  for (int64_t tile = begin; tile < end; tile += kTileElements) {
+    const int64_t tile_end = std::min(end, tile + kTileElements);
+    KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
+    if (need_u2) {
+      KeyTile(isa, row.seed, row.row_in_request, kWeightStream, tile, u2);
+      weighted_keys(u, u2, scores + tile, static_cast<int>(tile_end - tile), wkeys);
+    }
+    for (int64_t i = tile; i < tile_end; ++i) {
+      const int32_t code = codes[i];
+      const uint32_t key_u = u[i - tile];
+      uint64_t* p = at[code];
+      *p = PackKey(key_u, static_cast<uint64_t>(i));
+      at[code] = p + (key_u < bound[code]);
+      const uint64_t ranked = (uint64_t{HardestKey(scores[i])} << 32) | key_u;
+      ClassCandidate* r = at_rec[code];
+      *r = {weighted[code] ? wkeys[i - tile] : ranked, static_cast<uint32_t>(i), 0};
+      at_rec[code] = r + rec[code];
+    }
+  }
+  for (int32_t c = 0; c < nc; ++c) {
+    const int64_t first = s.region[c * x.chunks + chunk];
+    if (IsPacked(s.mode[c])) found[c] = at[c + 1] - (packed + first);
+    if (rec[c + 1]) found[c] = at_rec[c + 1] - (cand + first);
+  }
+}
+
 // Pass 3 over one chunk: each kept member goes to its class's region for the chunk.
 template <typename Code>
 void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chunk,
                     const ClassScratch& s, uint64_t* packed, uint64_t* spare, ClassCandidate* cand,
-                    int64_t* found) {
+                    ClassCandidate* spare_cand, int64_t* found) {
   const RowDesc& row = *x.row;
   const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
   bool need_u = false, need_u2 = false, all_packed = true;
@@ -381,6 +449,10 @@ void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chu
   // Without scores no element is a WEIGHTED member (ScoreAdmits), so no keys are needed.
   const WeightedKeysFn weighted_keys =
       need_u2 && x.scores != nullptr ? ChooseWeightedKeys(isa) : nullptr;
+  if (x.scores != nullptr && (!need_u2 || weighted_keys != nullptr)) {
+    return RecordRange(x, isa, weighted_keys, need_u2, codes, chunk, s, packed, spare, cand,
+                       spare_cand, found);
+  }
   alignas(64) uint32_t u[kTileElements] = {};
   alignas(64) uint32_t u2[kTileElements] = {};
   alignas(64) uint64_t wkeys[kTileElements];
@@ -611,7 +683,9 @@ class ClassRowSampler {
         if (mode != kSkip) next += s_.chunk_counts[ch * (nc + 1) + c + 1];
       }
     }
-    if (static_cast<int64_t>(s_.cand.size()) < at) s_.cand.resize(static_cast<size_t>(at));
+    const auto cand_need = static_cast<size_t>(at + x_.chunks);
+    if (s_.cand.size() < cand_need) s_.cand.resize(cand_need);
+    spare_cand_ = at;
     spare_ = at_packed;
     const auto packed_need = static_cast<size_t>(at_packed + x_.chunks);
     if (s_.packed.size() < packed_need) s_.packed.resize(packed_need);
@@ -626,7 +700,7 @@ class ClassRowSampler {
       Split(pool_, x_.chunks, [&](int64_t ch) {
         CandidateRange(x_, options_.isa, codes, ch, s_, s_.packed.data(),
                        s_.packed.data() + spare_ + ch, s_.cand.data(),
-                       s_.chunk_found.data() + ch * nc);
+                       s_.cand.data() + spare_cand_ + ch, s_.chunk_found.data() + ch * nc);
       });
       s_.found.assign(static_cast<size_t>(nc), 0);
       bool missed = false;
@@ -801,7 +875,8 @@ class ClassRowSampler {
   ClassScratch& s_;
   ThreadPool* const pool_;
   RowContext x_;
-  int64_t spare_ = 0;  // s_.packed's first spare slot
+  int64_t spare_ = 0;       // s_.packed's first spare slot
+  int64_t spare_cand_ = 0;  // s_.cand's first spare record
   uint8_t single_[kMaxCodes];
   int64_t single_value_[kMaxCodes];
 };
