@@ -13,11 +13,14 @@
 //      u << 32 | i (8 bytes, the order (u, i)), and a row of only such classes takes a
 //      branch-free loop that stores every member and advances its class's cursor by
 //      (u < bound). For WEIGHTED the 64-bit key bits of E / w, for HARDEST and MIXED
-//      HardestKey << 32 | u, as 16-byte (key, i) records;
+//      HardestKey << 32 | u, as 16-byte (key, i) records. Such a row's loop has no branch on
+//      the class (RecordRange), and with AVX-512 / AVX2 the WEIGHTED keys of a tile are
+//      computed eight / four lanes at a time, bit-identical to the scalar WeightedE;
 //   4. per class: UNIFORM selects by a histogram of the packed keys' top bits (the keys are
 //      uniform below the bound, so the bucket of the m-th smallest holds a few keys and only
-//      it needs nth_element), the binary path's SelectSmallest; the others nth_element on
-//      (key, i); MIXED selects its h hardest, then the smallest (u, i) of the rest;
+//      it needs nth_element), the binary path's SelectSmallest; the others by a radix
+//      selection on the 64-bit key (RadixSelectFront); MIXED selects its h hardest, then
+//      the smallest (u, i) of the rest (nth_element);
 //   5. the selection ordered by (v, i), labels and feature rows gathered, padding.
 #include "cpu/classes.hpp"
 
