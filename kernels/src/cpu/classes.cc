@@ -13,11 +13,14 @@
 //      u << 32 | i (8 bytes, the order (u, i)), and a row of only such classes takes a
 //      branch-free loop that stores every member and advances its class's cursor by
 //      (u < bound). For WEIGHTED the 64-bit key bits of E / w, for HARDEST and MIXED
-//      HardestKey << 32 | u, as 16-byte (key, i) records;
+//      HardestKey << 32 | u, as 16-byte (key, i) records. Such a row's loop has no branch on
+//      the class (RecordRange), and with AVX-512 / AVX2 the WEIGHTED keys of a tile are
+//      computed eight / four lanes at a time, bit-identical to the scalar WeightedE;
 //   4. per class: UNIFORM selects by a histogram of the packed keys' top bits (the keys are
 //      uniform below the bound, so the bucket of the m-th smallest holds a few keys and only
-//      it needs nth_element), the binary path's SelectSmallest; the others nth_element on
-//      (key, i); MIXED selects its h hardest, then the smallest (u, i) of the rest;
+//      it needs nth_element), the binary path's SelectSmallest; the others by a radix
+//      selection on the 64-bit key (RadixSelectFront); MIXED selects its h hardest, then
+//      the smallest (u, i) of the rest (nth_element);
 //   5. the selection ordered by (v, i), labels and feature rows gathered, padding.
 #include "cpu/classes.hpp"
 
@@ -26,6 +29,10 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #include "cpu/filter_tiles.hpp"
 #include "cpu/key_tiles.hpp"
@@ -46,6 +53,140 @@ enum Mode : uint8_t {
   kWeighted = 3,  // WeightedKeyBits
   kRanked = 4,    // HardestKey << 32 | u (HARDEST and MIXED)
 };
+
+// ---------------------------------------------------------------------------------------------
+// WEIGHTED keys of a key tile, eight (AVX-512) or four (AVX2) elements at a time: the same
+// IEEE double operations as WeightedE and WeightedKeyBits, in the same order, lane by lane, so
+// the same bits (the kernels build with -ffp-contract=off, and these functions' targets do not
+// include FMA, so no multiply and add can fuse). Two steps differ in form, not in value:
+// double(t) (t < 2^53) is the sum of its high and low words through the 2^84 and 2^52 magic
+// numbers (both exact), and m = y * 2^-e is y's mantissa under the exponent of 1.0 (the
+// product is exact). keys[j] for j < n; u and u2 are whole tiles, w has n entries. Elements
+// that are not WEIGHTED members get a key too (from whatever their score is), never used.
+using WeightedKeysFn = void (*)(const uint32_t* u, const uint32_t* u2, const float* w, int n,
+                                uint64_t* keys);
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+constexpr double kSqrt2 = 0x1.6a09e667f3bcdp+0;
+constexpr double kLn2 = 0x1.62e42fefa39efp-1;
+constexpr int64_t kBits2p52 = 0x4330000000000000;  // 2^52
+constexpr int64_t kBits2p84 = 0x4530000000000000;  // 2^84
+
+__attribute__((target("avx512f"))) void WeightedGroupAvx512(const uint32_t* u, const uint32_t* u2,
+                                                            const float* w, uint64_t* keys) {
+  const __m512i hi = _mm512_cvtepu32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u)));
+  const __m512i lo =
+      _mm512_cvtepu32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u2)));
+  const __m512i x =
+      _mm512_xor_si512(_mm512_or_si512(_mm512_slli_epi64(hi, 32), lo), _mm512_set1_epi64(-1));
+  const __m512i t =
+      _mm512_or_si512(_mm512_slli_epi64(_mm512_srli_epi64(x, 12), 1), _mm512_set1_epi64(1));
+  const __m512i m52 = _mm512_set1_epi64(kBits2p52), m84 = _mm512_set1_epi64(kBits2p84);
+  const __m512d th =
+      _mm512_sub_pd(_mm512_castsi512_pd(_mm512_or_si512(_mm512_srli_epi64(t, 32), m84)),
+                    _mm512_castsi512_pd(m84));
+  const __m512d tl = _mm512_sub_pd(
+      _mm512_castsi512_pd(_mm512_or_si512(_mm512_and_si512(t, _mm512_set1_epi64(0xffffffff)), m52)),
+      _mm512_castsi512_pd(m52));
+  const __m512i y = _mm512_castpd_si512(_mm512_add_pd(th, tl));
+  __m512d m = _mm512_castsi512_pd(
+      _mm512_or_si512(_mm512_and_si512(y, _mm512_set1_epi64(0x000fffffffffffff)),
+                      _mm512_set1_epi64(int64_t{1023} << 52)));
+  const __mmask8 big = _mm512_cmp_pd_mask(m, _mm512_set1_pd(kSqrt2), _CMP_GT_OQ);
+  m = _mm512_mask_mul_pd(m, big, m, _mm512_set1_pd(0.5));
+  // e - 53 (+ 1 where m was halved): the biased exponent eb as 2^52 + eb, less 2^52 + 1076.
+  __m512d ed = _mm512_sub_pd(_mm512_castsi512_pd(_mm512_or_si512(_mm512_srli_epi64(y, 52), m52)),
+                             _mm512_set1_pd(0x1p52 + 1076.0));
+  ed = _mm512_mask_add_pd(ed, big, ed, _mm512_set1_pd(1.0));
+  const __m512d one = _mm512_set1_pd(1.0);
+  const __m512d s = _mm512_div_pd(_mm512_sub_pd(m, one), _mm512_add_pd(m, one));
+  const __m512d z = _mm512_mul_pd(s, s);
+  __m512d p = _mm512_set1_pd(1.0 / 21.0);
+  for (const double c : {1.0 / 19.0, 1.0 / 17.0, 1.0 / 15.0, 1.0 / 13.0, 1.0 / 11.0, 1.0 / 9.0,
+                         1.0 / 7.0, 1.0 / 5.0, 1.0 / 3.0}) {
+    p = _mm512_add_pd(_mm512_mul_pd(p, z), _mm512_set1_pd(c));
+  }
+  const __m512d two_s = _mm512_mul_pd(_mm512_set1_pd(2.0), s);
+  const __m512d ln_m = _mm512_add_pd(two_s, _mm512_mul_pd(two_s, _mm512_mul_pd(z, p)));
+  const __m512i sum =
+      _mm512_castpd_si512(_mm512_add_pd(_mm512_mul_pd(ed, _mm512_set1_pd(kLn2)), ln_m));
+  const __m512d e = _mm512_castsi512_pd(_mm512_xor_si512(sum, _mm512_set1_epi64(INT64_MIN)));
+  const __m512d key = _mm512_div_pd(e, _mm512_cvtps_pd(_mm256_loadu_ps(w)));
+  _mm512_storeu_si512(keys, _mm512_castpd_si512(key));
+}
+
+__attribute__((target("avx2"))) void WeightedGroupAvx2(const uint32_t* u, const uint32_t* u2,
+                                                       const float* w, uint64_t* keys) {
+  const __m256i hi = _mm256_cvtepu32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
+  const __m256i lo = _mm256_cvtepu32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u2)));
+  const __m256i x =
+      _mm256_xor_si256(_mm256_or_si256(_mm256_slli_epi64(hi, 32), lo), _mm256_set1_epi64x(-1));
+  const __m256i t =
+      _mm256_or_si256(_mm256_slli_epi64(_mm256_srli_epi64(x, 12), 1), _mm256_set1_epi64x(1));
+  const __m256i m52 = _mm256_set1_epi64x(kBits2p52), m84 = _mm256_set1_epi64x(kBits2p84);
+  const __m256d th =
+      _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(_mm256_srli_epi64(t, 32), m84)),
+                    _mm256_castsi256_pd(m84));
+  const __m256d tl = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(
+                                       _mm256_and_si256(t, _mm256_set1_epi64x(0xffffffff)), m52)),
+                                   _mm256_castsi256_pd(m52));
+  const __m256i y = _mm256_castpd_si256(_mm256_add_pd(th, tl));
+  __m256d m = _mm256_castsi256_pd(
+      _mm256_or_si256(_mm256_and_si256(y, _mm256_set1_epi64x(0x000fffffffffffff)),
+                      _mm256_set1_epi64x(int64_t{1023} << 52)));
+  const __m256d big = _mm256_cmp_pd(m, _mm256_set1_pd(kSqrt2), _CMP_GT_OQ);
+  m = _mm256_blendv_pd(m, _mm256_mul_pd(m, _mm256_set1_pd(0.5)), big);
+  __m256d ed = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(_mm256_srli_epi64(y, 52), m52)),
+                             _mm256_set1_pd(0x1p52 + 1076.0));
+  ed = _mm256_add_pd(ed, _mm256_and_pd(big, _mm256_set1_pd(1.0)));  // + 0.0 or + 1.0, exact
+  const __m256d one = _mm256_set1_pd(1.0);
+  const __m256d s = _mm256_div_pd(_mm256_sub_pd(m, one), _mm256_add_pd(m, one));
+  const __m256d z = _mm256_mul_pd(s, s);
+  __m256d p = _mm256_set1_pd(1.0 / 21.0);
+  for (const double c : {1.0 / 19.0, 1.0 / 17.0, 1.0 / 15.0, 1.0 / 13.0, 1.0 / 11.0, 1.0 / 9.0,
+                         1.0 / 7.0, 1.0 / 5.0, 1.0 / 3.0}) {
+    p = _mm256_add_pd(_mm256_mul_pd(p, z), _mm256_set1_pd(c));
+  }
+  const __m256d two_s = _mm256_mul_pd(_mm256_set1_pd(2.0), s);
+  const __m256d ln_m = _mm256_add_pd(two_s, _mm256_mul_pd(two_s, _mm256_mul_pd(z, p)));
+  const __m256d sum = _mm256_add_pd(_mm256_mul_pd(ed, _mm256_set1_pd(kLn2)), ln_m);
+  const __m256d e = _mm256_xor_pd(sum, _mm256_set1_pd(-0.0));
+  const __m256d key = _mm256_div_pd(e, _mm256_cvtps_pd(_mm_loadu_ps(w)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(keys), _mm256_castpd_si256(key));
+}
+#pragma GCC diagnostic pop
+
+// The last group's scores past n are 1 (u and u2 are whole tiles, so they are in bounds).
+template <int kLanes, void (*kGroup)(const uint32_t*, const uint32_t*, const float*, uint64_t*)>
+void WeightedKeysVector(const uint32_t* u, const uint32_t* u2, const float* w, int n,
+                        uint64_t* keys) {
+  int j = 0;
+  for (; j + kLanes <= n; j += kLanes) kGroup(u + j, u2 + j, w + j, keys + j);
+  if (j < n) {
+    float tail[kLanes];
+    for (int q = 0; q < kLanes; ++q) tail[q] = j + q < n ? w[j + q] : 1.0f;
+    kGroup(u + j, u2 + j, tail, keys + j);
+  }
+}
+#endif
+
+// The vector version for `isa`, or null (portable: keys are computed per member instead).
+WeightedKeysFn ChooseWeightedKeys(Isa isa) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (isa == Isa::kAvx512 && IsaSupported(Isa::kAvx512)) {
+    return WeightedKeysVector<8, WeightedGroupAvx512>;
+  }
+  if (isa >= Isa::kAvx2 && IsaSupported(Isa::kAvx2))
+    return WeightedKeysVector<4, WeightedGroupAvx2>;
+#endif
+  (void)isa;
+  return nullptr;
+}
 
 // The row's fixed inputs, shared by the passes.
 struct RowContext {
@@ -125,9 +266,14 @@ void CodeLoop(const RowContext& x, const T* labels, const LabelLut& lut, int64_t
   const ClassRange* ranges = x.table.ranges;
   const int32_t num_ranges = x.table.header->num_ranges;
   const float* scores = x.scores;
-  int32_t selection[kMaxCodes];
+  // ScoreAdmits per code, without a branch on the class: 0 admits every score (no class,
+  // UNIFORM), 1 a score > 0 (WEIGHTED), 2 a score that is not NaN (HARDEST, MIXED).
+  int32_t test[kMaxCodes] = {};
   if constexpr (kNeedScores) {
-    for (int32_t c = 0; c < x.num_classes; ++c) selection[c] = x.table.classes[c].selection;
+    for (int32_t c = 0; c < x.num_classes; ++c) {
+      const auto sel = static_cast<Selection>(x.table.classes[c].selection);
+      test[c + 1] = sel == Selection::kUniform ? 0 : sel == Selection::kWeighted ? 1 : 2;
+    }
   }
   auto code_of = [&](int64_t i) {
     // Rows of a fused launch start at any byte offset: load the label unaligned.
@@ -143,10 +289,10 @@ void CodeLoop(const RowContext& x, const T* labels, const LabelLut& lut, int64_t
       cls = ClassOfLabel(ranges, num_ranges, label);
     }
     if constexpr (kNeedScores) {
-      if (cls >= 0 && static_cast<Selection>(selection[cls]) != Selection::kUniform) {
-        const float score = scores != nullptr ? scores[i] : std::numeric_limits<float>::quiet_NaN();
-        if (!ScoreAdmits(selection[cls], score)) cls = -1;
-      }
+      const float score = scores != nullptr ? scores[i] : std::numeric_limits<float>::quiet_NaN();
+      const int32_t t = test[cls + 1];
+      const bool admit = (t == 0) | ((t == 1) & (score > 0.0f)) | ((t == 2) & (score == score));
+      cls = admit ? cls : -1;
     }
     return cls + 1;
   };
@@ -225,11 +371,74 @@ void PackedRange(const RowContext& x, Isa isa, bool need_u, const Code* codes, i
   }
 }
 
+// Pass 3 over one chunk of a row with WEIGHTED or ranked classes, without a branch on the
+// class (with two classes of different modes that branch mispredicts about every other
+// element): every element is stored twice, packed u << 32 | i at its class's packed cursor,
+// which advances when u is below the bound (0: classes that are not packed, none, skipped),
+// and as a (key, i) record at its record cursor, which advances for WEIGHTED and ranked classes
+// only (the others' cursor is the chunk's spare record). Needs the scores and, with WEIGHTED
+// classes, a vector WeightedKeysFn (the portable version computes E per member instead).
+template <typename Code>
+void RecordRange(const RowContext& x, Isa isa, WeightedKeysFn weighted_keys, bool need_u2,
+                 const Code* codes, int64_t chunk, const ClassScratch& s, uint64_t* packed,
+                 uint64_t* spare, ClassCandidate* cand, ClassCandidate* spare_cand,
+                 int64_t* found) {
+  const RowDesc& row = *x.row;
+  const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
+  const int32_t nc = x.num_classes;
+  uint64_t* at[kMaxCodes];
+  ClassCandidate* at_rec[kMaxCodes];
+  uint64_t bound[kMaxCodes];
+  uint8_t rec[kMaxCodes], weighted[kMaxCodes];
+  at[0] = spare;
+  at_rec[0] = spare_cand;
+  bound[0] = 0;
+  rec[0] = weighted[0] = 0;
+  for (int32_t c = 0; c < nc; ++c) {
+    const uint8_t mode = s.mode[c];
+    const bool is_packed = IsPacked(mode), is_rec = mode == kWeighted || mode == kRanked;
+    const int64_t first = s.region[c * x.chunks + chunk];
+    at[c + 1] = is_packed ? packed + first : spare;
+    bound[c + 1] = is_packed ? s.bound[c] : 0;
+    at_rec[c + 1] = is_rec ? cand + first : spare_cand;
+    rec[c + 1] = is_rec ? 1 : 0;
+    weighted[c + 1] = mode == kWeighted ? 1 : 0;
+  }
+  const float* scores = x.scores;
+  alignas(64) uint32_t u[kTileElements] = {};
+  alignas(64) uint32_t u2[kTileElements] = {};
+  alignas(64) uint64_t wkeys[kTileElements] = {};
+  for (int64_t tile = begin; tile < end; tile += kTileElements) {
+    const int64_t tile_end = std::min(end, tile + kTileElements);
+    KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
+    if (need_u2) {
+      KeyTile(isa, row.seed, row.row_in_request, kWeightStream, tile, u2);
+      weighted_keys(u, u2, scores + tile, static_cast<int>(tile_end - tile), wkeys);
+    }
+    for (int64_t i = tile; i < tile_end; ++i) {
+      const int32_t code = codes[i];
+      const uint32_t key_u = u[i - tile];
+      uint64_t* p = at[code];
+      *p = PackKey(key_u, static_cast<uint64_t>(i));
+      at[code] = p + (key_u < bound[code]);
+      const uint64_t ranked = (uint64_t{HardestKey(scores[i])} << 32) | key_u;
+      ClassCandidate* r = at_rec[code];
+      *r = {weighted[code] ? wkeys[i - tile] : ranked, static_cast<uint32_t>(i), 0};
+      at_rec[code] = r + rec[code];
+    }
+  }
+  for (int32_t c = 0; c < nc; ++c) {
+    const int64_t first = s.region[c * x.chunks + chunk];
+    if (IsPacked(s.mode[c])) found[c] = at[c + 1] - (packed + first);
+    if (rec[c + 1]) found[c] = at_rec[c + 1] - (cand + first);
+  }
+}
+
 // Pass 3 over one chunk: each kept member goes to its class's region for the chunk.
 template <typename Code>
 void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chunk,
                     const ClassScratch& s, uint64_t* packed, uint64_t* spare, ClassCandidate* cand,
-                    int64_t* found) {
+                    ClassCandidate* spare_cand, int64_t* found) {
   const RowDesc& row = *x.row;
   const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
   bool need_u = false, need_u2 = false, all_packed = true;
@@ -240,12 +449,23 @@ void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chu
   }
   if (all_packed) return PackedRange(x, isa, need_u, codes, chunk, s, packed, spare, found);
   const int64_t* region = s.region.data();
+  // Without scores no element is a WEIGHTED member (ScoreAdmits), so no keys are needed.
+  const WeightedKeysFn weighted_keys =
+      need_u2 && x.scores != nullptr ? ChooseWeightedKeys(isa) : nullptr;
+  if (x.scores != nullptr && (!need_u2 || weighted_keys != nullptr)) {
+    return RecordRange(x, isa, weighted_keys, need_u2, codes, chunk, s, packed, spare, cand,
+                       spare_cand, found);
+  }
   alignas(64) uint32_t u[kTileElements] = {};
   alignas(64) uint32_t u2[kTileElements] = {};
+  alignas(64) uint64_t wkeys[kTileElements];
   for (int64_t tile = begin; tile < end; tile += kTileElements) {
     const int64_t tile_end = std::min(end, tile + kTileElements);
     if (need_u) KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
     if (need_u2) KeyTile(isa, row.seed, row.row_in_request, kWeightStream, tile, u2);
+    if (weighted_keys != nullptr) {
+      weighted_keys(u, u2, x.scores + tile, static_cast<int>(tile_end - tile), wkeys);
+    }
     for (int64_t i = tile; i < tile_end; ++i) {
       const int32_t code = codes[i];
       if (code == 0) continue;
@@ -261,7 +481,9 @@ void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chu
           packed[region[c * x.chunks + chunk] + found[c]++] = PackKey(key_u, i);
           continue;
         case kWeighted:
-          key = WeightedKeyBits(WeightedE(key_u, u2[i - tile]), x.scores[i]);
+          key = weighted_keys != nullptr
+                    ? wkeys[i - tile]
+                    : WeightedKeyBits(WeightedE(key_u, u2[i - tile]), x.scores[i]);
           break;
         default:  // kRanked
           key = (uint64_t{HardestKey(x.scores[i])} << 32) | key_u;
@@ -314,6 +536,40 @@ template <typename Less>
 void SelectFront(ClassCandidate* first, ClassCandidate* last, int64_t take, Less less) {
   if (take <= 0 || take >= last - first) return;
   std::nth_element(first, first + take, last, less);
+}
+
+// Moves the first `take` of [first, last) in (key, index) order to the front, in any order: an
+// MSD radix selection on 11-bit digits of the key, taken just below the bits that every key
+// left shares. Each pass is a histogram and two partitions: the digits below the bucket of the
+// take-th smallest are selected, the bucket is kept for the next pass, the rest dropped. A few
+// left, or keys all equal (then the index decides), finish with nth_element. Exact: the
+// selected set is the take smallest by (key, index), as SelectFront's.
+void RadixSelectFront(ClassCandidate* first, ClassCandidate* last, int64_t take) {
+  constexpr int kDigitBits = 11;
+  constexpr int64_t kSmall = 64;
+  uint32_t hist[1 << kDigitBits];
+  while (take > 0 && take < last - first) {
+    uint64_t differ = 0;
+    for (const ClassCandidate* p = first; p != last; ++p) differ |= p->key ^ first->key;
+    if (last - first <= kSmall || differ == 0) {
+      std::nth_element(first, first + take, last, Less{});
+      return;
+    }
+    const int shift = std::max(0, BitLength64(differ) - kDigitBits);
+    const uint64_t mask = (uint64_t{1} << kDigitBits) - 1;
+    std::memset(hist, 0, sizeof hist);
+    for (const ClassCandidate* p = first; p != last; ++p) ++hist[(p->key >> shift) & mask];
+    int64_t below = 0;
+    uint64_t bucket = 0;
+    while (below + hist[bucket] < take) below += hist[bucket++];
+    auto digit = [&](const ClassCandidate& c) { return (c.key >> shift) & mask; };
+    ClassCandidate* keep_end =
+        std::partition(first, last, [&](const ClassCandidate& c) { return digit(c) <= bucket; });
+    first =
+        std::partition(first, keep_end, [&](const ClassCandidate& c) { return digit(c) < bucket; });
+    last = keep_end;
+    take -= below;
+  }
 }
 
 // Sorts n items ascending: a radix sort by the high word (v), then each run of equal v (about
@@ -430,7 +686,9 @@ class ClassRowSampler {
         if (mode != kSkip) next += s_.chunk_counts[ch * (nc + 1) + c + 1];
       }
     }
-    if (static_cast<int64_t>(s_.cand.size()) < at) s_.cand.resize(static_cast<size_t>(at));
+    const auto cand_need = static_cast<size_t>(at + x_.chunks);
+    if (s_.cand.size() < cand_need) s_.cand.resize(cand_need);
+    spare_cand_ = at;
     spare_ = at_packed;
     const auto packed_need = static_cast<size_t>(at_packed + x_.chunks);
     if (s_.packed.size() < packed_need) s_.packed.resize(packed_need);
@@ -445,7 +703,7 @@ class ClassRowSampler {
       Split(pool_, x_.chunks, [&](int64_t ch) {
         CandidateRange(x_, options_.isa, codes, ch, s_, s_.packed.data(),
                        s_.packed.data() + spare_ + ch, s_.cand.data(),
-                       s_.chunk_found.data() + ch * nc);
+                       s_.cand.data() + spare_cand_ + ch, s_.chunk_found.data() + ch * nc);
       });
       s_.found.assign(static_cast<size_t>(nc), 0);
       bool missed = false;
@@ -477,11 +735,11 @@ class ClassRowSampler {
     const int64_t m = s_.m[c];
     ClassCandidate* end = base + f;
     if (s_.mode[c] == kUniform || s_.mode[c] == kWeighted) {
-      SelectFront(base, end, m, Less{});
+      RadixSelectFront(base, end, m);
     } else if (s_.mode[c] == kRanked) {
       const bool mixed = static_cast<Selection>(x_.table.classes[c].selection) == Selection::kMixed;
       const int64_t h = mixed ? HardQuota(m, x_.table.classes[c].hard_fraction) : m;
-      SelectFront(base, end, h, Less{});
+      RadixSelectFront(base, end, h);
       SelectFront(base + h, end, m - h, LessLow{});
     }
     uint32_t* out = s_.selected.data() + s_.first[c];
@@ -620,7 +878,8 @@ class ClassRowSampler {
   ClassScratch& s_;
   ThreadPool* const pool_;
   RowContext x_;
-  int64_t spare_ = 0;  // s_.packed's first spare slot
+  int64_t spare_ = 0;       // s_.packed's first spare slot
+  int64_t spare_cand_ = 0;  // s_.cand's first spare record
   uint8_t single_[kMaxCodes];
   int64_t single_value_[kMaxCodes];
 };

@@ -6,13 +6,19 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "backends/golden_v2.hpp"
 #include "cpu/supported_isas.hpp"
 #include "gpusampler/kernels/batch_builder.hpp"
+#include "gpusampler/kernels/classes.hpp"
+#include "gpusampler/kernels/philox.hpp"
 
 namespace gpusampler::kernels::cpu {
 namespace {
@@ -73,6 +79,110 @@ TEST(CpuClassesTest, GoldenV2OnEveryIsaAloneAndSplit) {
             g.name + " on " + IsaName(isa) + (p != nullptr ? " split" : " alone");
         EXPECT_EQ(indices, g.indices) << where;
         EXPECT_EQ(per_class, g.num_per_class) << where;
+      }
+    }
+  }
+}
+
+// Rows long enough for the vector WEIGHTED keys' groups and tails, the radix selection's
+// passes and the split: label 1 is a UNIFORM class (30% of K), label 0 the rest with `sel`.
+testing::Case LongRowsCase(Selection sel, uint64_t seed) {
+  testing::Case c;
+  c.seed = seed;
+  c.spec.num_samples = 700;
+  ClassSpec pos, neg;
+  pos.labels = {{1, 1}};
+  pos.share = Share::kFraction;
+  pos.fraction = 0.3;
+  neg.labels = {{0, 0}};
+  neg.share = Share::kRest;
+  neg.selection = sel;
+  if (sel == Selection::kMixed) {
+    neg.has_hard_fraction = true;
+    neg.hard_fraction = 0.4;
+  }
+  c.spec.classes = {pos, neg};
+  std::mt19937_64 gen(seed);
+  for (int64_t n : {0, 1, 7, 9, 255, 257, 701, 5003, 20011}) {
+    std::vector<int64_t> row(static_cast<size_t>(n));
+    std::vector<float> scores(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      row[i] = gen() % 5 == 0 ? 1 : (gen() % 17 == 0 ? 7 : 0);
+      const uint64_t pick = gen() % 20;
+      // Ties (a few values), zeros, NaN, tiny and large scores.
+      scores[i] = pick == 0   ? 0.0f
+                  : pick == 1 ? std::numeric_limits<float>::quiet_NaN()
+                  : pick == 2 ? static_cast<float>(gen() % 4) * 0.25f
+                  : pick == 3 ? 1e-30f * static_cast<float>(1 + gen() % 1000)
+                  : pick == 4 ? 1e30f
+                              : std::uniform_real_distribution<float>(0.0f, 1.0f)(gen);
+    }
+    c.rows.push_back(std::move(row));
+    c.scores.push_back(std::move(scores));
+  }
+  return c;
+}
+
+// The rest class's reference selection, written plainly: its members ordered by (key, index)
+// with the SPEC's keys, the first m (MIXED: the h hardest, then the smallest (u, i) of the
+// others), as a sorted index list.
+std::vector<int64_t> ReferenceRest(const testing::Case& c, uint32_t r, Selection sel, int64_t m) {
+  struct Item {
+    uint64_t key;
+    uint32_t low;
+    int64_t i;
+  };
+  std::vector<Item> items;
+  for (int64_t i = 0; i < static_cast<int64_t>(c.rows[r].size()); ++i) {
+    const float w = c.scores[r][i];
+    if (c.rows[r][i] != 0 || !ScoreAdmits(static_cast<int32_t>(sel), w)) continue;
+    const uint32_t u = ElementKey(c.seed, r, kSelectionStream, static_cast<uint64_t>(i));
+    const uint64_t key =
+        sel == Selection::kWeighted
+            ? WeightedKeyBits(
+                  WeightedE(u, ElementKey(c.seed, r, kWeightStream, static_cast<uint64_t>(i))), w)
+            : (uint64_t{HardestKey(w)} << 32) | u;
+    items.push_back({key, u, i});
+  }
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return a.key < b.key || (a.key == b.key && a.i < b.i);
+  });
+  const int64_t h = sel == Selection::kMixed ? HardQuota(m, 0.4) : m;
+  std::sort(items.begin() + h, items.end(), [](const Item& a, const Item& b) {
+    return a.low < b.low || (a.low == b.low && a.i < b.i);
+  });
+  std::vector<int64_t> out;
+  for (int64_t j = 0; j < m; ++j) out.push_back(items[j].i);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(CpuClassesTest, LongWeightedAndRankedRowsOnEveryIsaMatchAPlainReference) {
+  ThreadPool pool(3);
+  for (Selection sel : {Selection::kWeighted, Selection::kHardest, Selection::kMixed}) {
+    const testing::Case c = LongRowsCase(sel, 77 + static_cast<uint64_t>(sel));
+    std::vector<std::vector<int64_t>> want;
+    std::vector<std::vector<int32_t>> want_per_class;
+    RunClassRows(c, Isa::kPortable, nullptr, &want, &want_per_class);
+    for (uint32_t r = 0; r < c.rows.size(); ++r) {
+      std::vector<int64_t> rest;
+      for (int64_t i : want[r]) {
+        if (i >= 0 && c.rows[r][i] == 0) rest.push_back(i);
+      }
+      std::sort(rest.begin(), rest.end());
+      EXPECT_EQ(static_cast<int64_t>(rest.size()), want_per_class[r][1]);
+      EXPECT_EQ(rest, ReferenceRest(c, r, sel, want_per_class[r][1]))
+          << "selection " << static_cast<int>(sel) << " row " << r;
+    }
+    for (Isa isa : SupportedIsas()) {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<std::vector<int64_t>> got;
+        std::vector<std::vector<int32_t>> got_per_class;
+        RunClassRows(c, isa, p, &got, &got_per_class);
+        const std::string where = std::string(IsaName(isa)) + (p != nullptr ? " split" : " alone") +
+                                  " selection " + std::to_string(static_cast<int>(sel));
+        EXPECT_EQ(got, want) << where;
+        EXPECT_EQ(got_per_class, want_per_class) << where;
       }
     }
   }
