@@ -936,13 +936,13 @@ def test_rows_with_classes_and_stored_scores_equal_rows_request(backend):
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda-sim"])
-def test_member_list_build_does_not_hold_up_inline_requests(tmp_path, device):
-    """The first ELEMENTS step of a 1e7-element version builds the member lists (O(N)) on the
-    server's epoch thread, not on a gRPC thread: small steps whose lists are built (answered
-    inline) keep being answered meanwhile, none delayed by more than the build time / 4.
-    Afterwards the big dataset's answer equals the oracle's positions (spot check)."""
+def test_member_list_build_beside_inline_requests(tmp_path, device):
+    """The first ELEMENTS step of a 1e7-element version builds the member lists (O(N)) while
+    small steps whose lists are built keep being answered, each exactly; afterwards the big
+    dataset's answer equals the oracle's positions (spot check). Where the build runs (the
+    epoch thread, not a gRPC thread) is proved by EpochsTest.FirstElementsStepRunsOnTheEpochThread:
+    a timing bound here failed on a loaded CI host and passed on a build without the thread."""
     import threading
-    import time
 
     s = start_server(tmp_path / device, device=device)
     try:
@@ -957,22 +957,15 @@ def test_member_list_build_does_not_hold_up_inline_requests(tmp_path, device):
             done = {}
 
             def build():
-                t = time.monotonic()
                 done["answer"] = c.sample(dataset="ep-big", num_samples=256, seed=3, epoch=step)
-                done["seconds"] = time.monotonic() - t
 
             thread = threading.Thread(target=build)
             thread.start()
-            during = []
+            first = c.sample(dataset="ep-small", num_samples=32, seed=5, epoch=step)
             while thread.is_alive():
-                t = time.monotonic()
-                r = c.sample(dataset="ep-small", num_samples=32, epoch=step)
-                if thread.is_alive():
-                    during.append(time.monotonic() - t)
-                assert r.epoch_steps > 0
+                r = c.sample(dataset="ep-small", num_samples=32, seed=5, epoch=step)
+                np.testing.assert_array_equal(r.indices, first.indices)
             thread.join()
-            assert during, "no small request ran during the build"
-            assert max(during) <= done["seconds"] / 4, (max(during), done["seconds"], len(during))
             a = done["answer"]
             assert a.epoch_steps == (3 * n // 4) // 128  # m = (128, 128): the negatives set G
             idx = a.indices[a.indices >= 0]
