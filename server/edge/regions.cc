@@ -146,8 +146,6 @@ bool GuardedCopy(uint8_t* dst, const void* src, size_t bytes) {
   return true;
 }
 
-namespace {}  // namespace
-
 Region::Region(std::string name, int fd, void* map, size_t map_bytes, int64_t object_offset,
                int64_t byte_size)
     : name_(std::move(name)),
