@@ -4,7 +4,6 @@
 // streams), then one copy back.
 #include <cuda_runtime_api.h>
 
-#include <cstring>
 #include <memory>
 
 #include "cuda/device_guard.cuh"
@@ -58,14 +57,18 @@ void ElementsStepCuda(int device, const ElementsStepArgs& a, ElementsStepOut* ou
       reinterpret_cast<const ElementsClass*>(p), static_cast<int>(a.classes.size()), a.key, a.g,
       a.slots, a.labels, a.label_bytes, a.features, a.feature_row_bytes, indices, labels, features);
   GPUSAMPLER_CUDA_CHECK_LAST();
-  // One copy back of the three outputs (contiguous after the table), then the split.
-  std::unique_ptr<uint8_t[]> host(new uint8_t[idx + lab + fea]);
+  // The outputs copied back straight into the caller's buffers (no host staging copy).
   GPUSAMPLER_CUDA_TRY(
-      cudaMemcpyAsync(host.get(), indices, idx + lab + fea, cudaMemcpyDeviceToHost, stream));
+      cudaMemcpyAsync(out->indices.data(), indices, idx, cudaMemcpyDeviceToHost, stream));
+  if (lab > 0) {
+    GPUSAMPLER_CUDA_TRY(
+        cudaMemcpyAsync(out->labels.data(), labels, lab, cudaMemcpyDeviceToHost, stream));
+  }
+  if (fea > 0) {
+    GPUSAMPLER_CUDA_TRY(
+        cudaMemcpyAsync(out->features.data(), features, fea, cudaMemcpyDeviceToHost, stream));
+  }
   GPUSAMPLER_CUDA_TRY(cudaStreamSynchronize(stream));
-  std::memcpy(out->indices.data(), host.get(), idx);
-  if (lab > 0) std::memcpy(out->labels.data(), host.get() + idx, lab);
-  if (fea > 0) std::memcpy(out->features.data(), host.get() + idx + lab, fea);
 }
 
 void ElementsCopyToHostCuda(int device, void* dst, const void* src, size_t bytes) {
