@@ -489,6 +489,12 @@ bool ElementsListsBuilt(const Job& job) {
   return ds.epoch_index.Find(MembershipKey(job.spec)) != nullptr;
 }
 
+bool ElementsStepRunsInline(const Job& job) {
+  const Dataset& ds = static_cast<const Dataset&>(*job.dataset);
+  const std::shared_ptr<const ClassMembers> members = ds.epoch_index.Find(MembershipKey(job.spec));
+  return members != nullptr && !members->on_device();
+}
+
 namespace {
 
 // The epoch thread: tasks run one after the other, in the order posted; the thread drains

@@ -118,6 +118,10 @@ Status AnswerElementsStep(DatasetRegistry* registry, const Epoch& epoch, const J
 // Whether `job`'s member lists are built (its step is O(K), answered on the caller's thread);
 // when not, the first step builds them (O(N)) and runs through RunOffGrpcThread.
 bool ElementsListsBuilt(const Job& job);
+// Whether `job`'s step may be answered on the caller's (gRPC) thread: its member lists are
+// built and on the host. A step on a device waits for its copy back (a host sync), so it runs
+// through RunOffGrpcThread like a first step.
+bool ElementsStepRunsInline(const Job& job);
 // Runs `fn` on the epoch thread (one per process, started on first use; tasks in order), so
 // that a member-list build never holds a gRPC callback thread.
 void RunOffGrpcThread(std::function<void()> fn);

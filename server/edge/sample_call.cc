@@ -92,11 +92,12 @@ std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerC
   if (request.has_epoch() && request.epoch().mode() == v1::EPOCH_MODE_ELEMENTS) {
     Epoch epoch;
     if (*status = ParseEpoch(request.epoch(), &epoch); !status->ok()) return nullptr;
-    if (ElementsListsBuilt(*job)) {
+    if (ElementsStepRunsInline(*job)) {
       *status = AnswerElementsStep(svc->datasets(), epoch, *job, response);
       return nullptr;  // answered (OK) or refused
     }
-    // The first step of a version builds the member lists (O(N)): off this gRPC thread.
+    // The first step of a version builds the member lists (O(N)), and a step on a device
+    // waits for its copy back: both off this gRPC thread.
     DatasetRegistry* registry = svc->datasets();
     job->answer_off_scheduler = [registry, epoch](Job& j) {
       return AnswerElementsStep(registry, epoch, j, j.response);
