@@ -45,11 +45,14 @@ def start(server: str, work: Path) -> subprocess.Popen:
 def run(client, mode, steps, args, region):
     extra = {"output_region": region} if mode == "region" else {}
     wall0, cpu0 = time.perf_counter(), time.process_time()
+    server_us = []
     for s in range(steps):
         out = client.sample(seed=s, **args, **extra)
         assert out.features is not None
+        server_us.append(out.timing.total_us)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    return steps / wall, wall / steps * 1e3, cpu / steps * 1e3
+    return (steps / wall, wall / steps * 1e3, cpu / steps * 1e3,
+            statistics.median(server_us) / 1e3)
 
 
 def main() -> None:
@@ -67,8 +70,9 @@ def main() -> None:
         try:
             client = gpusampler.Client(f"127.0.0.1:{port}", timeout=120)
             rng = np.random.default_rng(0)
-            print("| D | answer MiB | mode | steps/s | client wall ms/step | client CPU ms/step |")
-            print("|---|---|---|---|---|---|")
+            print("| D | answer MiB | mode | steps/s | client wall ms/step | client CPU ms/step "
+                  "| server total ms/step |")
+            print("|---|---|---|---|---|---|---|")
             for d in a.dims:
                 total = a.rows * a.n
                 labels = (rng.random(total) < 0.3).astype(np.int64)
@@ -86,14 +90,14 @@ def main() -> None:
                 for _ in range(a.rounds):
                     for mode in ("inline", "region"):
                         results[mode].append(run(client, mode, a.steps, args, region))
-                med = {m: [statistics.median(x[i] for x in r) for i in range(3)]
+                med = {m: [statistics.median(x[i] for x in r) for i in range(4)]
                        for m, r in results.items()}
                 for m in ("inline", "region"):
-                    sps, wall, cpu = med[m]
+                    sps, wall, cpu, server = med[m]
                     print(f"| {d} | {answer / 2**20:.2f} | {m} | {sps:.1f} | {wall:.2f} | "
-                          f"{cpu:.2f} |")
+                          f"{cpu:.2f} | {server:.2f} |")
                 print(f"| {d} | | **region / inline** | **{med['region'][0] / med['inline'][0]:.2f}x**"
-                      " | | |", flush=True)
+                      " | | | |", flush=True)
                 region.close()
                 client.delete_dataset(name)
             client.close()

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,6 +31,32 @@ class DatasetStorage {
   // no copy there (then `Job::labels` / `Job::features` address its host copy).
   virtual const uint8_t* DeviceLabels(int device) const = 0;
   virtual const uint8_t* DeviceFeatures(int device) const = 0;
+};
+
+// The tensors of an answer, in SPEC section 9's region order.
+enum class AnswerTensor : int {
+  kIndices = 0,
+  kLabels = 1,
+  kFeatures = 2,
+  kNumPositive = 3,
+  kNumNegative = 4,
+  kNumPerClass = 5,
+};
+constexpr int kNumAnswerTensors = 6;
+
+// Where a worker writes an answer's tensor bytes when they do not go into the response
+// (shared memory, SPEC section 9: implemented by the edge's region writer). `bytes` null
+// writes `size` zero bytes. A failed write (the region was truncated meanwhile) is kept by
+// the sink and reported by the edge when the job is done; the worker goes on.
+// Thread-safety: one worker writes one job's sink.
+class AnswerSink {
+ public:
+  virtual ~AnswerSink() = default;
+  // Where `tensor`'s bytes go, for a launch that writes them there itself (the feature
+  // gather); null when it may not (then the worker hands them to Write from its buffers).
+  virtual uint8_t* Destination(AnswerTensor tensor) = 0;
+  // `bytes` == Destination(tensor): already written there.
+  virtual void Write(AnswerTensor tensor, const void* bytes, size_t size) = 0;
 };
 
 // Timings the worker reports back for one request.
@@ -91,6 +118,9 @@ struct Job {
 
   // Where the worker writes the result (owned by the caller; untouched after `done`).
   v1::SampleResponse* response = nullptr;
+  // Set when the answer goes into a shared-memory region: the tensors' bytes go there, and
+  // `response`'s tensors keep dtype and shape with empty data (owned by the caller).
+  AnswerSink* answer_sink = nullptr;
   JobTiming timing;
   // Called exactly once, from a worker thread (or from Submit's caller when the scheduler
   // refuses the job). After it returns the job's pointers may dangle.

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -99,13 +100,72 @@ std::array<v1::Tensor*, 6> MutableTensors(v1::SampleResponse* r) {
 }
 
 // A store into a mapping whose object a client shrank meanwhile (after the fstat check)
-// raises SIGBUS. GuardedCopy's copy runs with a thread-local jump buffer that the handler
-// returns to; a SIGBUS elsewhere goes to the handler that was there before (or the default).
+// raises SIGBUS. Two guards, in this order:
+//   - The mapped ranges of regions (kGuardSlots of them): a fault inside one gets a private
+//     zero page mapped over the faulting page (MAP_FIXED), the region is poisoned, and the
+//     store is retried and completes. That covers stores from any thread, the CPU backend's
+//     gather threads included, which write answers straight into regions.
+//   - GuardedCopy's copy runs with a thread-local jump buffer that the handler returns to.
+// A SIGBUS elsewhere goes to the handler that was there before (or the default).
 // volatile, with signal fences: the stores around the copy must not be merged or dropped.
 thread_local sigjmp_buf* volatile tl_guard = nullptr;
 struct sigaction g_previous_sigbus {};
 
+constexpr int kGuardSlots = 4096;
+struct GuardSlot {
+  std::atomic<uintptr_t> begin{0};
+  std::atomic<uintptr_t> end{0};
+  std::atomic<Region*> region{nullptr};  // set last, cleared first
+};
+GuardSlot g_guard_slots[kGuardSlots];
+const uintptr_t g_page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+
+int ClaimGuardSlot(Region* region, const void* map, size_t bytes) {
+  for (int i = 0; i < kGuardSlots; ++i) {
+    GuardSlot& slot = g_guard_slots[i];
+    Region* expected = nullptr;
+    // A slot is claimed by a sentinel first, so that begin/end are written before a handler
+    // can match it.
+    Region* const claiming = reinterpret_cast<Region*>(uintptr_t{1});
+    if (!slot.region.compare_exchange_strong(expected, claiming)) continue;
+    slot.begin.store(reinterpret_cast<uintptr_t>(map));
+    slot.end.store(reinterpret_cast<uintptr_t>(map) + bytes);
+    slot.region.store(region);
+    return i;
+  }
+  return -1;
+}
+
+void ReleaseGuardSlot(int i) {
+  if (i < 0) return;
+  GuardSlot& slot = g_guard_slots[i];
+  Region* const claiming = reinterpret_cast<Region*>(uintptr_t{1});
+  slot.region.store(claiming);
+  slot.begin.store(0);
+  slot.end.store(0);
+  slot.region.store(nullptr);
+}
+
+// Async-signal-safe: atomics and one mmap(2) system call, made raw (no libc wrapper, and
+// none of a sanitizer's interceptors, runs inside the handler).
+bool PatchRegionFault(uintptr_t address) {
+  Region* const claiming = reinterpret_cast<Region*>(uintptr_t{1});
+  for (GuardSlot& slot : g_guard_slots) {
+    Region* region = slot.region.load();
+    if (region == nullptr || region == claiming) continue;
+    if (address < slot.begin.load() || address >= slot.end.load()) continue;
+    void* page = reinterpret_cast<void*>(address & ~(g_page - 1));
+    const long got = syscall(SYS_mmap, page, g_page, PROT_READ | PROT_WRITE,
+                             MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (got != reinterpret_cast<long>(page)) return false;
+    region->Poison();
+    return true;
+  }
+  return false;
+}
+
 void OnSigbus(int sig, siginfo_t* info, void* context) {
+  if (info != nullptr && PatchRegionFault(reinterpret_cast<uintptr_t>(info->si_addr))) return;
   if (tl_guard != nullptr) siglongjmp(*tl_guard, 1);
   if ((g_previous_sigbus.sa_flags & SA_SIGINFO) != 0 && g_previous_sigbus.sa_sigaction != nullptr) {
     g_previous_sigbus.sa_sigaction(sig, info, context);
@@ -140,7 +200,11 @@ bool GuardedCopy(uint8_t* dst, const void* src, size_t bytes) {
   }
   tl_guard = &jump;
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  std::memcpy(dst, src, bytes);
+  if (src != nullptr) {
+    std::memcpy(dst, src, bytes);
+  } else {
+    std::memset(dst, 0, bytes);
+  }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   tl_guard = nullptr;
   return true;
@@ -153,7 +217,8 @@ Region::Region(std::string name, int fd, void* map, size_t map_bytes, int64_t ob
       map_(map),
       map_bytes_(map_bytes),
       object_offset_(object_offset),
-      byte_size_(byte_size) {}
+      byte_size_(byte_size),
+      guard_slot_(ClaimGuardSlot(this, map, map_bytes)) {}
 
 uint8_t* Region::at(int64_t offset) const {
   // The mapping starts at the page holding object_offset_.
@@ -162,6 +227,7 @@ uint8_t* Region::at(int64_t offset) const {
 }
 
 Region::~Region() {
+  ReleaseGuardSlot(guard_slot_);
   munmap(map_, map_bytes_);
   close(fd_);
 }
@@ -251,6 +317,14 @@ Status RegionTable::Lease(const std::string& scope, const v1::OutputRegion& outp
     }
     lease->region = it->second;
   }
+  if (lease->region->poisoned()) {
+    const std::string name = output.name();
+    lease->region.reset();
+    return Status(Code::kFailedPrecondition,
+                  "output_region: the shared-memory object of " + Quoted(name) +
+                      " was truncated while an answer was written; unregister it and register "
+                      "it again");
+  }
   const int64_t size = lease->region->byte_size();
   const int64_t capacity = output.byte_size() == 0 ? size - output.offset() : output.byte_size();
   if (output.offset() < 0 || output.offset() > size || capacity < 0 ||
@@ -300,18 +374,117 @@ void RegionTable::UpdateGauge() const {
   if (gauge_ != nullptr) gauge_->Set(static_cast<double>(regions_.size()));
 }
 
-int64_t RegionBytesNeeded(const Job& job) {
+int64_t RegionLayout(const Job& job, std::array<int64_t, kNumAnswerTensors>* starts,
+                     std::array<int64_t, kNumAnswerTensors>* sizes) {
   const int64_t b = job.num_rows();
   const int64_t slots = b * job.spec.num_samples;
   int64_t end = 0;
-  const auto add = [&end](int64_t bytes) { end = AlignUp(end) + bytes; };
-  add(slots * 8);                                                          // indices
-  add(slots * static_cast<int64_t>(kernels::DTypeSize(job.label_dtype)));  // labels
-  if (job.feature_row_bytes > 0) add(slots * job.feature_row_bytes);       // features
-  add(b * 4);                                                              // num_positive
-  add(b * 4);                                                              // num_negative
-  if (!job.spec.classes.empty()) add(b * job.num_classes() * 4);           // num_per_class
+  const auto place = [&](AnswerTensor t, bool present, int64_t bytes) {
+    const auto i = static_cast<size_t>(t);
+    (*starts)[i] = present ? AlignUp(end) : -1;
+    (*sizes)[i] = present ? bytes : 0;
+    if (present) end = (*starts)[i] + bytes;
+  };
+  place(AnswerTensor::kIndices, true, slots * 8);
+  place(AnswerTensor::kLabels, true,
+        slots * static_cast<int64_t>(kernels::DTypeSize(job.label_dtype)));
+  place(AnswerTensor::kFeatures, job.feature_row_bytes > 0, slots * job.feature_row_bytes);
+  place(AnswerTensor::kNumPositive, true, b * 4);
+  place(AnswerTensor::kNumNegative, true, b * 4);
+  place(AnswerTensor::kNumPerClass, !job.spec.classes.empty(), b * job.num_classes() * 4);
   return end;
+}
+
+int64_t RegionBytesNeeded(const Job& job) {
+  std::array<int64_t, kNumAnswerTensors> starts{}, sizes{};
+  return RegionLayout(job, &starts, &sizes);
+}
+
+namespace {
+
+Status Unregistered(const Region& region) {
+  return Status(Code::kCancelled, "output_region: " + Quoted(region.name()) +
+                                      " was unregistered while this request used it");
+}
+
+// A client may shrink the object after registration; a store into the mapping past its new
+// end would raise SIGBUS in the server, so the size is checked before the first store, and a
+// shrink that races the copy is caught by the SIGBUS guard.
+Status CheckObject(const Region& region, int64_t offset, int64_t needed) {
+  struct stat st {};
+  const int64_t base = region.object_offset() + offset;
+  if (fstat(region.fd(), &st) != 0 || st.st_size < base + needed) {
+    return Status(Code::kFailedPrecondition,
+                  "output_region: the shared-memory object of " + Quoted(region.name()) +
+                      " is now " + std::to_string(st.st_size) + " bytes, shorter than the " +
+                      std::to_string(base + needed) +
+                      " this answer needs (truncated after registration)");
+  }
+  return Status::Ok();
+}
+
+Status TruncatedWhileWritten(const Region& region) {
+  return Status(Code::kFailedPrecondition, "output_region: the shared-memory object of " +
+                                               Quoted(region.name()) +
+                                               " was truncated while the answer was written");
+}
+
+}  // namespace
+
+RegionWriter::RegionWriter(RegionLease lease, const Job& job) : lease_(std::move(lease)) {
+  lease_.writer = nullptr;
+  RegionLayout(job, &starts_, &sizes_);
+}
+
+bool RegionWriter::Check() {
+  if (checked_) return status_.ok();
+  checked_ = true;
+  const Region& region = *lease_.region;
+  if (!region.live()) {
+    status_ = Unregistered(region);
+    return false;
+  }
+  int64_t end = 0;
+  for (size_t t = 0; t < starts_.size(); ++t) {
+    if (starts_[t] >= 0) end = std::max(end, starts_[t] + sizes_[t]);
+  }
+  status_ = CheckObject(region, lease_.offset, end);
+  return status_.ok();
+}
+
+uint8_t* RegionWriter::Destination(AnswerTensor tensor) {
+  const auto i = static_cast<size_t>(tensor);
+  // Only a mapping the fault guard covers may be written from threads that GuardedCopy's
+  // jump buffer does not cover.
+  if (starts_[i] < 0 || !lease_.region->guarded() || !Check()) return nullptr;
+  return lease_.region->at(lease_.offset + starts_[i]);
+}
+
+void RegionWriter::Write(AnswerTensor tensor, const void* bytes, size_t size) {
+  used_ = true;
+  if (!status_.ok()) return;
+  const Region& region = *lease_.region;
+  const auto i = static_cast<size_t>(tensor);
+  if (starts_[i] < 0 || static_cast<int64_t>(size) != sizes_[i]) {  // the layout is the job's
+    status_ = Status(Code::kInternal, "output_region: tensor " + std::to_string(i) + " has " +
+                                          std::to_string(size) + " bytes, the layout " +
+                                          std::to_string(sizes_[i]));
+    return;
+  }
+  if (!Check()) return;
+  uint8_t* dst = region.at(lease_.offset + starts_[i]);
+  if (bytes != dst && !GuardedCopy(dst, bytes, size)) {
+    status_ = TruncatedWhileWritten(region);
+    return;
+  }
+  written_ += static_cast<int64_t>(size);
+}
+
+Status RegionWriter::Finish() const {
+  if (!status_.ok()) return status_;
+  if (lease_.region->poisoned()) return TruncatedWhileWritten(*lease_.region);
+  if (!lease_.region->live()) return Unregistered(*lease_.region);
+  return Status::Ok();
 }
 
 int64_t RegionLayout(const v1::SampleResponse& response, std::array<int64_t, 6>* starts) {
@@ -328,10 +501,7 @@ int64_t RegionLayout(const v1::SampleResponse& response, std::array<int64_t, 6>*
 
 Status WriteToRegion(const RegionLease& lease, v1::SampleResponse* response, int64_t* written) {
   const Region& region = *lease.region;
-  if (!region.live()) {
-    return Status(Code::kCancelled, "output_region: " + Quoted(region.name()) +
-                                        " was unregistered while this request used it");
-  }
+  if (!region.live()) return Unregistered(region);
   std::array<int64_t, 6> starts{};
   const int64_t needed = RegionLayout(*response, &starts);
   if (needed > lease.capacity) {
@@ -339,30 +509,18 @@ Status WriteToRegion(const RegionLease& lease, v1::SampleResponse* response, int
                          Quoted(region.name()) + " has " + std::to_string(lease.capacity) +
                          " from offset " + std::to_string(lease.offset));
   }
-  // A client may shrink the object after registration; a store into the mapping past its
-  // new end would raise SIGBUS in the server, so the size is checked now, and a shrink that
-  // races the copy is caught by the SIGBUS guard.
-  struct stat st {};
-  const int64_t base = region.object_offset() + lease.offset;
-  if (fstat(region.fd(), &st) != 0 || st.st_size < base + needed) {
-    return Status(Code::kFailedPrecondition,
-                  "output_region: the shared-memory object of " + Quoted(region.name()) +
-                      " is now " + std::to_string(st.st_size) + " bytes, shorter than the " +
-                      std::to_string(base + needed) +
-                      " this answer needs (truncated after registration)");
-  }
+  GPUSAMPLER_RETURN_IF_ERROR(CheckObject(region, lease.offset, needed));
   *written = 0;
   const auto tensors = MutableTensors(response);
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i] == nullptr) continue;
     const std::string& data = tensors[i]->data();
     if (!GuardedCopy(region.at(lease.offset + starts[i]), data.data(), data.size())) {
-      return Status(Code::kFailedPrecondition, "output_region: the shared-memory object of " +
-                                                   Quoted(region.name()) +
-                                                   " was truncated while the answer was written");
+      return TruncatedWhileWritten(region);
     }
     *written += static_cast<int64_t>(data.size());
   }
+  if (region.poisoned()) return TruncatedWhileWritten(region);
   for (v1::Tensor* t : tensors) {
     if (t != nullptr) t->clear_data();
   }

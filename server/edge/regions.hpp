@@ -48,6 +48,15 @@ class Region {
   uint8_t* at(int64_t offset) const;
   bool live() const { return live_.load(); }
   void Retire() { live_.store(false); }
+  // A store into the mapping hit pages the client had truncated away (SIGBUS): the guard
+  // put private zero pages there so that the store (on any thread: a kernel's gather included)
+  // completes, and the region no longer shows the client what the server writes. Every later
+  // answer into it fails FAILED_PRECONDITION; the client registers it again.
+  bool poisoned() const { return poisoned_.load(); }
+  void Poison() { poisoned_.store(true); }
+  // Whether the SIGBUS guard covers this mapping for stores from any thread (it tracks a
+  // fixed number of mappings; beyond them, only GuardedCopy's copies are covered).
+  bool guarded() const { return guard_slot_ >= 0; }
 
  private:
   const std::string name_;
@@ -57,13 +66,19 @@ class Region {
   const int64_t object_offset_;  // where the region starts in the shm object
   const int64_t byte_size_;
   std::atomic<bool> live_{true};
+  std::atomic<bool> poisoned_{false};
+  int guard_slot_ = -1;
 };
 
-// Where one answer goes: [offset, offset + capacity) of `region`.
+class RegionWriter;
+
+// Where one answer goes: [offset, offset + capacity) of `region`; `writer`, when set, writes
+// a scheduled job's tensors there as its worker produces them.
 struct RegionLease {
   std::shared_ptr<Region> region;
   int64_t offset = 0;
   int64_t capacity = 0;
+  std::shared_ptr<RegionWriter> writer;
 };
 
 // The regions of every token. Thread-safe.
@@ -103,6 +118,38 @@ class RegionTable {
 // before the launch.
 int64_t RegionBytesNeeded(const Job& job);
 
+// The layout of `job`'s answer: each tensor's start and size past the lease's offset, in
+// SPEC's order (start -1 when the answer has no such tensor); returns its end.
+int64_t RegionLayout(const Job& job, std::array<int64_t, kNumAnswerTensors>* starts,
+                     std::array<int64_t, kNumAnswerTensors>* sizes);
+
+// Job::answer_sink for an answer into a region: the worker's output is copied once, from
+// the launch's output buffers into the mapping (never through the response), at `job`'s
+// layout. The first write checks that the region is still registered (CANCELLED) and that
+// the object still holds the window (fstat: FAILED_PRECONDITION); every copy runs under the
+// SIGBUS guard, so a truncation racing it fails the request, not the server.
+class RegionWriter final : public AnswerSink {
+ public:
+  RegionWriter(RegionLease lease, const Job& job);
+  uint8_t* Destination(AnswerTensor tensor) override;
+  void Write(AnswerTensor tensor, const void* bytes, size_t size) override;
+  // After the job is done: whether the worker wrote, and OK or why the answer is not in the
+  // region (a write failed, or the region was unregistered meanwhile).
+  bool used() const { return used_; }
+  Status Finish() const;
+  int64_t written() const { return written_; }
+
+ private:
+  bool Check();        // the first store's checks; false: status_ says why
+  RegionLease lease_;  // without writer
+  std::array<int64_t, kNumAnswerTensors> starts_{};
+  std::array<int64_t, kNumAnswerTensors> sizes_{};
+  bool used_ = false;
+  bool checked_ = false;
+  Status status_ = Status::Ok();
+  int64_t written_ = 0;
+};
+
 // The layout of `response`'s tensors in a region: each present tensor's start past the
 // lease's offset (-1 when absent), in SPEC's order (indices, labels, features, num_positive,
 // num_negative, num_per_class); returns the end of the layout.
@@ -121,6 +168,7 @@ Status WriteToRegion(const RegionLease& lease, v1::SampleResponse* response, int
 // pages are gone (the object was shrunk: SIGBUS). The guard's handler is installed by the
 // first RegionTable with shared memory allowed; a SIGBUS outside a copy goes to the handler
 // that was installed before it, or kills the process as usual.
+// `src` null writes `bytes` zero bytes.
 bool GuardedCopy(uint8_t* dst, const void* src, size_t bytes);
 
 // The scope of a call: its bearer token, or "" with authentication off. Call after the

@@ -22,13 +22,13 @@ Clock::time_point SteadyDeadline(const grpc::CallbackServerContext& ctx, Clock::
 // hold the answer's layout (RESOURCE_EXHAUSTED naming the bytes, before any launch). An
 // ELEMENTS epoch step is answered at the edge, so its layout is checked when written.
 Status LeaseRegion(SamplerService* svc, const grpc::CallbackServerContext& ctx,
-                   const v1::SampleRequest& request, const Job& job, RegionLease* lease) {
+                   const v1::SampleRequest& request, Job* job, RegionLease* lease) {
   GPUSAMPLER_RETURN_IF_ERROR(
       svc->regions().Lease(svc->RegionScope(ctx), request.output_region(), lease));
   if (request.has_epoch() && request.epoch().mode() == v1::EPOCH_MODE_ELEMENTS) {
     return Status::Ok();
   }
-  const int64_t needed = RegionBytesNeeded(job);
+  const int64_t needed = RegionBytesNeeded(*job);
   if (needed > lease->capacity) {
     const std::string name = lease->region->name();
     const int64_t capacity = lease->capacity;
@@ -38,6 +38,9 @@ Status LeaseRegion(SamplerService* svc, const grpc::CallbackServerContext& ctx,
                          std::to_string(capacity) + " from offset " +
                          std::to_string(request.output_region().offset()));
   }
+  // The worker writes the tensors straight into the region (no copy through the response).
+  lease->writer = std::make_shared<RegionWriter>(*lease, *job);
+  job->answer_sink = lease->writer.get();
   return Status::Ok();
 }
 
@@ -46,7 +49,13 @@ Status LeaseRegion(SamplerService* svc, const grpc::CallbackServerContext& ctx,
 Status FinishInRegion(SamplerService* svc, RegionLease* lease, v1::SampleResponse* response) {
   if (!lease->region) return Status::Ok();
   int64_t written = 0;
-  const Status status = WriteToRegion(*lease, response, &written);
+  Status status = Status::Ok();
+  if (lease->writer && lease->writer->used()) {  // written by the worker
+    status = lease->writer->Finish();
+    written = lease->writer->written();
+  } else {  // answered at the edge (an ELEMENTS step): from the response
+    status = WriteToRegion(*lease, response, &written);
+  }
   *lease = RegionLease{};  // the last holder of an unregistered region unmaps it
   if (status.ok()) svc->metrics()->shm_written_bytes().Increment(static_cast<double>(written));
   return status;
@@ -69,10 +78,14 @@ std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerC
   *status = ValidateRequest(request, svc->config().limits, job.get(), svc->datasets());
   if (!status->ok()) return nullptr;
   if (request.has_output_region()) {  // shared memory (SPEC section 9)
-    if (*status = LeaseRegion(svc, ctx, request, *job, lease); !status->ok()) return nullptr;
+    if (*status = LeaseRegion(svc, ctx, request, job.get(), lease); !status->ok()) return nullptr;
   }
   int64_t response_bytes = 0;
   ResponseBytes(*job, request.request_id().size(), &response_bytes);  // checked by Validate
+  // An answer in a region holds no tensor bytes in the response: only its framing.
+  if (job->answer_sink != nullptr) {
+    response_bytes = kResponseOverheadBytes + static_cast<int64_t>(request.request_id().size());
+  }
   // The response is held twice at its peak: built, then serialized for gRPC.
   const int64_t cost = 2 * response_bytes;
   if (*status = Charge(svc->budget(), cost, "the response"); !status->ok()) return nullptr;

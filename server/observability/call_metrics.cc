@@ -34,6 +34,9 @@ constexpr Route kRoutes[] = {
     {"/gpusampler.v1.Sampler/CreateDataset", Method::kCreateDataset, Kind::kUnary},
     {"/gpusampler.v1.Sampler/DeleteDataset", Method::kDeleteDataset, Kind::kUnary},
     {"/gpusampler.v1.Sampler/ListDatasets", Method::kListDatasets, Kind::kUnary},
+    {"/gpusampler.v1.Sampler/RegisterRegion", Method::kRegisterRegion, Kind::kUnary},
+    {"/gpusampler.v1.Sampler/UnregisterRegion", Method::kUnregisterRegion, Kind::kUnary},
+    {"/gpusampler.v1.Sampler/ListRegions", Method::kListRegions, Kind::kUnary},
 };
 
 const Route* FindRoute(const char* path) {

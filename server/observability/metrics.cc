@@ -44,8 +44,9 @@ const Histogram::BucketBoundaries& FractionBuckets() {
   return b;
 }
 
-const char* kMethodNames[kNumMethods] = {"Sample",        "SampleStream",  "GetServerInfo",
-                                         "CreateDataset", "DeleteDataset", "ListDatasets"};
+const char* kMethodNames[kNumMethods] = {"Sample",         "SampleStream",     "GetServerInfo",
+                                         "CreateDataset",  "DeleteDataset",    "ListDatasets",
+                                         "RegisterRegion", "UnregisterRegion", "ListRegions"};
 // The "code" label's values: gRPC's code names, from the one shared table.
 using common::kGrpcCodeNames;
 static_assert(kNumCodes == common::kNumGrpcCodes);

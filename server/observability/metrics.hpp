@@ -31,8 +31,11 @@ enum class Method : int {
   kCreateDataset = 3,
   kDeleteDataset = 4,
   kListDatasets = 5,
+  kRegisterRegion = 6,  // shared memory (SPEC section 9)
+  kUnregisterRegion = 7,
+  kListRegions = 8,
 };
-constexpr int kNumMethods = 6;
+constexpr int kNumMethods = 9;
 constexpr int kNumCodes = 17;  // gRPC status codes 0..16
 
 // Time during which at least one launch of a device ran. Thread-safe.

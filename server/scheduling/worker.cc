@@ -13,11 +13,21 @@ namespace {
 
 using kernels::DType;
 
-void SetTensor(v1::Tensor* t, DType dtype, const std::vector<int64_t>& shape, const void* data,
-               size_t bytes) {
+// One tensor of the answer: dtype and shape in the response; its bytes (`data` null: zeros)
+// in the response, or, for an answer into a shared-memory region, written by the job's sink
+// straight from the launch's output (the response's data then stays empty).
+void PutTensor(const Job& job, AnswerTensor which, v1::Tensor* t, DType dtype,
+               const std::vector<int64_t>& shape, const void* data, size_t bytes) {
   t->set_dtype(static_cast<v1::DType>(dtype));
   t->mutable_shape()->Assign(shape.begin(), shape.end());
-  t->mutable_data()->assign(static_cast<const char*>(data), bytes);
+  if (job.answer_sink != nullptr) {
+    t->clear_data();
+    job.answer_sink->Write(which, data, bytes);
+  } else if (data != nullptr) {
+    t->mutable_data()->assign(static_cast<const char*>(data), bytes);
+  } else {
+    t->mutable_data()->assign(bytes, '\0');
+  }
 }
 
 void WriteResponse(const Job& job, const kernels::LaunchOutput& out, const std::string& device) {
@@ -29,33 +39,29 @@ void WriteResponse(const Job& job, const kernels::LaunchOutput& out, const std::
   std::vector<int64_t> shape;
   if (!job.drop_batch_dim) shape.push_back(b);
   shape.push_back(k);
-  SetTensor(resp->mutable_indices(), DType::kInt64, shape, out.indices, slots * 8);
-  SetTensor(resp->mutable_labels(), job.label_dtype, shape, out.labels, slots * item);
-  SetTensor(resp->mutable_num_positive(), DType::kInt32, {b}, out.num_positive,
-            static_cast<size_t>(b) * 4);
-  SetTensor(resp->mutable_num_negative(), DType::kInt32, {b}, out.num_negative,
-            static_cast<size_t>(b) * 4);
+  PutTensor(job, AnswerTensor::kIndices, resp->mutable_indices(), DType::kInt64, shape, out.indices,
+            slots * 8);
+  PutTensor(job, AnswerTensor::kLabels, resp->mutable_labels(), job.label_dtype, shape, out.labels,
+            slots * item);
+  if (job.feature_row_bytes > 0) {
+    std::vector<int64_t> fshape = shape;
+    fshape.insert(fshape.end(), job.feature_trailing_shape.begin(),
+                  job.feature_trailing_shape.end());
+    // No features out (rows without elements): padding only, zeros.
+    PutTensor(job, AnswerTensor::kFeatures, resp->mutable_features(), job.feature_dtype, fshape,
+              out.features, slots * static_cast<size_t>(job.feature_row_bytes));
+  }
+  PutTensor(job, AnswerTensor::kNumPositive, resp->mutable_num_positive(), DType::kInt32, {b},
+            out.num_positive, static_cast<size_t>(b) * 4);
+  PutTensor(job, AnswerTensor::kNumNegative, resp->mutable_num_negative(), DType::kInt32, {b},
+            out.num_negative, static_cast<size_t>(b) * 4);
   if (!job.spec.classes.empty()) {
     const int64_t c = out.num_classes;
     std::vector<int64_t> cshape;
     if (!job.drop_batch_dim) cshape.push_back(b);
     cshape.push_back(c);
-    SetTensor(resp->mutable_num_per_class(), DType::kInt32, cshape, out.num_per_class,
-              static_cast<size_t>(b * c) * 4);
-  }
-  if (job.feature_row_bytes > 0) {
-    std::vector<int64_t> fshape = shape;
-    fshape.insert(fshape.end(), job.feature_trailing_shape.begin(),
-                  job.feature_trailing_shape.end());
-    const size_t bytes = slots * static_cast<size_t>(job.feature_row_bytes);
-    v1::Tensor* t = resp->mutable_features();
-    t->set_dtype(static_cast<v1::DType>(job.feature_dtype));
-    t->mutable_shape()->Assign(fshape.begin(), fshape.end());
-    if (out.features != nullptr) {
-      t->mutable_data()->assign(reinterpret_cast<const char*>(out.features), bytes);
-    } else {
-      t->mutable_data()->assign(bytes, '\0');  // rows without elements: padding only
-    }
+    PutTensor(job, AnswerTensor::kNumPerClass, resp->mutable_num_per_class(), DType::kInt32, cshape,
+              out.num_per_class, static_cast<size_t>(b * c) * 4);
   }
   resp->set_seed(job.seed);
   resp->set_device(device);
@@ -89,6 +95,10 @@ class LaunchWorker final : public Worker {
       q.feature_row_bytes = job.feature_row_bytes;
       q.features = job.features;
       if (!job.spec.classes.empty()) q.scores = job.scores;
+      // An answer into shared memory: the feature gather writes the region itself.
+      if (job.answer_sink != nullptr && job.feature_row_bytes > 0) {
+        q.features_out = job.answer_sink->Destination(AnswerTensor::kFeatures);
+      }
       // A resident dataset's copy in this device's memory, when it keeps one: only the row
       // table crosses PCIe (docs/datasets.md).
       if (on_device && job.dataset) {

@@ -1,6 +1,6 @@
 """SPEC section 9: answers written into POSIX shared memory (docs/shared-memory.md).
 
-One server with --allow-shared-memory, two tokens and a small --max-message-bytes; the
+One server with --allow-shared-memory (CPU, then cuda-sim), two tokens and a small --max-message-bytes; the
 session server (flag off) for the refusal. Every golden case (v1 and v2), with features,
 inline and dataset, unary and stream: the region's bytes are exactly the inline answer's.
 Each hostile input gets its status, and the server keeps serving."""
@@ -30,13 +30,17 @@ FIELDS = ("indices", "labels", "features", "num_positive", "num_negative", "num_
 D = 3  # feature row: D float32
 
 
-@pytest.fixture(scope="module")
-def shm_server(tmp_path_factory):
+@pytest.fixture(scope="module", params=["cpu", "cuda-sim"])
+def shm_server(tmp_path_factory, request):
+    """On the CPU backend and on the cuda-sim device (the CUDA pipeline: the answer's bytes
+    come back from the device and are written into the region from there)."""
     work = tmp_path_factory.mktemp("shm-server")
     tokens = work / "tokens"
     tokens.write_text(f"{TOKEN_A}\n{TOKEN_B}\n")
     s = start_server(work, extra=["--allow-shared-memory", "--auth-token-file", str(tokens),
-                                  "--max-message-bytes", str(MAX_MESSAGE)])
+                                  "--max-message-bytes", str(MAX_MESSAGE)],
+                     device=request.param)
+    s.device_param = request.param
     yield s
     rc = stop_server(s)
     assert rc == 0, f"server exited {rc}:\n{s.log_text()}"
@@ -47,6 +51,7 @@ def shm(shm_server):
     import gpusampler
 
     with gpusampler.Client(shm_server.target, token=TOKEN_A, timeout=30) as c:
+        assert c.info().backend == shm_server.device_param
         yield c
 
 
@@ -177,7 +182,16 @@ def test_golden_region_bytes_equal_inline(shm, stub, region, which, case):
     assert np.shares_memory(viewed.features, np.frombuffer(region.buf, dtype=np.uint8))
 
 
-@pytest.mark.parametrize("which,case", ALL[::3], ids=[f"{w}-{c['name']}" for w, c in ALL[::3]])
+def same_arrays(a, b):
+    """Every tensor of two decoded answers, byte for byte (dtype and shape too)."""
+    for f in FIELDS:
+        x, y = getattr(a, f), getattr(b, f)
+        assert (x is None) == (y is None), f
+        if x is not None:
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), f
+
+
+@pytest.mark.parametrize("which,case", ALL, ids=[f"{w}-{c['name']}" for w, c in ALL])
 def test_golden_dataset_and_stream_region_bytes(shm, stub, region, which, case):
     from gpusampler.v1 import sampler_pb2 as pb
 
@@ -187,6 +201,7 @@ def test_golden_dataset_and_stream_region_bytes(shm, stub, region, which, case):
                        scores=scores)
     try:
         ds = shm.sample(dataset=name, return_features=True, **args)
+        np.testing.assert_array_equal(ds.indices, np.array(case["indices"], dtype=np.int64))
         req = pb.SampleRequest(dataset=name, return_features=True, seed=args["seed"])
         req.spec.CopyFrom(inline_request(shm, args, flat, splits, None, False).spec)
         inline = check_raw_equal(stub, region, req)
@@ -195,9 +210,12 @@ def test_golden_dataset_and_stream_region_bytes(shm, stub, region, which, case):
         slot = 1 << 20
         items = [dict(dataset=name, return_features=True,
                       output_region=region.window(i * slot, slot), **args) for i in range(3)]
+        outs = 0
         for out in shm.sample_stream(items, window=3):
-            assert out.features.tobytes() == ds.features.tobytes()
-            assert out.indices.tobytes() == ds.indices.tobytes()
+            same_arrays(out, ds)
+            assert np.shares_memory(out.indices, np.frombuffer(region.buf, dtype=np.uint8))
+            outs += 1
+        assert outs == 3
         # Inline requests on the stream too.
         items = [dict(labels=flat, row_splits=splits, features=features_for(len(flat)),
                       output_region=region.window(i * slot, slot),
@@ -205,9 +223,12 @@ def test_golden_dataset_and_stream_region_bytes(shm, stub, region, which, case):
                  for i in range(2)]
         want = shm.sample(flat, features_for(len(flat)), row_splits=splits, scores=scores,
                           **args)
+        np.testing.assert_array_equal(want.indices, np.array(case["indices"], dtype=np.int64))
+        outs = 0
         for out in shm.sample_stream(items, window=2):
-            assert out.features.tobytes() == want.features.tobytes()
-            assert out.labels.tobytes() == want.labels.tobytes()
+            same_arrays(out, want)
+            outs += 1
+        assert outs == 2
     finally:
         shm.delete_dataset(name)
 
@@ -361,6 +382,27 @@ def test_metrics(shm, shm_server, region):
              if line.startswith("gpusampler_shared_memory")}
     assert lines["gpusampler_shared_memory_regions"] >= 1
     assert lines["gpusampler_shared_memory_written_bytes_total"] >= 16 * 8
+    # The region RPCs are counted like every Sampler call, failures included.
+    shm.register_region(4096, name="metrics-extra")
+    assert ("metrics-extra", 4096) in [tuple(x) for x in shm.list_regions()]
+    shm.unregister_region("metrics-extra")
+    with pytest.raises(Exception):
+        shm.unregister_region("metrics-extra")  # NOT_FOUND now
+    text = urllib.request.urlopen(
+        f"http://127.0.0.1:{shm_server.metrics_port}/metrics", timeout=10).read().decode()
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("gpusampler_requests_total{"):
+            key, value = line.rsplit(" ", 1)
+            counts[key] = float(value)
+
+    def count(method, code):
+        return sum(v for k, v in counts.items()
+                   if f'method="{method}"' in k and f'code="{code}"' in k)
+    assert count("RegisterRegion", "OK") >= 2
+    assert count("ListRegions", "OK") >= 1
+    assert count("UnregisterRegion", "OK") >= 1
+    assert count("UnregisterRegion", "NOT_FOUND") >= 1
 
 
 def test_sample_iterable_shared_memory(shm_server):

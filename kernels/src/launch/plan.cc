@@ -49,11 +49,19 @@ void PlanRequest(size_t j, const LaunchRequest& q, bool device, LaunchPlan* plan
     const uint8_t* in_place = device ? q.device_features : q.features;
     if (in_place != nullptr) {
       pr.in_place_features = in_place;
-      pr.out_feature_at = Part(plan->out_feature_bytes);
-      plan->out_feature_bytes = pr.out_feature_at + feature_out;
+      if (!device && q.features_out != nullptr) {  // the host kernels write the caller's buffer
+        pr.features_out = q.features_out;
+      } else {
+        pr.out_feature_at = Part(plan->out_feature_bytes);
+        plan->out_feature_bytes = pr.out_feature_at + feature_out;
+      }
     } else if (q.features != nullptr) {
-      pr.host_feature_at = Part(plan->host_feature_bytes);
-      plan->host_feature_bytes = pr.host_feature_at + feature_out;
+      if (q.features_out != nullptr) {  // the host gather writes the caller's buffer
+        pr.features_out = q.features_out;
+      } else {
+        pr.host_feature_at = Part(plan->host_feature_bytes);
+        plan->host_feature_bytes = pr.host_feature_at + feature_out;
+      }
     } else if (elements > 0) {
       Invalid(j, "feature_row_bytes " + std::to_string(q.feature_row_bytes) + " but no features");
     }

@@ -67,6 +67,9 @@ struct LaunchPlan {
     int64_t out_label_at = 0;
     int64_t out_feature_at = -1;   // in the kernels' feature output; -1: none
     int64_t host_feature_at = -1;  // in the host-gathered features; -1: none
+    // LaunchRequest::features_out, when the features are written there (by a host backend's
+    // kernels, or by the host gather): then out_feature_at and host_feature_at are -1.
+    uint8_t* features_out = nullptr;
   };
   std::vector<Request> requests;
   Regions regions;

@@ -229,7 +229,8 @@ Batch StagedLaunch::BatchOf(const Plan& plan, const Bases& bases, const RowDesc*
   batch.out_labels = out + reg.idx;
   batch.out_num_positive = reinterpret_cast<int32_t*>(out + reg.idx + reg.olab);
   batch.out_num_negative = reinterpret_cast<int32_t*>(out + reg.idx + reg.olab + reg.counts);
-  batch.out_features = out + reg.feat_at();
+  batch.out_features = bases.out_features != 0 ? reinterpret_cast<uint8_t*>(bases.out_features)
+                                               : out + reg.feat_at();
   batch.out_num_per_class =
       plan.total_class_outputs > 0 ? reinterpret_cast<int32_t*>(out + reg.classes_at()) : nullptr;
   batch.class_table_bytes = plan.class_table_bytes;
@@ -244,8 +245,11 @@ Batch StagedLaunch::BatchOf(const Plan& plan, const Bases& bases, const RowDesc*
 
 // rows_ for `plan`, with the staged labels (if any) at `staged`, and the bases of the label and
 // feature offsets: the lowest address among the sources in use.
+// `out_features` (host backends; 0 for a device) is the kernels' own feature output: a request
+// whose features go to its features_out is placed from the lowest of those addresses.
 StagedLaunch::Bases StagedLaunch::PlaceRows(const std::vector<LaunchRequest>& requests,
-                                            const Plan& plan, uintptr_t staged) {
+                                            const Plan& plan, uintptr_t staged,
+                                            uintptr_t out_features) {
   std::vector<uintptr_t> label_src(requests.size(), 0), sources, feature_sources;
   std::vector<const uint8_t*> feature_src(requests.size(), nullptr);
   std::vector<int64_t> stage_at(requests.size()), olab_at(requests.size()),
@@ -266,6 +270,23 @@ StagedLaunch::Bases StagedLaunch::PlaceRows(const std::vector<LaunchRequest>& re
   Bases bases;
   bases.labels = LowestOf(sources);
   bases.features = LowestOf(feature_sources);
+  if (out_features != 0) {
+    std::vector<uintptr_t> outs = {out_features};
+    for (const Plan::Request& pr : plan.requests) {
+      if (pr.features_out != nullptr && pr.in_place_features != nullptr) {
+        outs.push_back(reinterpret_cast<uintptr_t>(pr.features_out));
+      }
+    }
+    bases.out_features = LowestOf(outs);
+    for (size_t j = 0; j < requests.size(); ++j) {
+      const Plan::Request& pr = plan.requests[j];
+      if (pr.in_place_features == nullptr) continue;
+      ofeat_at[j] = pr.features_out != nullptr
+                        ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(pr.features_out) -
+                                               bases.out_features)
+                        : static_cast<int64_t>(out_features - bases.out_features) + ofeat_at[j];
+    }
+  }
   FillRows(requests, label_src, staged, bases.labels, bases.features, feature_src, stage_at,
            olab_at, ofeat_at, &rows_);
   if (plan.any_classes) MergeClassRows(requests, classes_, &rows_);
@@ -274,9 +295,10 @@ StagedLaunch::Bases StagedLaunch::PlaceRows(const std::vector<LaunchRequest>& re
 
 void StagedLaunch::RunHost(const std::vector<LaunchRequest>& requests, Plan& plan) {
   const Regions& reg = plan.regions;
-  const Bases bases = PlaceRows(requests, plan, 0);
   host_out_.resize(reg.out() + kSection);
   uint8_t* out = host_out_.data();
+  const Bases bases =
+      PlaceRows(requests, plan, 0, reinterpret_cast<uintptr_t>(out + reg.feat_at()));
   Batch batch = BatchOf(plan, bases, rows_.data(), rows_.data(), out);
   if (plan.any_classes) {
     batch.class_tables = classes_.class_tables().data();
@@ -406,7 +428,8 @@ void StagedLaunch::RunDevice(const std::vector<LaunchRequest>& requests, Plan& p
   uint8_t* h_out = launcher_->h_out();
   uint8_t* d_out = launcher_->d_out();
 
-  const Bases bases = PlaceRows(requests, plan, reinterpret_cast<uintptr_t>(d_in + reg.rows));
+  const Bases bases =
+      PlaceRows(requests, plan, reinterpret_cast<uintptr_t>(d_in + reg.rows), /*out_features=*/0);
   // Checked here, before anything is enqueued or captured (the backend checks them again).
   ValidateRows(rows_.data(), plan.num_rows);
   // Staging: the row table, then the labels of the requests read from the host.
@@ -492,6 +515,7 @@ void StagedLaunch::Carve(const std::vector<LaunchRequest>& requests, const Plan&
     o.num_negative =
         reinterpret_cast<const int32_t*>(out + reg.idx + reg.olab + reg.counts) + pr.first_row;
     if (pr.out_feature_at >= 0) o.features = out + reg.feat_at() + pr.out_feature_at;
+    if (pr.features_out != nullptr && pr.in_place_features != nullptr) o.features = pr.features_out;
     if (plan.any_classes) {
       const BatchBuilder::RequestClasses& info = classes_.requests()[j];
       if (info.num_classes > 0) {
@@ -507,15 +531,15 @@ void StagedLaunch::Carve(const std::vector<LaunchRequest>& requests, const Plan&
 // row, gathered by the returned indices (a negative index, padding, gives a zero row).
 void StagedLaunch::GatherHostFeatures(const std::vector<LaunchRequest>& requests,
                                       const Plan& plan) {
-  if (plan.host_feature_bytes == 0) return;
   host_features_.resize(static_cast<size_t>(plan.host_feature_bytes));
   for (size_t j = 0; j < requests.size(); ++j) {
     const LaunchRequest& q = requests[j];
     const Plan::Request& pr = plan.requests[j];
-    if (pr.host_feature_at < 0) continue;
+    const bool to_caller = pr.features_out != nullptr && pr.in_place_features == nullptr;
+    if (pr.host_feature_at < 0 && !to_caller) continue;
     const int64_t k = q.spec.num_samples;
     const int64_t frb = q.feature_row_bytes;
-    uint8_t* dst = host_features_.data() + pr.host_feature_at;
+    uint8_t* dst = to_caller ? pr.features_out : host_features_.data() + pr.host_feature_at;
     for (int64_t r = 0; r < q.num_rows; ++r) {
       const int64_t start = q.row_start != nullptr ? q.row_start[r] : q.row_offsets[r];
       GatherRows(outputs_[j].indices + r * k, nullptr, k, frb, q.features + start * frb,

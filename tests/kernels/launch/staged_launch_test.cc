@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -114,6 +115,43 @@ TEST_P(StagedLaunchTest, ARequestWithoutLabelsNamesItself) {
     EXPECT_NE(std::string(e.what()).find("10 elements"), std::string::npos) << e.what();
   }
   ExpectOutputs(launch_->Run({ok->request})[0], *ok, "after the error");
+}
+
+// features_out (an answer into shared memory): a host backend's kernels and a device launch's
+// host gather write the caller's buffer (LaunchOutput::features points there, with the same
+// bytes, padding rows zeroed over stale bytes, at an odd address); features read on a device
+// come back in the launch's own buffer.
+TEST_P(StagedLaunchTest, FeaturesOutReceivesTheGather) {
+  std::vector<std::unique_ptr<Source>> sources;
+  sources.push_back(MakeSource(DType::kInt32, {700, 0, 9000}, 100, 12, false, false, 11));
+  sources.push_back(MakeSource(DType::kInt64, {5000, 300, 64}, 200, 16, true, true, 12));
+  sources.push_back(MakeSource(DType::kInt8, {77, 4097}, 50, 0, true, true, 13));
+  std::vector<LaunchRequest> requests;
+  std::vector<std::vector<uint8_t>> outs(sources.size());
+  for (size_t j = 0; j < sources.size(); ++j) {
+    MakeResident(sources[j].get());
+    LaunchRequest q = sources[j]->request;
+    const int64_t bytes = q.num_rows * q.spec.num_samples * q.feature_row_bytes;
+    outs[j].assign(static_cast<size_t>(bytes) + 3, 0xA5);  // stale bytes, odd address below
+    if (bytes > 0) q.features_out = outs[j].data() + 3;
+    requests.push_back(q);
+  }
+  for (int round = 0; round < 2; ++round) {
+    const std::vector<LaunchOutput>& got = launch_->Run(requests);
+    for (size_t j = 0; j < sources.size(); ++j) {
+      const std::string what = "round " + std::to_string(round) + " request " + std::to_string(j);
+      ExpectOutputs(got[j], *sources[j], what);
+      const bool device_features = launch_->on_device() && sources[j]->resident;
+      if (requests[j].features_out == nullptr) {
+        EXPECT_EQ(got[j].features, nullptr) << what;
+      } else if (device_features) {
+        EXPECT_NE(got[j].features, requests[j].features_out) << what;
+      } else {
+        EXPECT_EQ(got[j].features, requests[j].features_out) << what;
+      }
+    }
+    for (auto& o : outs) std::fill(o.begin(), o.end(), 0xA5);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StagedLaunchTest, ::testing::Values(kCpu, kSimDevice, 0),

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "edge/regions.hpp"
 #include "test_util.hpp"
@@ -154,6 +155,43 @@ TEST(RegionsTest, CopyIntoAShrunkMappingIsCaughtNotSigbus) {
   EXPECT_FALSE(GuardedCopy(map + 4096, bytes.data(), 16));
   shm.Truncate(1 << 16);
   EXPECT_TRUE(GuardedCopy(map, bytes.data(), 16));  // and the thread is fine afterwards
+}
+
+// The CPU backend's gather threads write answers straight into regions, outside any
+// GuardedCopy: a store from any thread into a truncated region's mapping gets private zero
+// pages instead of SIGBUS, and poisons the region, so that this and later answers into it
+// fail FAILED_PRECONDITION.
+TEST(RegionsTest, StoreFromAnyThreadIntoATruncatedRegionPoisonsItNotTheProcess) {
+  RegionTable table(true, "/gpusampler");
+  ShmObject shm(1 << 16);
+  v1::RegisterRegionRequest r;
+  r.set_name("r");
+  r.set_shm_key(shm.key());
+  r.set_byte_size(1 << 16);
+  v1::RegionInfo info;
+  ASSERT_TRUE(table.Register("", r, &info).ok());
+  v1::OutputRegion out;
+  out.set_name("r");
+  RegionLease lease;
+  ASSERT_TRUE(table.Lease("", out, &lease).ok());
+  ASSERT_TRUE(lease.region->guarded());
+  EXPECT_FALSE(lease.region->poisoned());
+  std::thread([&] { std::memset(lease.region->at(0), 0x11, 1 << 16); }).join();  // fine
+  EXPECT_FALSE(lease.region->poisoned());
+  EXPECT_EQ(shm.data()[4096], 0x11);
+  shm.Truncate(4096);  // the client shrinks the object behind the server's back
+  std::thread([&] { std::memset(lease.region->at(0), 0x22, 1 << 16); }).join();  // survives
+  EXPECT_TRUE(lease.region->poisoned());
+  EXPECT_EQ(shm.data()[100], 0x22);  // the page that still exists got the store
+  RegionLease again;
+  const Status s = table.Lease("", out, &again);
+  EXPECT_EQ(s.code(), Code::kFailedPrecondition) << s.message();
+  EXPECT_NE(s.message().find("register it again"), std::string::npos) << s.message();
+  // An answer already leased fails too.
+  v1::SampleResponse resp;
+  resp.mutable_indices()->set_data(std::string(8, '\1'));
+  int64_t written = 0;
+  EXPECT_EQ(WriteToRegion(lease, &resp, &written).code(), Code::kFailedPrecondition);
 }
 
 TEST(RegionsTest, RegisterStatuses) {

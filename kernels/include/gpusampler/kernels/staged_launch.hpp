@@ -70,6 +70,13 @@ struct LaunchRequest {
   int64_t feature_row_bytes = 0;
   const uint8_t* features = nullptr;
   const uint8_t* device_features = nullptr;
+  // Optional: host memory of num_rows * k * feature_row_bytes bytes where the output feature
+  // rows go instead of the launch's own buffer (an answer written into shared memory). A
+  // host backend's kernels gather them straight there, and so does a device launch's host
+  // gather of host-resident features; features read on a device come back with the other
+  // outputs (one download into pinned memory) and are left there. LaunchOutput::features ==
+  // features_out says they were written there.
+  uint8_t* features_out = nullptr;
   // Optional FLOAT32 scores (SPEC section 7), one per element, in host memory, laid out and
   // indexed like the labels (row_offsets / row_start). Needed when spec.classes has a class
   // that is not UNIFORM; staged to the device with the labels.
@@ -164,10 +171,12 @@ class StagedLaunch {
   struct Bases {
     uintptr_t labels = 0;
     uintptr_t features = 0;
+    uintptr_t out_features = 0;  // host backends: the kernels' feature output base
   };
   static Batch BatchOf(const Plan& plan, const Bases& bases, const RowDesc* rows,
                        const RowDesc* host_rows, uint8_t* out);
-  Bases PlaceRows(const std::vector<LaunchRequest>& requests, const Plan& plan, uintptr_t staged);
+  Bases PlaceRows(const std::vector<LaunchRequest>& requests, const Plan& plan, uintptr_t staged,
+                  uintptr_t out_features);
   void RunHost(const std::vector<LaunchRequest>& requests, Plan& plan);
   void RunDevice(const std::vector<LaunchRequest>& requests, Plan& plan);
   // RunDevice's steps.
