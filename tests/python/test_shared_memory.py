@@ -423,3 +423,41 @@ def test_sample_iterable_shared_memory(shm_server):
         assert len(got) == 6
         for a, b in zip(want, got):
             assert a.numpy().tobytes() == b.numpy().tobytes()
+
+
+def written_bytes(server):
+    text = urllib.request.urlopen(
+        f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
+    return sum(float(line.split(" ")[1]) for line in text.splitlines()
+               if line.startswith("gpusampler_shared_memory_written_bytes_total"))
+
+
+def test_sample_iterable_shared_memory_stream_producer(shm_server):
+    """The stream producer (one SampleStream, `prefetch` requests in flight) rotates its own
+    slots of one region: the same batches as plain unary answers, and after the first answers
+    (inline, to size the region) every answer goes through the region."""
+    import gpusampler
+    from gpusampler.data import SampleIterable
+
+    labels = (np.arange(4 * 300) % 3 == 0).astype(np.int64).reshape(4, 300)
+    feats = features_for(labels.size).reshape(4, 300, D)
+    steps, prefetch = 14, 2
+    with gpusampler.Client(shm_server.target, token=TOKEN_A) as c:
+        plain = SampleIterable(c, labels=labels, features=feats, num_samples=32, steps=steps,
+                               seed=4, prefetch=prefetch)
+        want = [(b.indices.clone(), b.features.clone()) for b in plain]
+        streamed = SampleIterable(c, labels=labels, features=feats, num_samples=32,
+                                  steps=steps, seed=4, prefetch=prefetch, shared_memory=True)
+        streamed._producer = "stream"
+        before = written_bytes(shm_server)
+        got = [(b.indices.clone(), b.features.clone()) for b in streamed]
+        after = written_bytes(shm_server)
+    assert len(got) == steps
+    for (wi, wf), (gi, gf) in zip(want, got):
+        assert wi.numpy().tobytes() == gi.numpy().tobytes()
+        assert wf.numpy().tobytes() == gf.numpy().tobytes()
+    # The requests the stream took before the first answer sized the region went inline (the
+    # sender reads ahead of its window: prefetch + 2 here, one spare); every later one, the
+    # region.
+    per_answer = 4 * 32 * (8 + 8 + 4 * D) + 2 * 4 * 4
+    assert (steps - prefetch - 3) * per_answer <= after - before <= steps * per_answer

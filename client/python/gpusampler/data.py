@@ -544,20 +544,26 @@ class SampleIterable(IterableDataset):
         """Runs in the prefetch thread: the batches of one SampleStream, decoded."""
         pending: "collections.deque[int]" = collections.deque()  # steps sent, oldest first
 
+        client = Client(self._target, **self._options)
+        # Shared memory: a slot is written again only after `prefetch` answers in flight,
+        # `prefetch` batches in the queue and the consumer's batch have moved on.
+        slots = _Slots(client, 2 * self.prefetch + 2, self.shared_memory)
+
         def requests() -> Iterator[Dict[str, Any]]:
             for step in steps:
                 pending.append(step)
-                yield self._step_request(step)
+                yield dict(self._step_request(step), **slots.next())
 
-        client = Client(self._target, **self._options)
         try:
             stream = client.sample_stream(requests(), window=self.prefetch)
             try:
                 for result in stream:
+                    slots.size_from(result)
                     yield self._batch(result, pending.popleft())
             finally:
                 getattr(stream, "close")()  # a generator: cancels the call
         finally:
+            slots.close()
             client.close()
 
     def _batch(self, r: SampleResult, step: int) -> Batch:
