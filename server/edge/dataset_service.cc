@@ -15,6 +15,7 @@
 
 #include "datasets/datasets.hpp"
 #include "datasets/repository.hpp"
+#include "edge/repository_work.hpp"
 #include "edge/service.hpp"
 
 namespace gpusampler::server {
@@ -28,46 +29,6 @@ int64_t NowNs() {
 }
 
 class CreateCall;
-
-// Runs DeleteDataset and ListDatasets off gRPC's callback threads (a reactor never blocks:
-// a listing of 100k files or a deletion on a slow mount takes seconds). A few threads for
-// the process, started on first use; the reactor finishes from the thread that did the work.
-class RepositoryWork {
- public:
-  static RepositoryWork& Get() {
-    static RepositoryWork* w = new RepositoryWork();  // lives with the process
-    return *w;
-  }
-  void Run(std::function<void()> work) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(work));
-    }
-    cv_.notify_one();
-  }
-
- private:
-  static constexpr int kThreads = 4;
-  RepositoryWork() {
-    for (int i = 0; i < kThreads; ++i) std::thread([this] { Loop(); }).detach();
-  }
-  void Loop() {
-    while (true) {
-      std::function<void()> work;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return !queue_.empty(); });
-        work = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      work();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-};
 
 // Ends uploads that sent nothing for --upload-idle-timeout-ms (SPEC section 3): one thread
 // for the process, started by the first upload. A call is registered from its start to
@@ -297,7 +258,7 @@ grpc::ServerUnaryReactor* SamplerService::DeleteDataset(grpc::CallbackServerCont
     return reactor;
   }
   // The unlinks, the directory's fsync and the device frees: off this thread.
-  RepositoryWork::Get().Run([this, context, request, reactor] {
+  RunRepositoryWork([this, context, request, reactor] {
     Status s = Status::Ok();
     if (Repository* repo = datasets_->repository()) {
       s = repo->Delete(request->name());
@@ -324,7 +285,7 @@ grpc::ServerUnaryReactor* SamplerService::ListDatasets(grpc::CallbackServerConte
     return reactor;
   }
   // Listing the repository reads a header per dataset: off this thread.
-  RepositoryWork::Get().Run([this, context, response, reactor] {
+  RunRepositoryWork([this, context, response, reactor] {
     Status s = Status::Ok();
     for (const auto& ds : datasets_->List()) *response->add_datasets() = ds->Info();
     // With a repository, its datasets that this replica has not loaded are listed too

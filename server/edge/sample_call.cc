@@ -46,6 +46,12 @@ Status LeaseRegion(SamplerService* svc, const grpc::CallbackServerContext& ctx,
 
 }  // namespace
 
+bool LoadsOnMiss(SamplerService* svc, const v1::SampleRequest& request) {
+  DatasetRegistry* registry = svc->datasets();
+  return !request.dataset().empty() && registry != nullptr && registry->repository() != nullptr &&
+         registry->Find(request.dataset()) == nullptr;
+}
+
 Status FinishInRegion(SamplerService* svc, RegionLease* lease, v1::SampleResponse* response) {
   if (!lease->region) return Status::Ok();
   int64_t written = 0;

@@ -32,6 +32,11 @@ std::shared_ptr<Job> PrepareJob(SamplerService* svc, const grpc::CallbackServerC
                                 Clock::time_point accepted, int64_t* charged, Status* status,
                                 RegionLease* lease);
 
+// Whether validating `request` would load a dataset from the repository (it names one that
+// this replica does not hold, and there is a repository): the caller then runs PrepareJob
+// off gRPC's callback thread (RunRepositoryWork).
+bool LoadsOnMiss(SamplerService* svc, const v1::SampleRequest& request);
+
 // Shared memory (SPEC section 9): when `lease` holds a region, writes `response`'s tensor
 // bytes there (their data then empty), counts them, and releases the lease. OK without one.
 Status FinishInRegion(SamplerService* svc, RegionLease* lease, v1::SampleResponse* response);

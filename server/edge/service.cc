@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 
+#include "edge/repository_work.hpp"
 #include "edge/request_bytes.hpp"
 #include "edge/sample_call.hpp"
 #include "edge/sample_stream.hpp"
@@ -45,6 +46,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
 
   void OnCancel() override {
     client_gone_.store(true);
+    std::lock_guard<std::mutex> lock(job_mu_);  // job_ may be set on a repository thread
     if (job_) job_->cancelled.store(true);
   }
   void OnDone() override {
@@ -72,8 +74,34 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     if (!status.ok()) return Done(status);
     charged_ += 2 * n;
     if (status = ParseRequest(bytes, &request_, "the request"); !status.ok()) return Done(status);
-    job_ = PrepareJob(svc_, *ctx_, request_, &response_, accepted_, &charged_, &status, &lease_);
-    if (!job_) return Done(status);
+    if (LoadsOnMiss(svc_, request_)) {
+      // A dataset this replica lacks: loading it from the repository takes up to seconds,
+      // so validation and submission run on a repository thread (issue 31: a load never
+      // holds a gRPC callback thread). Finish may be called from any thread.
+      RunRepositoryWork([this] {
+        try {
+          Prepare();
+        } catch (...) {  // a repository thread: nothing may escape
+          Done(FromCallbackException());
+        }
+      });
+      return;
+    }
+    Prepare();
+  }
+
+  // Validates (loading a missed dataset), then submits: on the gRPC thread, or on a
+  // repository thread after a miss.
+  void Prepare() {
+    Metrics* m = svc_->metrics();
+    Status status = Status::Ok();
+    std::shared_ptr<Job> job =
+        PrepareJob(svc_, *ctx_, request_, &response_, accepted_, &charged_, &status, &lease_);
+    if (!job) return Done(status);
+    {
+      std::lock_guard<std::mutex> lock(job_mu_);
+      job_ = job;
+    }
     m->inflight().Increment();
     job_->done = [this](const Status& s) {
       svc_->metrics()->inflight().Decrement();
@@ -133,6 +161,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   Request request_;
   Response response_;
   const Clock::time_point accepted_;
+  std::mutex job_mu_;  // job_ against OnCancel (Prepare may run on a repository thread)
   std::shared_ptr<Job> job_;
   CallTicket ticket_;    // --max-calls, per connection; left when the reactor is deleted
   RegionLease lease_;    // shared memory: where the answer goes (SPEC section 9)
