@@ -181,9 +181,7 @@ bool ValidDatasetName(const std::string& name) {
 // ---- DatasetBuilder ----
 
 DatasetBuilder::DatasetBuilder(DatasetRegistry* registry, const Limits& limits)
-    : registry_(registry), limits_(limits), ds_(std::make_shared<Dataset>()) {
-  ds_->row_splits = {0};
-}
+    : registry_(registry), limits_(limits), ds_(std::make_shared<Dataset>()) {}
 
 DatasetBuilder::~DatasetBuilder() {
   if (reserved_ > 0) registry_->Release(reserved_);
@@ -343,7 +341,7 @@ Status DatasetBuilder::Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> 
   reserved_ += want;
   started_ = true;
   if (!splits.empty()) {
-    ds_->has_row_splits = true;
+    ds_->rows = Dataset::Rows::kRagged;
     ds_->row_splits = std::move(splits);
   }
   const auto* lbytes = reinterpret_cast<const uint8_t*>(label_data.data());
@@ -364,26 +362,61 @@ Status DatasetBuilder::Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> 
   return Status::Ok();
 }
 
+Status DatasetBuilder::SetFixedRows(int64_t rows, int64_t row_length) {
+  if (ds_->has_row_splits()) {
+    return InvalidArgument("labels are [" + std::to_string(rows) + ", " +
+                           std::to_string(row_length) +
+                           "] rows of a fixed length, and row_splits is set too; give one");
+  }
+  if (rows < 0 || row_length < 0) {
+    return InvalidArgument("labels shape [" + std::to_string(rows) + ", " +
+                           std::to_string(row_length) + "] has a negative dimension");
+  }
+  ds_->rows = Dataset::Rows::kFixed;
+  ds_->fixed_rows = rows;
+  ds_->row_length = row_length;
+  return Status::Ok();
+}
+
+// The rows' geometry against the total the chunks carried.
+Status DatasetBuilder::CheckRows(int64_t total) {
+  switch (ds_->rows) {
+    case Dataset::Rows::kRagged:
+      if (ds_->row_splits.back() != total) {
+        return InvalidArgument("row_splits ends at " + std::to_string(ds_->row_splits.back()) +
+                               " but the chunks carried " + std::to_string(total) +
+                               " label elements");
+      }
+      return Status::Ok();
+    case Dataset::Rows::kFixed: {
+      int64_t want = 0;
+      if (__builtin_mul_overflow(ds_->fixed_rows, ds_->row_length, &want) || want != total) {
+        return InvalidArgument("labels are [" + std::to_string(ds_->fixed_rows) + ", " +
+                               std::to_string(ds_->row_length) + "] but the chunks carried " +
+                               std::to_string(total) + " label elements");
+      }
+      return Status::Ok();
+    }
+    case Dataset::Rows::kOneRow:
+      ds_->fixed_rows = 1;
+      ds_->row_length = total;
+      return Status::Ok();
+  }
+  return Status::Ok();
+}
+
 Status DatasetBuilder::Seal() {
   if (!started_) return InvalidArgument("the upload has no chunks (an empty stream)");
   const int64_t total =
       static_cast<int64_t>(ds_->labels.size() / kernels::DTypeSize(ds_->label_dtype));
-  if (ds_->has_row_splits) {
-    if (ds_->row_splits.back() != total) {
-      return InvalidArgument("row_splits ends at " + std::to_string(ds_->row_splits.back()) +
-                             " but the chunks carried " + std::to_string(total) +
-                             " label elements");
-    }
-  } else {
-    ds_->row_splits = {0, total};
-  }
+  GPUSAMPLER_RETURN_IF_ERROR(CheckRows(total));
   Sha256 hash = label_hash_;
   hash.Update(ds_->features.data(), ds_->features.size());
   hash.Update(reinterpret_cast<const uint8_t*>(ds_->scores.data()), ds_->scores.size() * 4);
   ds_->sha256 = hash.HexDigest();
   ds_->bytes =
       static_cast<int64_t>(ds_->labels.size() + ds_->features.size() + ds_->scores.size() * 4) +
-      (ds_->has_row_splits ? static_cast<int64_t>(ds_->row_splits.size() * 8) : 0);
+      (ds_->has_row_splits() ? static_cast<int64_t>(ds_->row_splits.size() * 8) : 0);
   return Status::Ok();
 }
 
