@@ -353,8 +353,8 @@ std::string FixedRowsProblem(const Opened& o) {
            " (B rows of N elements each, which need no row_splits): give 1-D labels with "
            "row_splits, or 2-D labels alone";
   }
-  if (o.has_features && (o.features.shape.size() < 2 || o.features.shape[0] != l[0] ||
-                         o.features.shape[1] != l[1])) {
+  if (o.has_features &&
+      (o.features.shape.size() < 2 || o.features.shape[0] != l[0] || o.features.shape[1] != l[1])) {
     return o.features.what + " has shape " + ShapeText(o.features.shape) + ", must be " + want +
            ", ...] like the labels " + ShapeText(l);
   }
@@ -967,8 +967,8 @@ Status Repository::WriteTemporary(const Dataset& dataset, const std::string& tmp
     return Status(Code::kInternal, "cannot create " + tmp + " in --dataset-dir: " + Errno());
   }
   // The elements' dims: [total], or [B, N] for fixed-length rows (loaded back as such).
-  const std::vector<int64_t> lead =
-      ds->rows == Dataset::Rows::kFixed ? std::vector<int64_t>{ds->fixed_rows, ds->row_length}
+  const std::vector<int64_t> lead = ds->rows == Dataset::Rows::kFixed
+                                        ? std::vector<int64_t>{ds->fixed_rows, ds->row_length}
                                         : std::vector<int64_t>{ds->num_elements()};
   std::vector<int64_t> feature_shape = lead;
   feature_shape.insert(feature_shape.end(), ds->feature_shape.begin(), ds->feature_shape.end());

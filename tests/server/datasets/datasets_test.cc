@@ -635,7 +635,6 @@ TEST(DatasetTest, DatasetDirIsLoadedBeforeServing) {
   EXPECT_NE(s.error_message().find("broken.labels.npy"), std::string::npos) << s.error_message();
 }
 
-
 // ---- Fixed-length rows: a 2-D NAME.labels.npy [B, N], held as a stride ----
 
 // `host` (rows of one length N) as 2-D files: labels [B, N], features [B, N, dim].
@@ -759,8 +758,10 @@ TEST(DatasetTest, A2DLabelsFileIsFixedLengthRowsEqualToTheSameRowsInline) {
   for (const auto& [ids, with_rows] :
        {std::pair<std::vector<int64_t>, bool>{all, false}, {{4, 1, 4}, true}, {{5}, true}}) {
     v1::SampleResponse got, rag, want;
-    ASSERT_TRUE(Sample(t.stub.get(), DatasetRequest("fix", ids, with_rows, true, 8, 20), &got).ok());
-    ASSERT_TRUE(Sample(t.stub.get(), DatasetRequest("rag", ids, with_rows, true, 8, 20), &rag).ok());
+    ASSERT_TRUE(
+        Sample(t.stub.get(), DatasetRequest("fix", ids, with_rows, true, 8, 20), &got).ok());
+    ASSERT_TRUE(
+        Sample(t.stub.get(), DatasetRequest("rag", ids, with_rows, true, 8, 20), &rag).ok());
     ASSERT_TRUE(Sample(t.stub.get(), host.Inline(ids, true, 8, 20), &want).ok());
     ExpectSameAnswer(got, want, "fixed rows vs inline, " + std::to_string(ids.size()) + " rows");
     ExpectSameAnswer(got, rag, "fixed rows vs row_splits, " + std::to_string(ids.size()) + " rows");
@@ -802,18 +803,18 @@ TEST(DatasetTest, AHugeFixedRowsDatasetIsRefusedWholeByTheRowLimitFirst) {
   EXPECT_EQ(info.bytes(), 0);
 
   v1::SampleResponse resp;
-  const grpc::Status whole = Sample(t.stub.get(), DatasetRequest("huge", {}, false, false, 1, 4),
-                                    &resp);
+  const grpc::Status whole =
+      Sample(t.stub.get(), DatasetRequest("huge", {}, false, false, 1, 4), &resp);
   EXPECT_EQ(whole.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(whole.error_message().find("has 1099511627776 rows, over max_rows = 65536"),
             std::string::npos)
       << whole.error_message();
 
-  ASSERT_TRUE(Sample(t.stub.get(), DatasetRequest("huge", {b - 1, 0}, true, false, 1, 4), &resp)
-                  .ok());
+  ASSERT_TRUE(
+      Sample(t.stub.get(), DatasetRequest("huge", {b - 1, 0}, true, false, 1, 4), &resp).ok());
   EXPECT_EQ(resp.indices().shape(0), 2);
-  const grpc::Status past = Sample(t.stub.get(), DatasetRequest("huge", {b}, true, false, 1, 4),
-                                   &resp);
+  const grpc::Status past =
+      Sample(t.stub.get(), DatasetRequest("huge", {b}, true, false, 1, 4), &resp);
   EXPECT_EQ(past.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(past.error_message().find("rows[0] = 1099511627776 is out of range [0, "
                                       "1099511627776)"),
@@ -848,7 +849,8 @@ TEST(DatasetTest, A2DLabelsFileWithMismatchedCompanionsIsABadFile) {
        {std::pair<std::string, std::string>{"split", "split.row_splits.npy is given, but"},
         {"feat", "feat.features.npy has shape [40, 2], must be [4, 10, ...]"}}) {
     v1::SampleResponse resp;
-    const grpc::Status s = Sample(t.stub.get(), DatasetRequest(name, {0}, true, false, 1, 4), &resp);
+    const grpc::Status s =
+        Sample(t.stub.get(), DatasetRequest(name, {0}, true, false, 1, 4), &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << name;
     EXPECT_NE(s.error_message().find(names), std::string::npos) << s.error_message();
   }
