@@ -782,6 +782,34 @@ TEST(DatasetTest, A2DLabelsFileIsFixedLengthRowsEqualToTheSameRowsInline) {
   EXPECT_EQ(a.epoch_steps(), 2);  // ceil(ceil(6 / 2) / 2)
 }
 
+// A 2-D labels file that is not loaded (no room beside another) is listed from its headers
+// with the same rows, elements, bytes and feature shape it has once loaded.
+TEST(DatasetTest, A2DLabelsFileIsListedFromItsHeadersAsFixedRows) {
+  const std::string dir = TempDir();
+  const HostDataset host = FixedDataset(6, 50, 3, 63);
+  WriteFixedRows(dir, "a", host);
+  WriteFixedRows(dir, "b", host);
+  ServerConfig config = TestConfig();
+  config.dataset_dir = dir;
+  config.max_dataset_bytes = 7000;  // one of the two (6000 bytes each) at a time
+  auto t = StartServer(config);
+  grpc::ClientContext ctx;
+  v1::ListDatasetsResponse resp;
+  ASSERT_TRUE(t.stub->ListDatasets(&ctx, v1::ListDatasetsRequest(), &resp).ok());
+  ASSERT_EQ(resp.datasets_size(), 2);
+  int listed_from_headers = 0;
+  for (const v1::DatasetInfo& d : resp.datasets()) {
+    listed_from_headers += d.devices().empty();
+    EXPECT_EQ(d.num_rows(), 6) << d.name();
+    EXPECT_EQ(d.num_elements(), 300) << d.name();
+    EXPECT_EQ(d.bytes(), 6000) << d.name();
+    EXPECT_EQ(std::vector<int64_t>(d.feature_shape().begin(), d.feature_shape().end()),
+              std::vector<int64_t>{3})
+        << d.name();
+  }
+  EXPECT_EQ(listed_from_headers, 1);
+}
+
 // A dataset of 2^40 empty rows ([2^40, 0]: no bytes) costs nothing to hold, and every
 // request on it stays O(its own rows): all rows are refused by --max-rows before any
 // O(B) offsets exist (built first, they would be 8 TiB), while named rows and ROWS epoch
