@@ -5,9 +5,11 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <random>
 
 #include <malloc.h>
+#include <openssl/evp.h>
 
 #include <spdlog/spdlog.h>
 
@@ -42,91 +44,46 @@ int64_t RetryPushbackMs() {
   return 500 + static_cast<int64_t>(gen() % 500);
 }
 
-constexpr uint32_t kSha256K[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-inline uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
 }  // namespace
 
 // ---- Sha256 ----
 
-Sha256::Sha256()
-    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-         0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  if (ctx_ == nullptr || EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) != 1) {
+    EVP_MD_CTX_free(ctx_);
+    throw std::bad_alloc();
+  }
+}
 
-void Sha256::Block(const uint8_t* p) {
-  uint32_t w[64];
-  for (int i = 0; i < 16; ++i) {
-    w[i] = (uint32_t{p[4 * i]} << 24) | (uint32_t{p[4 * i + 1]} << 16) |
-           (uint32_t{p[4 * i + 2]} << 8) | uint32_t{p[4 * i + 3]};
+Sha256::~Sha256() { EVP_MD_CTX_free(ctx_); }
+
+Sha256::Sha256(const Sha256& other) : ctx_(EVP_MD_CTX_new()) {
+  if (ctx_ == nullptr || EVP_MD_CTX_copy_ex(ctx_, other.ctx_) != 1) {
+    EVP_MD_CTX_free(ctx_);
+    throw std::bad_alloc();
   }
-  for (int i = 16; i < 64; ++i) {
-    const uint32_t s0 = Rotr(w[i - 15], 7) ^ Rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    const uint32_t s1 = Rotr(w[i - 2], 17) ^ Rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
-  for (int i = 0; i < 64; ++i) {
-    const uint32_t t1 =
-        h + (Rotr(e, 6) ^ Rotr(e, 11) ^ Rotr(e, 25)) + ((e & f) ^ (~e & g)) + kSha256K[i] + w[i];
-    const uint32_t t2 = (Rotr(a, 2) ^ Rotr(a, 13) ^ Rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-    h = g;
-    g = f;
-    f = e;
-    e = d + t1;
-    d = c;
-    c = b;
-    b = a;
-    a = t1 + t2;
-  }
-  h_[0] += a;
-  h_[1] += b;
-  h_[2] += c;
-  h_[3] += d;
-  h_[4] += e;
-  h_[5] += f;
-  h_[6] += g;
-  h_[7] += h;
+}
+
+Sha256& Sha256::operator=(const Sha256& other) {
+  if (this != &other && EVP_MD_CTX_copy_ex(ctx_, other.ctx_) != 1) throw std::bad_alloc();
+  return *this;
 }
 
 void Sha256::Update(const uint8_t* data, size_t n) {
-  if (n == 0) return;  // `data` may be null then (an empty chunk); memcpy must not see it
-  total_ += n;
-  if (buf_len_ > 0) {
-    const size_t take = std::min(n, 64 - buf_len_);
-    std::memcpy(buf_ + buf_len_, data, take);
-    buf_len_ += take;
-    data += take;
-    n -= take;
-    if (buf_len_ < 64) return;
-    Block(buf_);
-    buf_len_ = 0;
-  }
-  for (; n >= 64; n -= 64, data += 64) Block(data);
-  std::memcpy(buf_, data, n);
-  buf_len_ = n;
+  if (n == 0) return;  // `data` may be null then (an empty chunk)
+  // SHA-256 in software: libcrypto fails only on a context it never initialized.
+  (void)EVP_DigestUpdate(ctx_, data, n);
 }
 
 std::string Sha256::HexDigest() {
-  const uint64_t bits = total_ * 8;
-  const uint8_t one = 0x80, zero = 0;
-  Update(&one, 1);
-  while (buf_len_ != 56) Update(&zero, 1);
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
-  Update(len, 8);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  (void)EVP_DigestFinal_ex(ctx_, digest, &len);
   static const char kHex[] = "0123456789abcdef";
   std::string out;
-  for (uint32_t word : h_) {
-    for (int shift = 28; shift >= 0; shift -= 4) out += kHex[(word >> shift) & 15];
+  for (unsigned int i = 0; i < len; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
   }
   return out;
 }
@@ -181,9 +138,7 @@ bool ValidDatasetName(const std::string& name) {
 // ---- DatasetBuilder ----
 
 DatasetBuilder::DatasetBuilder(DatasetRegistry* registry, const Limits& limits)
-    : registry_(registry), limits_(limits), ds_(std::make_shared<Dataset>()) {
-  ds_->row_splits = {0};
-}
+    : registry_(registry), limits_(limits), ds_(std::make_shared<Dataset>()) {}
 
 DatasetBuilder::~DatasetBuilder() {
   if (reserved_ > 0) registry_->Release(reserved_);
@@ -343,7 +298,7 @@ Status DatasetBuilder::Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> 
   reserved_ += want;
   started_ = true;
   if (!splits.empty()) {
-    ds_->has_row_splits = true;
+    ds_->rows = Dataset::Rows::kRagged;
     ds_->row_splits = std::move(splits);
   }
   const auto* lbytes = reinterpret_cast<const uint8_t*>(label_data.data());
@@ -364,26 +319,61 @@ Status DatasetBuilder::Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> 
   return Status::Ok();
 }
 
+Status DatasetBuilder::SetFixedRows(int64_t rows, int64_t row_length) {
+  if (ds_->has_row_splits()) {
+    return InvalidArgument("labels are [" + std::to_string(rows) + ", " +
+                           std::to_string(row_length) +
+                           "] rows of a fixed length, and row_splits is set too; give one");
+  }
+  if (rows < 0 || row_length < 0) {
+    return InvalidArgument("labels shape [" + std::to_string(rows) + ", " +
+                           std::to_string(row_length) + "] has a negative dimension");
+  }
+  ds_->rows = Dataset::Rows::kFixed;
+  ds_->fixed_rows = rows;
+  ds_->row_length = row_length;
+  return Status::Ok();
+}
+
+// The rows' geometry against the total the chunks carried.
+Status DatasetBuilder::CheckRows(int64_t total) {
+  switch (ds_->rows) {
+    case Dataset::Rows::kRagged:
+      if (ds_->row_splits.back() != total) {
+        return InvalidArgument("row_splits ends at " + std::to_string(ds_->row_splits.back()) +
+                               " but the chunks carried " + std::to_string(total) +
+                               " label elements");
+      }
+      return Status::Ok();
+    case Dataset::Rows::kFixed: {
+      int64_t want = 0;
+      if (__builtin_mul_overflow(ds_->fixed_rows, ds_->row_length, &want) || want != total) {
+        return InvalidArgument("labels are [" + std::to_string(ds_->fixed_rows) + ", " +
+                               std::to_string(ds_->row_length) + "] but the chunks carried " +
+                               std::to_string(total) + " label elements");
+      }
+      return Status::Ok();
+    }
+    case Dataset::Rows::kOneRow:
+      ds_->fixed_rows = 1;
+      ds_->row_length = total;
+      return Status::Ok();
+  }
+  return Status::Ok();
+}
+
 Status DatasetBuilder::Seal() {
   if (!started_) return InvalidArgument("the upload has no chunks (an empty stream)");
   const int64_t total =
       static_cast<int64_t>(ds_->labels.size() / kernels::DTypeSize(ds_->label_dtype));
-  if (ds_->has_row_splits) {
-    if (ds_->row_splits.back() != total) {
-      return InvalidArgument("row_splits ends at " + std::to_string(ds_->row_splits.back()) +
-                             " but the chunks carried " + std::to_string(total) +
-                             " label elements");
-    }
-  } else {
-    ds_->row_splits = {0, total};
-  }
+  GPUSAMPLER_RETURN_IF_ERROR(CheckRows(total));
   Sha256 hash = label_hash_;
   hash.Update(ds_->features.data(), ds_->features.size());
   hash.Update(reinterpret_cast<const uint8_t*>(ds_->scores.data()), ds_->scores.size() * 4);
   ds_->sha256 = hash.HexDigest();
   ds_->bytes =
       static_cast<int64_t>(ds_->labels.size() + ds_->features.size() + ds_->scores.size() * 4) +
-      (ds_->has_row_splits ? static_cast<int64_t>(ds_->row_splits.size() * 8) : 0);
+      (ds_->has_row_splits() ? static_cast<int64_t>(ds_->row_splits.size() * 8) : 0);
   return Status::Ok();
 }
 

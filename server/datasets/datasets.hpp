@@ -20,6 +20,8 @@
 #include "gpusampler/kernels/sampler.hpp"
 #include "gpusampler/v1/sampler.pb.h"
 
+struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX (openssl/evp.h stays out of this header)
+
 namespace gpusampler::server {
 
 // One stored dataset. Requests hold a shared_ptr, so deleting or replacing it never frees
@@ -32,9 +34,15 @@ struct Dataset final : DatasetStorage {
 
   std::string name;
   kernels::DType label_dtype = kernels::DType::kInt64;
-  kernels::HostBytes labels;        // [total] in label_dtype; cache-line aligned
-  bool has_row_splits = false;      // absent: one row, the whole dataset
-  std::vector<int64_t> row_splits;  // [B + 1]; {0, total} without row_splits
+  kernels::HostBytes labels;  // [total] in label_dtype; cache-line aligned
+  // How the labels divide into rows (docs/datasets.md, "Row shapes"). kOneRow: 1-D labels,
+  // one row, answered without a batch dim. kFixed: B rows of N elements each (a 2-D
+  // NAME.labels.npy [B, N]), held as a stride: nothing O(B) is stored. kRagged: row_splits.
+  enum class Rows { kOneRow, kFixed, kRagged };
+  Rows rows = Rows::kOneRow;
+  std::vector<int64_t> row_splits;  // [B + 1] for kRagged; empty otherwise
+  int64_t fixed_rows = 1;           // B for kOneRow (1) and kFixed
+  int64_t row_length = 0;           // N for kOneRow and kFixed
   kernels::DType feature_dtype = kernels::DType::kUnspecified;  // kUnspecified: none
   std::vector<int64_t> feature_shape;                           // one feature row's shape
   int64_t feature_row_bytes = 0;
@@ -45,7 +53,7 @@ struct Dataset final : DatasetStorage {
   std::vector<float> scores;
   bool has_negative_scores = false;  // checked against WEIGHTED classes per request
   std::string sha256;  // lowercase hex over the label, then the feature, then the score bytes
-  int64_t bytes = 0;   // label + feature + score + row_splits bytes
+  int64_t bytes = 0;   // label + feature + score (+ row_splits for kRagged) bytes
   // The repository files this version was loaded from or committed to (repository.hpp:
   // their device, inode, size and mtime); empty when the dataset is not in a repository.
   std::string repo_version;
@@ -66,26 +74,44 @@ struct Dataset final : DatasetStorage {
   const uint8_t* DeviceLabels(int device) const override;
   const uint8_t* DeviceFeatures(int device) const override;
 
-  int64_t num_rows() const { return static_cast<int64_t>(row_splits.size()) - 1; }
-  int64_t num_elements() const { return row_splits.back(); }
+  bool has_row_splits() const { return rows == Rows::kRagged; }
+  // Whether answers to the whole dataset carry a batch dim ([B, K]; [K] for kOneRow).
+  bool has_batch_dim() const { return rows != Rows::kOneRow; }
+  int64_t num_rows() const {
+    return has_row_splits() ? static_cast<int64_t>(row_splits.size()) - 1 : fixed_rows;
+  }
+  int64_t num_elements() const {
+    return has_row_splits() ? row_splits.back() : fixed_rows * row_length;
+  }
+  // Row r (0 <= r < num_rows()) is elements [row_begin(r), row_end(r)) of the labels (and
+  // feature rows of the features).
+  int64_t row_begin(int64_t r) const {
+    return has_row_splits() ? row_splits[static_cast<size_t>(r)] : r * row_length;
+  }
+  int64_t row_end(int64_t r) const {
+    return has_row_splits() ? row_splits[static_cast<size_t>(r) + 1] : (r + 1) * row_length;
+  }
   bool has_features() const { return feature_row_bytes > 0; }
   // The DatasetInfo message.
   v1::DatasetInfo Info() const;
 };
 
-// Lowercase hex SHA-256 (FIPS 180-4) of the bytes fed in order.
+// Lowercase hex SHA-256 (FIPS 180-4) of the bytes fed in order: OpenSSL's libcrypto, which
+// picks the CPU's SHA instructions (x86 SHA-NI, ARMv8 SHA2) when it has them, about 10x the
+// portable code (2 GiB hashed in about 2 s instead of 28 s; docs/decisions.md, w30s).
+// A copy hashes on from where the original is. Throws std::bad_alloc when libcrypto cannot
+// allocate its context.
 class Sha256 {
  public:
   Sha256();
+  ~Sha256();
+  Sha256(const Sha256& other);
+  Sha256& operator=(const Sha256& other);
   void Update(const uint8_t* data, size_t n);
   std::string HexDigest();  // finishes; call once
 
  private:
-  void Block(const uint8_t* p);
-  uint32_t h_[8];
-  uint8_t buf_[64];
-  size_t buf_len_ = 0;
-  uint64_t total_ = 0;
+  evp_md_ctx_st* ctx_;
 };
 
 class DatasetRegistry;
@@ -111,6 +137,11 @@ class DatasetBuilder {
   // The steps of Commit, for the repository: Seal checks the totals and computes sha256 and
   // bytes; Store places the sealed dataset where the workers sample and registers it.
   Status Seal();
+  // The upload's labels are `rows` rows of `row_length` elements each (a 2-D labels file
+  // [B, N], repository.hpp): stored as a stride, without row_splits. Call before Seal, which
+  // checks rows * row_length against the total. INVALID_ARGUMENT with row_splits, or with a
+  // negative count.
+  Status SetFixedRows(int64_t rows, int64_t row_length);
   // `placed`: Place already ran. `replace`: overwrite a dataset of the same name in memory.
   Status Store(std::shared_ptr<const Dataset>* stored, bool placed = false, bool replace = false);
   Dataset* dataset() { return ds_.get(); }
@@ -127,6 +158,7 @@ class DatasetBuilder {
   Status CheckFeatures(const v1::Tensor& features, int64_t n, bool first);
   Status CheckScores(const v1::Tensor& scores, int64_t n) const;
   Status Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> splits);
+  Status CheckRows(int64_t total);
 
   DatasetRegistry* registry_;
   const Limits limits_;

@@ -240,7 +240,7 @@ void WriteElementsAnswer(const Dataset& ds, const Job& job, const kernels::Eleme
   SetTensor(response->mutable_num_negative(), DType::kInt32, {1},
             std::string(reinterpret_cast<const char*>(&neg), 4));
   // num_per_class (section 7): m_c of every class, with classes only, shaped like the
-  // answer's batch dim ([C], or [1, C] with row_splits); absent for the binary spec.
+  // answer's batch dim ([C]; [1, C] with row_splits or labels [1, N]); absent when binary.
   if (!binary) {
     std::vector<int32_t> per_class(quotas.begin(), quotas.end());
     std::vector<int64_t> cshape;

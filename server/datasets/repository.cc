@@ -323,9 +323,53 @@ Status ReadSections(const Opened& o, v1::DatasetChunk* chunk) {
 // plus one piece, not at twice its size (issue 31 item 8).
 constexpr int64_t kLoadPieceBytes = int64_t{8} << 20;
 
-// Whether the sections' headers agree on the element count (1-D labels; features and
-// scores with as many rows): else the dataset can never load.
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Labels [B, N]: B rows of N elements each, held as a stride (docs/datasets.md, "Row
+// shapes"). Features are then [B, N, ...] and scores [B, N], as in an inline request with
+// labels [B, N]; their leading `LeadDims` dims count elements. 1 for 1-D labels.
+bool FixedRows(const Opened& o) { return o.labels.shape.size() == 2; }
+size_t LeadDims(const Opened& o) { return FixedRows(o) ? 2 : 1; }
+
+// The element count the labels' header says (B * N for [B, N]); -1 when it overflows.
+int64_t Elements(const Opened& o) {
+  if (!FixedRows(o)) return o.labels.shape.empty() ? 1 : o.labels.shape[0];
+  int64_t n = 0;
+  return __builtin_mul_overflow(o.labels.shape[0], o.labels.shape[1], &n) ? -1 : n;
+}
+
+// What is wrong with a set of 2-D labels [B, N] (fixed-length rows): row_splits beside
+// them, features not [B, N, ...], scores not [B, N]. "" when nothing is.
+std::string FixedRowsProblem(const Opened& o) {
+  const std::vector<int64_t>& l = o.labels.shape;
+  const std::string want = "[" + std::to_string(l[0]) + ", " + std::to_string(l[1]);
+  if (Elements(o) < 0) return o.labels.what + ": shape " + ShapeText(l) + " overflows int64";
+  if (o.has_row_splits) {
+    return o.row_splits.what + " is given, but " + o.labels.what + " is 2-D " + ShapeText(l) +
+           " (B rows of N elements each, which need no row_splits): give 1-D labels with "
+           "row_splits, or 2-D labels alone";
+  }
+  if (o.has_features &&
+      (o.features.shape.size() < 2 || o.features.shape[0] != l[0] || o.features.shape[1] != l[1])) {
+    return o.features.what + " has shape " + ShapeText(o.features.shape) + ", must be " + want +
+           ", ...] like the labels " + ShapeText(l);
+  }
+  if (o.has_scores && o.scores.shape != l) {
+    return o.scores.what + " has shape " + ShapeText(o.scores.shape) + ", must be " + want +
+           "] like the labels";
+  }
+  return "";
+}
+
+// Whether the sections' headers agree on the element count (1-D labels with features and
+// scores of as many rows, or 2-D labels as FixedRowsProblem says): else the dataset can
+// never load.
 bool Consistent(const Opened& o) {
+  if (FixedRows(o)) return FixedRowsProblem(o).empty();
   if (o.labels.shape.size() != 1) return false;
   const int64_t n = o.labels.shape[0];
   if (o.has_features && (o.features.shape.empty() || o.features.shape[0] != n)) return false;
@@ -335,19 +379,34 @@ bool Consistent(const Opened& o) {
 // Whether the load can go in pieces of elements. (When it cannot, the builder's one-chunk
 // check names what is wrong.)
 bool PieceWise(const Opened& o) {
-  if (!Consistent(o) || o.labels.shape[0] <= 0) return false;
-  const int64_t n = o.labels.shape[0];
+  if (!Consistent(o) || Elements(o) <= 0) return false;
+  const int64_t n = Elements(o);
   return o.labels.payload % n == 0 && (!o.has_features || o.features.payload % n == 0);
 }
 
-// Reads elements [from, from + count) of the probed section `s` (`elem_bytes` each) into
-// `t`, shaped [count, the section's other dims...].
-Status ReadPiece(const Section& s, int64_t elem_bytes, int64_t from, int64_t count, v1::DType dtype,
-                 v1::Tensor* t) {
+// Reshapes the sections of 2-D labels [B, N] read whole into `chunk` as the builder takes
+// them: labels [B * N], features [B * N, ...], scores [B * N] (the bytes are the same).
+void FlattenRows(const Opened& o, v1::DatasetChunk* chunk) {
+  const int64_t n = Elements(o);
+  auto flatten = [n](v1::Tensor* t) {
+    std::vector<int64_t> shape = {n};
+    shape.insert(shape.end(), t->shape().begin() + std::min(2, t->shape_size()), t->shape().end());
+    t->clear_shape();
+    for (int64_t d : shape) t->add_shape(d);
+  };
+  flatten(chunk->mutable_labels());
+  if (o.has_features) flatten(chunk->mutable_features());
+  if (o.has_scores) flatten(chunk->mutable_scores());
+}
+
+// Reads elements [from, from + count) of the probed section `s` (`elem_bytes` each, its
+// first `lead` dims counting elements) into `t`, shaped [count, the section's other dims...].
+Status ReadPiece(const Section& s, size_t lead, int64_t elem_bytes, int64_t from, int64_t count,
+                 v1::DType dtype, v1::Tensor* t) {
   t->set_dtype(dtype);
   t->clear_shape();
   t->add_shape(count);
-  for (size_t i = 1; i < s.shape.size(); ++i) t->add_shape(s.shape[i]);
+  for (size_t i = lead; i < s.shape.size(); ++i) t->add_shape(s.shape[i]);
   std::string* data = t->mutable_data();
   data->resize(static_cast<size_t>(count * elem_bytes));
   GPUSAMPLER_RETURN_IF_ERROR(At(s.what, ReadAt(s.fd, s.offset + s.header_bytes + from * elem_bytes,
@@ -362,7 +421,8 @@ Status ReadPiece(const Section& s, int64_t elem_bytes, int64_t from, int64_t cou
 // *read_failed set; else what builder.Add answered.
 Status AddInPieces(const std::string& name, const Opened& o, DatasetBuilder* builder,
                    bool* read_failed) {
-  const int64_t n = o.labels.shape[0];
+  const int64_t n = Elements(o);
+  const size_t lead = LeadDims(o);
   const int64_t lb = o.labels.payload / n;
   const int64_t fb = o.has_features ? o.features.payload / n : 0;
   const int64_t per = std::max<int64_t>(1, kLoadPieceBytes / (lb + fb + (o.has_scores ? 4 : 0)));
@@ -385,12 +445,14 @@ Status AddInPieces(const std::string& name, const Opened& o, DatasetBuilder* bui
       chunk.set_replace(false);
       chunk.clear_row_splits();
     }
-    if (s.ok()) s = ReadPiece(o.labels, lb, from, m, o.labels.dtype, chunk.mutable_labels());
+    if (s.ok()) {
+      s = ReadPiece(o.labels, lead, lb, from, m, o.labels.dtype, chunk.mutable_labels());
+    }
     if (s.ok() && o.has_features) {
-      s = ReadPiece(o.features, fb, from, m, fdtype, chunk.mutable_features());
+      s = ReadPiece(o.features, lead, fb, from, m, fdtype, chunk.mutable_features());
     }
     if (s.ok() && o.has_scores) {
-      s = ReadPiece(o.scores, 4, from, m, o.scores.dtype, chunk.mutable_scores());
+      s = ReadPiece(o.scores, lead, 4, from, m, o.scores.dtype, chunk.mutable_scores());
     }
     if (!s.ok()) {
       *read_failed = true;
@@ -405,15 +467,18 @@ Status AddInPieces(const std::string& name, const Opened& o, DatasetBuilder* bui
 v1::DatasetInfo InfoFromHeaders(const std::string& name, const Opened& o) {
   v1::DatasetInfo info;
   info.set_name(name);
-  const int64_t total = o.labels.shape.empty() ? 1 : o.labels.shape[0];
-  info.set_num_elements(total);
-  info.set_num_rows(o.has_row_splits && !o.row_splits.shape.empty() ? o.row_splits.shape[0] - 1
-                                                                    : 1);
+  info.set_num_elements(Elements(o));
+  if (FixedRows(o)) {
+    info.set_num_rows(o.labels.shape[0]);
+  } else {
+    info.set_num_rows(o.has_row_splits && !o.row_splits.shape.empty() ? o.row_splits.shape[0] - 1
+                                                                      : 1);
+  }
   info.set_label_dtype(o.labels.dtype);
   if (o.has_features) {
     info.set_feature_dtype(o.feature_dtype != v1::DTYPE_UNSPECIFIED ? o.feature_dtype
                                                                     : o.features.dtype);
-    for (size_t i = 1; i < o.features.shape.size(); ++i)
+    for (size_t i = LeadDims(o); i < o.features.shape.size(); ++i)
       info.add_feature_shape(o.features.shape[i]);
   }
   info.set_bytes(o.payload());
@@ -776,6 +841,11 @@ Status Repository::Load(const std::string& name, const Entry& entry, bool evict,
   if (Status s = OpenDataset(dir_, name, entry.container, &o); !s.ok()) {
     return fail(s.message(), entry.version);
   }
+  if (FixedRows(o)) {
+    if (const std::string problem = FixedRowsProblem(o); !problem.empty()) {
+      return fail(problem, entry.version);
+    }
+  }
   // Sizes are known from the headers: check them against the budget before reading data.
   const int64_t want = o.payload();
   if (want > registry_->max_bytes()) {
@@ -801,8 +871,10 @@ Status Repository::Load(const std::string& name, const Entry& entry, bool evict,
     chunk.set_name(name);
     chunk.set_replace(true);
     if (Status r = ReadSections(o, &chunk); !r.ok()) return fail(r.message(), entry.version);
+    if (FixedRows(o)) FlattenRows(o, &chunk);
     s = builder.Add(chunk);
   }
+  if (s.ok() && FixedRows(o)) s = builder.SetFixedRows(o.labels.shape[0], o.labels.shape[1]);
   o.fds.clear();
   if (s.code() == Code::kResourceExhausted) {
     if (!evict) {
@@ -894,18 +966,22 @@ Status Repository::WriteTemporary(const Dataset& dataset, const std::string& tmp
   if (fd.get() < 0) {
     return Status(Code::kInternal, "cannot create " + tmp + " in --dataset-dir: " + Errno());
   }
-  const int64_t total = ds->num_elements();
-  std::vector<int64_t> feature_shape = {total};
+  // The elements' dims: [total], or [B, N] for fixed-length rows (loaded back as such).
+  const std::vector<int64_t> lead = ds->rows == Dataset::Rows::kFixed
+                                        ? std::vector<int64_t>{ds->fixed_rows, ds->row_length}
+                                        : std::vector<int64_t>{ds->num_elements()};
+  std::vector<int64_t> feature_shape = lead;
   feature_shape.insert(feature_shape.end(), ds->feature_shape.begin(), ds->feature_shape.end());
   const v1::DType ldtype = static_cast<v1::DType>(static_cast<int>(ds->label_dtype));
   const v1::DType fdtype = static_cast<v1::DType>(static_cast<int>(ds->feature_dtype));
-  const std::string lh = NpyHeader(ldtype, {total});
+  const std::string lh = NpyHeader(ldtype, lead);
   const std::string fh = ds->has_features() ? NpyHeader(fdtype, feature_shape) : "";
   const std::string rh =
-      ds->has_row_splits ? NpyHeader(v1::DTYPE_INT64, {static_cast<int64_t>(ds->row_splits.size())})
-                         : "";
+      ds->has_row_splits()
+          ? NpyHeader(v1::DTYPE_INT64, {static_cast<int64_t>(ds->row_splits.size())})
+          : "";
   const bool has_scores = !ds->scores.empty();
-  const std::string sh = has_scores ? NpyHeader(v1::DTYPE_FLOAT32, {total}) : "";
+  const std::string sh = has_scores ? NpyHeader(v1::DTYPE_FLOAT32, lead) : "";
   const int num_sections = has_scores ? 4 : 3;
   const size_t header_bytes = ContainerHeaderBytes(num_sections);
   char head[kContainerHeaderMax] = {};
@@ -913,7 +989,7 @@ Status Repository::WriteTemporary(const Dataset& dataset, const std::string& tmp
   std::memcpy(head + 8, ds->sha256.data(), std::min<size_t>(64, ds->sha256.size()));
   PutLe64(head + 72, lh.size() + ds->labels.size());
   PutLe64(head + 80, ds->has_features() ? fh.size() + ds->features.size() : 0);
-  PutLe64(head + 88, ds->has_row_splits ? rh.size() + ds->row_splits.size() * 8 : 0);
+  PutLe64(head + 88, ds->has_row_splits() ? rh.size() + ds->row_splits.size() * 8 : 0);
   if (has_scores) PutLe64(head + 96, sh.size() + ds->scores.size() * 4);
   const uint32_t fd32 = ds->has_features() ? static_cast<uint32_t>(fdtype) : 0;
   const size_t dtype_at = 72 + 8 * static_cast<size_t>(num_sections);
@@ -925,7 +1001,7 @@ Status Repository::WriteTemporary(const Dataset& dataset, const std::string& tmp
     s = WriteAll(fd.get(), fh.data(), fh.size());
     if (s.ok()) s = WriteAll(fd.get(), ds->features.data(), ds->features.size());
   }
-  if (s.ok() && ds->has_row_splits) {
+  if (s.ok() && ds->has_row_splits()) {
     s = WriteAll(fd.get(), rh.data(), rh.size());
     if (s.ok()) s = WriteAll(fd.get(), ds->row_splits.data(), ds->row_splits.size() * 8);
   }

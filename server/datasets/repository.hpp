@@ -8,6 +8,9 @@
 //                                      rename, or one link for a new name), or
 //   NAME.labels.npy [+ NAME.features.npy, NAME.row_splits.npy]   written by hand or a
 //                                      pipeline (NAME.dataset wins when both exist).
+//                                      2-D labels [B, N] (no row_splits) are B rows of N
+//                                      elements, held as a stride (Dataset::Rows::kFixed);
+//                                      features are then [B, N, ...], scores [B, N].
 // An upload is written to NAME.dataset.tmp-<pid>-<random>, fsynced, and then renamed (or,
 // without replace, hard-linked, so that of two replicas creating one name the first wins)
 // to NAME.dataset, and the directory is fsynced. Nothing reads a .tmp- file; one older than

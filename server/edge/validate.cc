@@ -461,24 +461,30 @@ Status NamedDatasetRows(const v1::Tensor& rows, const Dataset& ds, const Limits&
                              " is out of range [0, " + std::to_string(ds.num_rows()) +
                              ") of dataset '" + ds.name + "'");
     }
-    const int64_t begin = ds.row_splits[static_cast<size_t>(id)];
-    const int64_t len = ds.row_splits[static_cast<size_t>(id) + 1] - begin;
+    const int64_t begin = ds.row_begin(id);
     job->row_source.push_back(begin);
-    job->row_offsets.push_back(job->row_offsets.back() + len);
+    job->row_offsets.push_back(job->row_offsets.back() + (ds.row_end(id) - begin));
   }
   job->drop_batch_dim = false;
   return Status::Ok();
 }
 
-// Every row of the dataset, in order.
+// Every row of the dataset, in order. The row limit comes first: the offsets built after
+// it are O(B), and a dataset of fixed-length rows may have billions (it stores none).
 Status AllDatasetRows(const Dataset& ds, const Limits& limits, Job* job) {
-  if (ds.num_rows() > limits.max_rows) {
-    return LimitExceeded("dataset '" + ds.name + "' has " + std::to_string(ds.num_rows()) +
+  const int64_t b = ds.num_rows();
+  if (b > limits.max_rows) {
+    return LimitExceeded("dataset '" + ds.name + "' has " + std::to_string(b) +
                          " rows, over max_rows = " + std::to_string(limits.max_rows) +
                          " (--max-rows); name fewer with rows");
   }
-  job->row_offsets = ds.row_splits;
-  job->drop_batch_dim = !ds.has_row_splits;
+  if (ds.has_row_splits()) {
+    job->row_offsets = ds.row_splits;
+  } else {
+    job->row_offsets.resize(static_cast<size_t>(b) + 1);
+    for (int64_t r = 0; r <= b; ++r) job->row_offsets[static_cast<size_t>(r)] = r * ds.row_length;
+  }
+  job->drop_batch_dim = !ds.has_batch_dim();
   return Status::Ok();
 }
 

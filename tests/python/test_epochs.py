@@ -224,14 +224,16 @@ feistel_via_server.uploaded = set()
 # The lines reached with the binary spec: ROWS datasets of n rows and ELEMENTS classes 0
 # and 1 of n members. Tag 2 needs a third class: those lines go through the server with
 # three wire classes below (test_feistel_tag2_lines_through_server_with_three_classes).
-# The n = 2^31 - 1 lines stay unit-test-only (the oracle above and feistel_test.cc): a
-# dataset of 2^31 - 1 rows does not fit a test server.
+# The n = 2^31 - 1 lines (tag 0xFFFF, pass 0) go through a ROWS epoch over a repository
+# dataset of 2^31 - 1 fixed-length rows (test_feistel_lines_of_2_31_rows_through_server).
 REACHABLE = [x for x in FEISTEL if (x["tag"] in (0, 1) and x["n"] <= 70000)
              or (x["tag"] == 0xFFFF and x["pass"] == 0 and x["n"] <= 2000)]
+BIG_N = 2**31 - 1
+BIG = [x for x in FEISTEL if x["n"] == BIG_N]
 
 
 def test_feistel_lines_through_server(backend):
-    assert len(REACHABLE) == 18  # of 34: tag 2 (8 lines, below) and n = 2^31 - 1 (8) not
+    assert len(REACHABLE) == 18  # of 34: tag 2 (8 lines) and n = 2^31 - 1 (8 lines) below
     feistel_via_server.uploaded = set()
     name = "ep-feistel-" + ("sim" if backend.info().backend == "cuda-sim" else "cpu")
     for line in REACHABLE:
@@ -866,14 +868,14 @@ def test_elements_refuses_ranked_selections_and_scores(client):
 # class 2 (label 2) at indices 0..n-1 with count 1, class 0 (label 0) with count 1 and more
 # members than any global step of the line needs (it sets G), class 1 (label 1) with count
 # 0. Global step pass * n + x then returns class 2's member pi(n, 2, pass)(x) = index pi(x).
-# The n = 2^31 - 1 lines stay unit-test-only (the oracle above and feistel_test.cc): a
-# dataset of 2^31 - 1 rows or elements does not fit a test server.
+# With the n = 2^31 - 1 lines (test_feistel_lines_of_2_31_rows_through_server) every line of
+# feistel.jsonl goes through a server.
 TAG2 = [x for x in FEISTEL if x["tag"] == 2]
 
 
 def test_feistel_tag2_lines_through_server_with_three_classes(backend):
     assert len(TAG2) == 8 and all(x["n"] <= 70000 for x in TAG2)
-    assert len(REACHABLE) + len(TAG2) + sum(x["n"] == 2**31 - 1 for x in FEISTEL) == len(FEISTEL)
+    assert len(REACHABLE) + len(TAG2) + len(BIG) == len(FEISTEL)
     name = "ep-feistel-tag2-" + ("sim" if backend.info().backend == "cuda-sim" else "cpu")
     uploaded = None
     for line in TAG2:
@@ -893,6 +895,69 @@ def test_feistel_tag2_lines_through_server_with_three_classes(backend):
         picked = [int(i) for i in r.indices if 0 <= i < n]
         assert len(picked) == 1, r.indices
         assert picked[0] == line["pi"], line
+
+
+# The 8 lines of n = 2^31 - 1 (tag 0xFFFF, pass 0: pi(B, 0xFFFF, 0) of a ROWS epoch over
+# B = 2^31 - 1 rows). The dataset is a hand-written repository file of fixed-length rows,
+# labels int8 [B, 1] (2 GiB, held as a stride: row_splits would add 16 GiB), all zeros but
+# for marker i + 1 at row pi of line i. Step x of a ROWS epoch with world_size 1 and one row
+# per step is dataset row pi(x); sampling it with K = 1 and positive_label = the marker
+# answers the marker, while any other row answers 0 (a negative) or nothing (another
+# marker is neither class). The file is sparse (its zeros take no disk) and removed after.
+# Memory: the CPU server holds 2 GiB; cuda-sim holds the host copy and its "device" copy
+# while it loads (4 GiB), then the device copy. --max-dataset-bytes is raised to 3 GB.
+@pytest.fixture(scope="module")
+def big_rows_repository(tmp_path_factory):
+    assert len(BIG) == 8 and all(x["tag"] == 0xFFFF and x["pass"] == 0 for x in BIG)
+    assert len({x["pi"] for x in BIG}) == 8
+    repo = tmp_path_factory.mktemp("big-rows")
+    tmp = repo / ".big.partial"
+    labels = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int8, shape=(BIG_N, 1))
+    for i, line in enumerate(BIG):
+        labels[line["pi"], 0] = i + 1
+    labels.flush()
+    del labels
+    tmp.rename(repo / "big.labels.npy")
+    yield repo
+    (repo / "big.labels.npy").unlink()
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda-sim"])
+def test_feistel_lines_of_2_31_rows_through_server(big_rows_repository, tmp_path, device):
+    s = start_server(tmp_path / "server", device=device, extra=[
+        "--dataset-dir", str(big_rows_repository), "--max-dataset-bytes", str(3 * 10**9),
+        "--dataset-poll-seconds", "0"])
+    try:
+        with gpusampler.Client(s.target, timeout=60) as c:
+            assert c.info().backend == device
+            (info,) = [d for d in c.list_datasets() if d.name == "big"]
+            # 2^31 - 1 rows of one element, and only the labels held.
+            assert (info.num_rows, info.num_elements, info.bytes) == (BIG_N, BIG_N, BIG_N)
+            for i, line in enumerate(BIG):
+                r = c.sample(dataset="big", num_samples=1, seed=1, positive_label=i + 1,
+                             negative_label=0, epoch=epoch(
+                                 mode="rows", world_size=1, rank=0, step=line["x"],
+                                 rows_per_step=1, epoch=line["epoch"],
+                                 shuffle_seed=line["shuffle_seed"]))
+                assert r.epoch_steps == BIG_N
+                assert r.labels.tolist() == [[i + 1]], (line, r.labels, r.indices)
+                assert r.indices.tolist() == [[0]] and r.num_positive.tolist() == [1]
+            # The same row named with `rows`: the epoch step is that request.
+            last = BIG[-1]
+            same_answer(c.sample(dataset="big", num_samples=1, seed=1, positive_label=8,
+                                 rows=np.array([last["pi"]], np.int64)),
+                        r)
+            # A row next to a marker is a zero row: a wrong permutation would land on one.
+            r = c.sample(dataset="big", num_samples=1, seed=1, positive_label=8,
+                         rows=np.array([(last["pi"] + 1) % BIG_N], np.int64))
+            assert r.labels.tolist() == [[0]]
+            # The whole dataset is refused by --max-rows before anything of its size is built.
+            with pytest.raises(gpusampler.GpuSamplerError) as err:
+                c.sample(dataset="big", num_samples=1)
+            assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value.details
+            assert f"has {BIG_N} rows, over max_rows" in err.value.details
+    finally:
+        assert stop_server(s) == 0, s.log_text()
 
 
 def test_golden_elements_lines_use_no_classes():

@@ -635,5 +635,254 @@ TEST(DatasetTest, DatasetDirIsLoadedBeforeServing) {
   EXPECT_NE(s.error_message().find("broken.labels.npy"), std::string::npos) << s.error_message();
 }
 
+// ---- Fixed-length rows: a 2-D NAME.labels.npy [B, N], held as a stride ----
+
+// `host` (rows of one length N) as 2-D files: labels [B, N], features [B, N, dim].
+void WriteFixedRows(const std::string& dir, const std::string& name, const HostDataset& host) {
+  const int64_t b = static_cast<int64_t>(host.rows.size());
+  const int64_t n = static_cast<int64_t>(host.rows[0].size());
+  v1::Tensor labels = Int64Tensor(host.Flat());
+  labels.clear_shape();
+  labels.add_shape(b);
+  labels.add_shape(n);
+  ASSERT_EQ(client::WriteNpy(dir + "/" + name + ".labels.npy", labels), "");
+  v1::Tensor features = host.Features(0, b * n);
+  features.clear_shape();
+  for (int64_t d : {b, n, host.dim}) features.add_shape(d);
+  ASSERT_EQ(client::WriteNpy(dir + "/" + name + ".features.npy", features), "");
+}
+
+HostDataset FixedDataset(int64_t rows, int64_t n, int64_t dim, uint64_t seed) {
+  HostDataset ds;
+  ds.dim = dim;
+  for (int64_t r = 0; r < rows; ++r) ds.rows.push_back(RandomRow(n, seed * 1000 + r));
+  return ds;
+}
+
+v1::DatasetInfo InfoOf(v1::Sampler::Stub* stub, const std::string& name) {
+  grpc::ClientContext ctx;
+  v1::ListDatasetsResponse resp;
+  EXPECT_TRUE(stub->ListDatasets(&ctx, v1::ListDatasetsRequest(), &resp).ok());
+  for (const auto& d : resp.datasets()) {
+    if (d.name() == name) return d;
+  }
+  ADD_FAILURE() << "no dataset " << name;
+  return {};
+}
+
+// The accessors of the three row shapes, and the builder's checks of a fixed shape.
+TEST(DatasetTest, FixedRowsAreAStrideTheBuilderChecks) {
+  DatasetRegistry registry(1 << 20);
+  v1::DatasetChunk chunk;
+  chunk.set_name("fix");
+  *chunk.mutable_labels() = Int64Tensor(std::vector<int64_t>(12, 1));
+  {
+    DatasetBuilder builder(&registry, Limits());
+    ASSERT_TRUE(builder.Add(chunk).ok());
+    ASSERT_TRUE(builder.SetFixedRows(3, 4).ok());
+    ASSERT_TRUE(builder.Seal().ok());
+    const Dataset& ds = *builder.dataset();
+    EXPECT_EQ(ds.num_rows(), 3);
+    EXPECT_EQ(ds.num_elements(), 12);
+    EXPECT_EQ(ds.row_begin(0), 0);
+    EXPECT_EQ(ds.row_begin(2), 8);
+    EXPECT_EQ(ds.row_end(2), 12);
+    EXPECT_TRUE(ds.row_splits.empty());  // nothing O(B) is stored
+    EXPECT_TRUE(ds.has_batch_dim());
+    EXPECT_FALSE(ds.has_row_splits());
+    EXPECT_EQ(ds.bytes, 12 * 8);  // labels only: no row_splits held, none counted
+  }
+  {  // [3, 5] is 15 elements, not the 12 sent
+    DatasetBuilder builder(&registry, Limits());
+    ASSERT_TRUE(builder.Add(chunk).ok());
+    ASSERT_TRUE(builder.SetFixedRows(3, 5).ok());
+    const Status s = builder.Seal();
+    EXPECT_EQ(s.code(), Code::kInvalidArgument);
+    EXPECT_NE(s.message().find("labels are [3, 5] but the chunks carried 12"), std::string::npos)
+        << s.message();
+  }
+  {  // overflowing B * N
+    DatasetBuilder builder(&registry, Limits());
+    ASSERT_TRUE(builder.Add(chunk).ok());
+    ASSERT_TRUE(builder.SetFixedRows(int64_t{1} << 62, 8).ok());
+    EXPECT_EQ(builder.Seal().code(), Code::kInvalidArgument);
+  }
+  {  // a fixed shape and row_splits both
+    v1::DatasetChunk ragged = chunk;
+    *ragged.mutable_row_splits() = Int64Tensor({0, 5, 12});
+    DatasetBuilder builder(&registry, Limits());
+    ASSERT_TRUE(builder.Add(ragged).ok());
+    const Status s = builder.SetFixedRows(3, 4);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument);
+    EXPECT_NE(s.message().find("row_splits"), std::string::npos) << s.message();
+    ASSERT_TRUE(builder.Seal().ok());
+    EXPECT_EQ(builder.dataset()->num_rows(), 2);
+    EXPECT_EQ(builder.dataset()->row_begin(1), 5);
+    EXPECT_EQ(builder.dataset()->row_end(1), 12);
+    EXPECT_EQ(builder.dataset()->bytes, 12 * 8 + 3 * 8);
+  }
+  {  // one row: 1-D labels, answered without a batch dim
+    DatasetBuilder builder(&registry, Limits());
+    ASSERT_TRUE(builder.Add(chunk).ok());
+    ASSERT_TRUE(builder.Seal().ok());
+    EXPECT_EQ(builder.dataset()->num_rows(), 1);
+    EXPECT_EQ(builder.dataset()->row_end(0), 12);
+    EXPECT_FALSE(builder.dataset()->has_batch_dim());
+  }
+  EXPECT_EQ(registry.bytes(), 0);  // nothing committed, every reservation released
+}
+
+// A 2-D labels file [B, N] (with features [B, N, dim]) loads as B rows of N elements, and
+// sampling it (all rows, named rows, a ROWS epoch step) equals the same rows inline and the
+// same rows stored with row_splits.
+TEST(DatasetTest, A2DLabelsFileIsFixedLengthRowsEqualToTheSameRowsInline) {
+  const std::string dir = TempDir();
+  const HostDataset host = FixedDataset(6, 50, 3, 61);
+  WriteFixedRows(dir, "fix", host);
+  ASSERT_EQ(client::WriteNpy(dir + "/rag.labels.npy", Int64Tensor(host.Flat())), "");
+  ASSERT_EQ(client::WriteNpy(dir + "/rag.features.npy", host.Features(0, 300)), "");
+  ASSERT_EQ(client::WriteNpy(dir + "/rag.row_splits.npy", Int64Tensor(host.Splits())), "");
+  ServerConfig config = TestConfig();
+  config.dataset_dir = dir;
+  auto t = StartServer(config);
+  const v1::DatasetInfo info = InfoOf(t.stub.get(), "fix");
+  EXPECT_EQ(info.num_rows(), 6);
+  EXPECT_EQ(info.num_elements(), 300);
+  EXPECT_EQ(info.bytes(), 300 * 8 + 300 * 3 * 4);  // no row_splits held
+  EXPECT_EQ(std::vector<int64_t>(info.feature_shape().begin(), info.feature_shape().end()),
+            std::vector<int64_t>{3});
+  EXPECT_EQ(InfoOf(t.stub.get(), "rag").bytes(), info.bytes() + 7 * 8);
+  EXPECT_EQ(InfoOf(t.stub.get(), "rag").sha256(), info.sha256());  // the same bytes
+
+  const std::vector<int64_t> all = {0, 1, 2, 3, 4, 5};
+  for (const auto& [ids, with_rows] :
+       {std::pair<std::vector<int64_t>, bool>{all, false}, {{4, 1, 4}, true}, {{5}, true}}) {
+    v1::SampleResponse got, rag, want;
+    ASSERT_TRUE(
+        Sample(t.stub.get(), DatasetRequest("fix", ids, with_rows, true, 8, 20), &got).ok());
+    ASSERT_TRUE(
+        Sample(t.stub.get(), DatasetRequest("rag", ids, with_rows, true, 8, 20), &rag).ok());
+    ASSERT_TRUE(Sample(t.stub.get(), host.Inline(ids, true, 8, 20), &want).ok());
+    ExpectSameAnswer(got, want, "fixed rows vs inline, " + std::to_string(ids.size()) + " rows");
+    ExpectSameAnswer(got, rag, "fixed rows vs row_splits, " + std::to_string(ids.size()) + " rows");
+    EXPECT_EQ(got.indices().shape_size(), 2);  // [B', K]: a batch dim, as with row_splits
+  }
+  // A ROWS epoch step is the `rows` request of its rows.
+  v1::SampleRequest step = DatasetRequest("fix", {}, false, false, 8, 20);
+  step.mutable_epoch()->set_mode(v1::EPOCH_MODE_ROWS);
+  step.mutable_epoch()->set_world_size(2);
+  step.mutable_epoch()->set_rank(1);
+  step.mutable_epoch()->set_rows_per_step(2);
+  step.mutable_epoch()->set_shuffle_seed(5);
+  v1::SampleResponse a, b;
+  ASSERT_TRUE(Sample(t.stub.get(), step, &a).ok());
+  step.set_dataset("rag");
+  ASSERT_TRUE(Sample(t.stub.get(), step, &b).ok());
+  ExpectSameAnswer(a, b, "a ROWS step, fixed rows vs row_splits");
+  EXPECT_EQ(a.epoch_steps(), 2);  // ceil(ceil(6 / 2) / 2)
+}
+
+// A 2-D labels file that is not loaded (no room beside another) is listed from its headers
+// with the same rows, elements, bytes and feature shape it has once loaded.
+TEST(DatasetTest, A2DLabelsFileIsListedFromItsHeadersAsFixedRows) {
+  const std::string dir = TempDir();
+  const HostDataset host = FixedDataset(6, 50, 3, 63);
+  WriteFixedRows(dir, "a", host);
+  WriteFixedRows(dir, "b", host);
+  ServerConfig config = TestConfig();
+  config.dataset_dir = dir;
+  config.max_dataset_bytes = 7000;  // one of the two (6000 bytes each) at a time
+  auto t = StartServer(config);
+  grpc::ClientContext ctx;
+  v1::ListDatasetsResponse resp;
+  ASSERT_TRUE(t.stub->ListDatasets(&ctx, v1::ListDatasetsRequest(), &resp).ok());
+  ASSERT_EQ(resp.datasets_size(), 2);
+  int listed_from_headers = 0;
+  for (const v1::DatasetInfo& d : resp.datasets()) {
+    listed_from_headers += d.devices().empty();
+    EXPECT_EQ(d.num_rows(), 6) << d.name();
+    EXPECT_EQ(d.num_elements(), 300) << d.name();
+    EXPECT_EQ(d.bytes(), 6000) << d.name();
+    EXPECT_EQ(std::vector<int64_t>(d.feature_shape().begin(), d.feature_shape().end()),
+              std::vector<int64_t>{3})
+        << d.name();
+  }
+  EXPECT_EQ(listed_from_headers, 1);
+}
+
+// A dataset of 2^40 empty rows ([2^40, 0]: no bytes) costs nothing to hold, and every
+// request on it stays O(its own rows): all rows are refused by --max-rows before any
+// O(B) offsets exist (built first, they would be 8 TiB), while named rows and ROWS epoch
+// steps are answered.
+TEST(DatasetTest, AHugeFixedRowsDatasetIsRefusedWholeByTheRowLimitFirst) {
+  const std::string dir = TempDir();
+  const int64_t b = int64_t{1} << 40;
+  v1::Tensor labels;
+  labels.set_dtype(v1::DTYPE_INT8);
+  labels.add_shape(b);
+  labels.add_shape(0);
+  ASSERT_EQ(client::WriteNpy(dir + "/huge.labels.npy", labels), "");
+  ServerConfig config = TestConfig();
+  config.dataset_dir = dir;
+  auto t = StartServer(config);
+  const v1::DatasetInfo info = InfoOf(t.stub.get(), "huge");
+  EXPECT_EQ(info.num_rows(), b);
+  EXPECT_EQ(info.num_elements(), 0);
+  EXPECT_EQ(info.bytes(), 0);
+
+  v1::SampleResponse resp;
+  const grpc::Status whole =
+      Sample(t.stub.get(), DatasetRequest("huge", {}, false, false, 1, 4), &resp);
+  EXPECT_EQ(whole.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(whole.error_message().find("has 1099511627776 rows, over max_rows = 65536"),
+            std::string::npos)
+      << whole.error_message();
+
+  ASSERT_TRUE(
+      Sample(t.stub.get(), DatasetRequest("huge", {b - 1, 0}, true, false, 1, 4), &resp).ok());
+  EXPECT_EQ(resp.indices().shape(0), 2);
+  const grpc::Status past =
+      Sample(t.stub.get(), DatasetRequest("huge", {b}, true, false, 1, 4), &resp);
+  EXPECT_EQ(past.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(past.error_message().find("rows[0] = 1099511627776 is out of range [0, "
+                                      "1099511627776)"),
+            std::string::npos)
+      << past.error_message();
+
+  v1::SampleRequest step = DatasetRequest("huge", {}, false, false, 1, 4);
+  step.mutable_epoch()->set_mode(v1::EPOCH_MODE_ROWS);
+  step.mutable_epoch()->set_world_size(1);
+  step.mutable_epoch()->set_rows_per_step(3);
+  step.mutable_epoch()->set_step(12345);
+  ASSERT_TRUE(Sample(t.stub.get(), step, &resp).ok());
+  EXPECT_EQ(resp.epoch_steps(), (b + 2) / 3);
+  EXPECT_EQ(resp.indices().shape(0), 3);
+}
+
+// A 2-D labels file whose companions do not match it is a bad file naming them (and the
+// other datasets load).
+TEST(DatasetTest, A2DLabelsFileWithMismatchedCompanionsIsABadFile) {
+  const std::string dir = TempDir();
+  const HostDataset host = FixedDataset(4, 10, 2, 62);
+  WriteFixedRows(dir, "good", host);
+  WriteFixedRows(dir, "split", host);  // and row_splits beside it
+  ASSERT_EQ(client::WriteNpy(dir + "/split.row_splits.npy", Int64Tensor(host.Splits())), "");
+  WriteFixedRows(dir, "feat", host);  // features [40, 2] instead of [4, 10, 2]
+  ASSERT_EQ(client::WriteNpy(dir + "/feat.features.npy", host.Features(0, 40)), "");
+  ServerConfig config = TestConfig();
+  config.dataset_dir = dir;
+  auto t = StartServer(config);
+  EXPECT_EQ(Names(t.stub.get()), (std::vector<std::string>{"good"}));
+  for (const auto& [name, names] :
+       {std::pair<std::string, std::string>{"split", "split.row_splits.npy is given, but"},
+        {"feat", "feat.features.npy has shape [40, 2], must be [4, 10, ...]"}}) {
+    v1::SampleResponse resp;
+    const grpc::Status s =
+        Sample(t.stub.get(), DatasetRequest(name, {0}, true, false, 1, 4), &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << name;
+    EXPECT_NE(s.error_message().find(names), std::string::npos) << s.error_message();
+  }
+}
+
 }  // namespace
 }  // namespace gpusampler::server::testing

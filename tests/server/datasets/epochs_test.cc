@@ -298,7 +298,7 @@ TEST(EpochsTest, MemberListsCountTowardTheBudget) {
   ds->label_dtype = kernels::DType::kInt8;
   ds->labels = kernels::HostBytes(1000);
   for (size_t i = 0; i < 1000; ++i) ds->labels.data()[i] = static_cast<uint8_t>(i % 2);
-  ds->row_splits = {0, 1000};
+  ds->row_length = 1000;  // one row of 1000 elements
   ds->bytes = 1000;
   ASSERT_TRUE(registry.Reserve(1000).ok());
   ASSERT_TRUE(registry.Commit(ds, false).ok());

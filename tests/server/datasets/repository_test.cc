@@ -255,5 +255,42 @@ TEST(RepositoryTest, BudgetPushbackIsPositiveOnlyWhileUploadsInProgressHoldIt) {
   EXPECT_EQ(s.retry_pushback_ms(), kDoNotRetry);
 }
 
+// Fixed-length rows committed to a container are written with 2-D labels [B, N] (and
+// features [B, N, ...]) and load back as the same stride, no row_splits section.
+TEST(RepositoryTest, FixedRowsCommittedToAContainerLoadBackAsFixedRows) {
+  const std::string dir = TempDir();
+  Counts counts;
+  auto registry = OpenRepository(dir, 1 << 20, &counts);
+  v1::DatasetChunk chunk;
+  chunk.set_name("cf");
+  *chunk.mutable_labels() = Labels(12, 5);
+  v1::Tensor* f = chunk.mutable_features();
+  f->set_dtype(v1::DTYPE_INT16);
+  f->add_shape(12);
+  f->add_shape(2);
+  for (int i = 0; i < 24; ++i) f->mutable_data()->append({static_cast<char>(i), 0});
+  DatasetBuilder builder(registry.get(), Limits());
+  ASSERT_TRUE(builder.Add(chunk).ok());
+  ASSERT_TRUE(builder.SetFixedRows(3, 4).ok());
+  std::shared_ptr<const Dataset> stored;
+  const Status s = builder.Commit(&stored);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(Files(dir), (std::set<std::string>{"cf.dataset"}));
+
+  Counts other_counts;
+  auto other = OpenRepository(dir, 1 << 20, &other_counts);
+  EXPECT_EQ(other_counts.ok, 1);
+  Status status;
+  const auto loaded = other->Acquire("cf", &status);
+  ASSERT_TRUE(loaded) << status.message();
+  EXPECT_EQ(loaded->rows, Dataset::Rows::kFixed);
+  EXPECT_EQ(loaded->num_rows(), 3);
+  EXPECT_EQ(loaded->row_begin(2), 8);
+  EXPECT_EQ(loaded->feature_shape, std::vector<int64_t>{2});
+  EXPECT_TRUE(loaded->row_splits.empty());
+  EXPECT_EQ(loaded->sha256, stored->sha256);
+  EXPECT_EQ(loaded->bytes, 12 * 8 + 24 * 2);
+}
+
 }  // namespace
 }  // namespace gpusampler::server::testing
