@@ -25,15 +25,20 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$PWD/tests
 # they do through intercepted calls (pthread, file descriptors) still counts.
 export TSAN_OPTIONS="halt_on_error=0:exitcode=66:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$PWD/tests/sanitizers/tsan.supp"
 
+# Each phase prints its time, so that CI's time can be cut where it goes.
+phase_start=$SECONDS
+phase() { echo "sanitizers.sh: $1 $(( SECONDS - phase_start )) s"; phase_start=$SECONDS; }
 cmake --preset asan
 cmake --build build-asan -j "$JOBS" --target gpusampler_kernels_test gpusampler_server_test \
   gpusampler_request_fuzzer
+phase "asan build"
 # kernels includes the cuda-sim backends (cudasim, cudasimlarge, cudasimdevice), CudaSimTest and
 # the CudaLauncher tests on the sim device; cuda-sim is the server suite with CUDA workers on it.
 # ClassesLargeTest (one 2^27-element row on the CPU, ~7 GB) runs in make test; under ASan it
 # would add minutes and check nothing the smaller class tests do not.
 ctest --test-dir build-asan -L 'kernels|server|cuda-sim' -E '^kernels_isa_|ClassesLargeTest' \
   --output-on-failure -j "$JOBS"
+phase "asan ctest"
 
 corpus=build-asan/fuzz-corpus
 mkdir -p "$corpus" build-asan/fuzz-seeds
@@ -41,6 +46,7 @@ mkdir -p "$corpus" build-asan/fuzz-seeds
 build-asan/bin/gpusampler_request_fuzzer -max_total_time="$FUZZ_SECONDS" -max_len=65536 \
   -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build-asan/ \
   "$corpus" build-asan/fuzz-seeds 2>&1 | tail -n 25
+phase "fuzz"
 
 # TSan (default; TSAN=0 skips it). Debian's gRPC and abseil are uninstrumented, so the
 # happens-before edges they create (an operation's tag handed to gRPC on one thread and run on
@@ -55,6 +61,7 @@ if [ "${TSAN:-1}" != 0 ]; then
     gpusampler_client_unit_test gpusampler_client_server_test gpusampler_kernels_test
   clang++ -std=c++17 -shared -fPIC -O1 -Wall tests/sanitizers/tsan_grpc_sync.cc \
     -o build-tsan/libtsan_grpc_sync.so -ldl -lpthread
+  phase "tsan build"
   # BinaryTest.* drive a spawned gpusampler-server process through its port file, signals
   # and timing; TSan in the test process sees only its gRPC client, and its slowdown makes
   # their in-flight windows flaky (a drain test once saw fewer than 3 requests in flight).
@@ -76,6 +83,7 @@ if [ "${TSAN:-1}" != 0 ]; then
   LD_PRELOAD="$PWD/build-tsan/libtsan_grpc_sync.so" \
     ctest --test-dir build-tsan -L 'kernels|cuda-sim' -R "$sim_kernels|$sim_server" \
     --output-on-failure -j "$JOBS"
+  phase "tsan ctest"
   echo "sanitizers.sh: tsan $(( SECONDS - tsan_start )) s"
 fi
 
