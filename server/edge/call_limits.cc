@@ -1,5 +1,7 @@
 #include "edge/call_limits.hpp"
 
+#include <functional>
+
 #include "edge/request_bytes.hpp"
 
 namespace gpusampler::server {
@@ -61,16 +63,15 @@ CallTicket::~CallTicket() {
 }
 
 bool CallTicket::Take(CallLimits* limits, std::string peer, Status* status) {
+  ByteOwner::SetCurrent(nullptr);  // the fixed overhead below is no connection's share
   *status = limits->Admit(peer);
-  if (!status->ok()) {
-    ByteOwner::SetCurrent(nullptr);  // nothing this thread charges next is another call's
-    return false;
-  }
+  if (!status->ok()) return false;  // nothing this thread charges next is another call's
   limits_ = limits;
   peer_ = std::move(peer);
   auto share = limits->Share(peer_);  // there: this call is counted in it
   if (!share) share = std::make_shared<std::atomic<int64_t>>(0);
-  owner_ = std::make_shared<ByteOwner>(std::move(share));
+  const uintptr_t id = std::hash<std::string>()(peer_) | 1;  // 0 is "no connection"
+  owner_ = std::make_shared<ByteOwner>(std::move(share), id);
   ByteOwner::SetCurrent(owner_);
   return true;
 }

@@ -23,16 +23,16 @@ namespace gpusampler::server {
 // the fair-share rule needs to know which connection holds what. Thread-safe.
 class ByteOwner {
  public:
-  // `connection` is the share of every call on one connection (CallLimits keeps them).
-  explicit ByteOwner(std::shared_ptr<std::atomic<int64_t>> connection)
-      : connection_(std::move(connection)) {}
+  // `connection` is the share of every call on one connection (CallLimits keeps them), and
+  // `id` names the connection (not 0), also across the shares it is given over time.
+  ByteOwner(std::shared_ptr<std::atomic<int64_t>> connection, uintptr_t id)
+      : connection_(std::move(connection)), id_(id) {}
   ByteOwner(const ByteOwner&) = delete;
   ByteOwner& operator=(const ByteOwner&) = delete;
 
   // The bytes every call of this connection holds.
   int64_t connection_bytes() const { return connection_->load(std::memory_order_relaxed); }
-  // Identifies the connection (the address of its share).
-  uintptr_t connection_id() const { return reinterpret_cast<uintptr_t>(connection_.get()); }
+  uintptr_t connection_id() const { return id_; }
   int64_t held() const;
   void Add(int64_t bytes);
   void Remove(int64_t bytes);
@@ -58,6 +58,7 @@ class ByteOwner {
 
  private:
   const std::shared_ptr<std::atomic<int64_t>> connection_;
+  const uintptr_t id_;
   mutable std::mutex mu_;
   int64_t held_ = 0;
   bool closed_ = false;

@@ -28,8 +28,8 @@ std::shared_ptr<std::atomic<int64_t>> NewConnection() {
 TEST(FairBudgetTest, NoConnectionGrowsPastHalfWhileAnotherWaits) {
   ByteBudget budget(1000);
   const auto t0 = ByteBudget::Clock::now();
-  ByteOwner a(NewConnection());
-  ByteOwner b(NewConnection());
+  ByteOwner a(NewConnection(), 1);
+  ByteOwner b(NewConnection(), 2);
   // Alone, a connection may take more than half.
   EXPECT_EQ(budget.TryCharge(600, &a, t0), Refusal::kNone);
   EXPECT_FALSE(budget.UnderPressure(t0));
@@ -56,7 +56,7 @@ TEST(FairBudgetTest, NoConnectionGrowsPastHalfWhileAnotherWaits) {
 TEST(FairBudgetTest, OwnRefusalAndOversizeRequestsDoNotLimitTheShare) {
   ByteBudget budget(1000);
   const auto t0 = ByteBudget::Clock::now();
-  ByteOwner a(NewConnection());
+  ByteOwner a(NewConnection(), 1);
   // A charge over the whole budget can never succeed: nobody waits for it.
   EXPECT_EQ(budget.TryCharge(5000, &a, t0), Refusal::kFull);
   EXPECT_FALSE(budget.UnderPressure(t0));
@@ -73,8 +73,8 @@ TEST(FairBudgetTest, OwnRefusalAndOversizeRequestsDoNotLimitTheShare) {
 TEST(FairBudgetTest, CallsOfOneConnectionShareItsBytesUntilTheyEnd) {
   ByteBudget budget(1 << 20);
   auto connection = NewConnection();
-  ByteOwner first(connection);
-  ByteOwner second(connection);
+  ByteOwner first(connection, 1);
+  ByteOwner second(connection, 1);
   EXPECT_EQ(budget.TryCharge(1000, &first), Refusal::kNone);
   EXPECT_EQ(budget.TryCharge(500, &second), Refusal::kNone);
   EXPECT_EQ(first.connection_bytes(), 1500);
@@ -123,6 +123,15 @@ TEST(FairBudgetTest, ChargeUsesTheThreadsCurrentOwnerAndNamesTheNumbers) {
     EXPECT_GT(over.retry_pushback_ms(), 0);
   }
   EXPECT_EQ(ByteOwner::Current(), b.owner());  // the scope restored it
+  // A connection is the same one for every call it makes (its own refusals are not
+  // "another waits"), and its calls share its bytes.
+  {
+    CallTicket again;
+    ASSERT_TRUE(again.Take(&roomy, "ipv4:127.0.0.1:1", &admitted));
+    EXPECT_EQ(again.owner()->connection_id(), a.owner()->connection_id());
+    EXPECT_NE(again.owner()->connection_id(), b.owner()->connection_id());
+    EXPECT_EQ(again.owner()->connection_bytes(), 600);
+  }
   // A refused admission leaves no owner for what this thread charges next.
   CallLimits none(1, 1, &big);
   CallTicket c;
@@ -175,12 +184,17 @@ TEST(FairBudgetTest, NeverReadingStreamLosesItsBytesWhenAnotherCallWaits) {
   const grpc::Status refused = other->Sample(&refused_ctx, big, &resp);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
   // The stall check ends the never-reader within about a second; the retry is served.
+  std::string last;
   EXPECT_TRUE(WaitFor(
       [&] {
         grpc::ClientContext retry;
-        return other->Sample(&retry, big, &resp).ok();
+        const grpc::Status r = other->Sample(&retry, big, &resp);
+        last = r.error_message();
+        return r.ok();
       },
-      std::chrono::seconds(30)));
+      std::chrono::seconds(30)))
+      << "first: " << refused.error_message() << "; last: " << last
+      << "; held: " << Metric(t, "gpusampler_inflight_bytes");
   v1::SampleResponse unread;
   while (stream->Read(&unread)) {
   }
