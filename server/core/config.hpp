@@ -111,13 +111,16 @@ inline int64_t StreamInflightBytes(const ServerConfig& config) {
 }
 
 // The fixed part of the default transport quota: connection and stream buffers, headers,
-// and the message being read while the budget is full.
+// and the start of messages still arriving while the budget is full.
 constexpr int64_t kTransportAllowanceBytes = int64_t{32} << 20;
-// gRPC's memory quota: --transport-quota-bytes, or when 0 a quarter above
-// --max-inflight-bytes plus kTransportAllowanceBytes (issue 31, item 7).
+// gRPC's memory quota: --transport-quota-bytes, or when 0 half of --max-inflight-bytes plus
+// kTransportAllowanceBytes (issue 31, item 7). The budget charges each request twice
+// (received and parsed) and the received half is also in gRPC's quota, so the two together
+// hold about the budget plus the allowance. A request the budget can take (at most half of
+// it) always fits the quota alone.
 inline int64_t TransportQuotaBytes(const ServerConfig& config) {
   if (config.transport_quota_bytes > 0) return config.transport_quota_bytes;
-  return config.max_inflight_bytes + config.max_inflight_bytes / 4 + kTransportAllowanceBytes;
+  return config.max_inflight_bytes / 2 + kTransportAllowanceBytes;
 }
 
 // Registers every flag of `config` on `app` (defaults are the current values); numeric flags

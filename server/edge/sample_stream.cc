@@ -83,15 +83,14 @@ void StreamCall::EndStall() {
               std::chrono::milliseconds(svc_->config().stream_write_timeout_ms);
   }
   const std::string message =
-      pressed
-          ? "the client has not read an answer for " +
-                std::to_string(svc_->config().pressure_write_timeout_ms) +
-                " ms while other calls waited for the byte budget "
-                "(--pressure-write-timeout-ms; --stream-write-timeout-ms otherwise); the "
-                "stream's bytes are released"
-          : "the client has not read an answer for " +
-                std::to_string(svc_->config().stream_write_timeout_ms) +
-                " ms (--stream-write-timeout-ms); the stream's bytes are released";
+      pressed ? "the client has not read an answer for " +
+                    std::to_string(svc_->config().pressure_write_timeout_ms) +
+                    " ms while other calls waited for the byte budget "
+                    "(--pressure-write-timeout-ms; --stream-write-timeout-ms otherwise); the "
+                    "stream's bytes are released"
+              : "the client has not read an answer for " +
+                    std::to_string(svc_->config().stream_write_timeout_ms) +
+                    " ms (--stream-write-timeout-ms); the stream's bytes are released";
   spdlog::warn("SampleStream from {}: {}", stall_peer_, message);
   grpc_call_cancel_with_status(stall_call_, GRPC_STATUS_RESOURCE_EXHAUSTED, message.c_str(),
                                nullptr);
