@@ -100,7 +100,13 @@ const Flag kFlags[] = {
     {"--max-inflight-bytes", &ServerConfig::max_inflight_bytes,
      "request and response bytes held at once (queued, running, being written)", 1, kInt64Max},
     {"--max-stream-inflight-bytes", &ServerConfig::max_stream_inflight_bytes,
-     "bytes one SampleStream may hold before it stops reading", 1, kInt64Max},
+     "bytes one SampleStream may hold before it stops reading (0 = a quarter of "
+     "--max-inflight-bytes)",
+     0, kInt64Max},
+    {"--transport-quota-bytes", &ServerConfig::transport_quota_bytes,
+     "gRPC's memory quota for bytes the transport holds (arriving, or received and not yet "
+     "released); 0 = half of --max-inflight-bytes + 32 MiB",
+     0, kInt64Max},
     {"--max-concurrent-streams", &ServerConfig::max_concurrent_streams,
      "concurrent calls per connection (advertised, and enforced: beyond it "
      "RESOURCE_EXHAUSTED)",
@@ -108,6 +114,10 @@ const Flag kFlags[] = {
     {"--stream-write-timeout-ms", &ServerConfig::stream_write_timeout_ms,
      "a SampleStream whose client has not read an answer this long ends RESOURCE_EXHAUSTED "
      "and releases its bytes",
+     1, 86400e3},
+    {"--pressure-write-timeout-ms", &ServerConfig::pressure_write_timeout_ms,
+     "while calls wait for --max-inflight-bytes (one was refused within the last second), "
+     "--stream-write-timeout-ms shrinks to this: never-reading streams lose their bytes first",
      1, 86400e3},
     {"--max-dataset-bytes", &ServerConfig::max_dataset_bytes,
      "bytes of resident datasets (stored, uploading, and replaced until the new one commits)", 0,

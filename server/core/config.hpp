@@ -66,9 +66,13 @@ struct ServerConfig {
   // Request and response bytes held at once (queued, running, waiting to be written);
   // a request over it gets RESOURCE_EXHAUSTED with a retry pushback.
   int64_t max_inflight_bytes = int64_t{1} << 30;
-  // Bytes one SampleStream may hold before it stops reading (at least one request runs).
-  int64_t max_stream_inflight_bytes = int64_t{256} << 20;
+  // Bytes one SampleStream may hold before it stops reading (at least one request runs);
+  // 0 = a quarter of max_inflight_bytes (StreamInflightBytes).
+  int64_t max_stream_inflight_bytes = 0;
   int64_t max_concurrent_streams = 128;  // HTTP/2 streams (calls) per connection
+  // gRPC's memory quota (bytes the transport holds: still arriving, or received and not yet
+  // released); 0 = TransportQuotaBytes' default, which follows max_inflight_bytes.
+  int64_t transport_quota_bytes = 0;
   // The dataset repository (SPEC section 6): --dataset-dir is re-scanned this often (0 =
   // never); an upload that sends nothing for upload_idle_timeout_ms ends DEADLINE_EXCEEDED.
   int64_t dataset_poll_seconds = 10;
@@ -76,6 +80,9 @@ struct ServerConfig {
   // A SampleStream whose client has not taken an answer for this long ends
   // RESOURCE_EXHAUSTED and releases its bytes (a reader that stopped cannot pin the budget).
   int64_t stream_write_timeout_ms = 30000;
+  // While calls wait for the byte budget (a charge refused within the last second), the
+  // write timeout shrinks to this (issue 31, item 5; like Envoy's overload manager).
+  int64_t pressure_write_timeout_ms = 1000;
 
   // Connections and calls (issue 31): the self-check connects to the gRPC port every
   // self_check_ms (0 = never); one failure fails /readyz, self_check_failures in a row fail
@@ -95,6 +102,26 @@ struct ServerConfig {
   std::string shm_key_prefix = "/gpusampler";
   // --- end shared memory ---
 };
+
+// The bytes one SampleStream may hold: --max-stream-inflight-bytes, or when 0 a quarter of
+// --max-inflight-bytes (at least 1).
+inline int64_t StreamInflightBytes(const ServerConfig& config) {
+  if (config.max_stream_inflight_bytes > 0) return config.max_stream_inflight_bytes;
+  return config.max_inflight_bytes / 4 > 0 ? config.max_inflight_bytes / 4 : 1;
+}
+
+// The fixed part of the default transport quota: connection and stream buffers, headers,
+// and the start of messages still arriving while the budget is full.
+constexpr int64_t kTransportAllowanceBytes = int64_t{32} << 20;
+// gRPC's memory quota: --transport-quota-bytes, or when 0 half of --max-inflight-bytes plus
+// kTransportAllowanceBytes (issue 31, item 7). The budget charges each request twice
+// (received and parsed) and the received half is also in gRPC's quota, so the two together
+// hold about the budget plus the allowance. A request the budget can take (at most half of
+// it) always fits the quota alone.
+inline int64_t TransportQuotaBytes(const ServerConfig& config) {
+  if (config.transport_quota_bytes > 0) return config.transport_quota_bytes;
+  return config.max_inflight_bytes / 2 + kTransportAllowanceBytes;
+}
 
 // Registers every flag of `config` on `app` (defaults are the current values); numeric flags
 // are range-checked as CheckConfig does.

@@ -98,7 +98,7 @@ struct Dataset final : DatasetStorage {
 
 // Lowercase hex SHA-256 (FIPS 180-4) of the bytes fed in order: OpenSSL's libcrypto, which
 // picks the CPU's SHA instructions (x86 SHA-NI, ARMv8 SHA2) when it has them, about 10x the
-// portable code (2 GiB hashed in about 2 s instead of 28 s; docs/decisions.md, w30s).
+// portable code (2 GiB hashed in about 2 s instead of 28 s; docs/decisions.md S15).
 // A copy hashes on from where the original is. Throws std::bad_alloc when libcrypto cannot
 // allocate its context.
 class Sha256 {

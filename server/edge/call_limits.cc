@@ -1,5 +1,7 @@
 #include "edge/call_limits.hpp"
 
+#include <functional>
+
 #include "edge/request_bytes.hpp"
 
 namespace gpusampler::server {
@@ -13,7 +15,7 @@ Status CallLimits::Admit(const std::string& peer) {
                         std::to_string(max_calls_) + " allows; retry later",
                     BudgetPushbackMs());
     }
-    int64_t& mine = per_peer_[peer];
+    int64_t& mine = per_peer_[peer].calls;
     if (mine >= max_per_connection_) {
       const int64_t n = mine;
       if (mine == 0) per_peer_.erase(peer);
@@ -31,7 +33,7 @@ Status CallLimits::Admit(const std::string& peer) {
   if (!charged.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     --open_;
-    if (--per_peer_[peer] == 0) per_peer_.erase(peer);
+    if (--per_peer_[peer].calls == 0) per_peer_.erase(peer);
   }
   return charged;
 }
@@ -41,7 +43,13 @@ void CallLimits::Leave(const std::string& peer) {
   std::lock_guard<std::mutex> lock(mu_);
   --open_;
   const auto it = per_peer_.find(peer);
-  if (it != per_peer_.end() && --it->second <= 0) per_peer_.erase(it);
+  if (it != per_peer_.end() && --it->second.calls <= 0) per_peer_.erase(it);
+}
+
+std::shared_ptr<std::atomic<int64_t>> CallLimits::Share(const std::string& peer) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = per_peer_.find(peer);
+  return it == per_peer_.end() ? nullptr : it->second.bytes;
 }
 
 int64_t CallLimits::open() const {
@@ -49,11 +57,22 @@ int64_t CallLimits::open() const {
   return open_;
 }
 
+CallTicket::~CallTicket() {
+  if (owner_) owner_->Close();
+  if (limits_) limits_->Leave(peer_);
+}
+
 bool CallTicket::Take(CallLimits* limits, std::string peer, Status* status) {
+  ByteOwner::SetCurrent(nullptr);  // the fixed overhead below is no connection's share
   *status = limits->Admit(peer);
-  if (!status->ok()) return false;
+  if (!status->ok()) return false;  // nothing this thread charges next is another call's
   limits_ = limits;
   peer_ = std::move(peer);
+  auto share = limits->Share(peer_);  // there: this call is counted in it
+  if (!share) share = std::make_shared<std::atomic<int64_t>>(0);
+  const uintptr_t id = std::hash<std::string>()(peer_) | 1;  // 0 is "no connection"
+  owner_ = std::make_shared<ByteOwner>(std::move(share), id);
+  ByteOwner::SetCurrent(owner_);
   return true;
 }
 

@@ -4,7 +4,9 @@
 // its context and buffers) is charged to the byte budget while it lives. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -14,6 +16,7 @@
 namespace gpusampler::server {
 
 class ByteBudget;
+class ByteOwner;
 
 // Bytes of the budget one live call holds on top of its messages: about what gRPC and the
 // service keep per call (the C++ reactor, the server context, the call's arena).
@@ -31,6 +34,9 @@ class CallLimits {
   void Leave(const std::string& peer);
 
   int64_t open() const;
+  // The byte share of `peer`'s calls (issue 31, item 5: no connection past half the budget
+  // while another waits), made while it has calls open. Null when it has none.
+  std::shared_ptr<std::atomic<int64_t>> Share(const std::string& peer) const;
 
  private:
   const int64_t max_calls_;
@@ -38,7 +44,11 @@ class CallLimits {
   ByteBudget* const budget_;
   mutable std::mutex mu_;
   int64_t open_ = 0;
-  std::unordered_map<std::string, int64_t> per_peer_;
+  struct Connection {
+    int64_t calls = 0;
+    std::shared_ptr<std::atomic<int64_t>> bytes = std::make_shared<std::atomic<int64_t>>(0);
+  };
+  std::unordered_map<std::string, Connection> per_peer_;
 };
 
 // One admitted call, left when destroyed (or never admitted: then nothing).
@@ -47,15 +57,19 @@ class CallTicket {
   CallTicket() = default;
   CallTicket(const CallTicket&) = delete;
   CallTicket& operator=(const CallTicket&) = delete;
-  ~CallTicket() {
-    if (limits_) limits_->Leave(peer_);
-  }
-  // Admits the call; false (with `status`) when it may not run.
+  ~CallTicket();
+  // Admits the call; false (with `status`) when it may not run. Once admitted, the call's
+  // ByteOwner is the current one of this thread (ByteOwner::Current), so that the charges
+  // made on this thread from now on (the unary request and response, service.cc and
+  // sample_call.cc) count in its connection's share, until another call is admitted here.
   bool Take(CallLimits* limits, std::string peer, Status* status);
+  // The call's bytes in its connection's share (null before Take succeeded).
+  const std::shared_ptr<ByteOwner>& owner() const { return owner_; }
 
  private:
   CallLimits* limits_ = nullptr;
   std::string peer_;
+  std::shared_ptr<ByteOwner> owner_;
 };
 
 }  // namespace gpusampler::server

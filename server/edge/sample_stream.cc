@@ -41,9 +41,14 @@ bool StreamCall::BeginStall(Clock::time_point now, Clock::duration limit) {
   const auto first = std::chrono::milliseconds(svc_->config().first_message_timeout_ms);
   if (messages_ == 0 && read_ == ReadState::kInFlight && now - started_ >= first) {
     no_first_message_ = true;
-  } else if (write_ != WriteState::kInFlight || now - write_started_ < limit) {
+  } else if (write_ != WriteState::kInFlight) {
     return false;
   } else {
+    // Fair share (issue 31): while other calls wait for the budget, the limit shrinks to
+    // --pressure-write-timeout-ms, so never-reading streams lose their bytes first.
+    const auto pressed = std::chrono::milliseconds(svc_->config().pressure_write_timeout_ms);
+    const bool pressure = held_ > 0 && pressed < limit && svc_->budget().UnderPressure(now);
+    if (now - write_started_ < (pressure ? Clock::duration(pressed) : limit)) return false;
     stalled_ = true;
   }
   ++refs_;
@@ -71,9 +76,21 @@ void StreamCall::EndStall() {
   // The answer cannot be written, so the status goes in place of the unread data: a
   // server-side cancel with a status sends it as trailers and resets the stream, which
   // ends the outstanding write (OnWriteDone(false)) and releases the stream's bytes.
-  const std::string message = "the client has not read an answer for " +
-                              std::to_string(svc_->config().stream_write_timeout_ms) +
-                              " ms (--stream-write-timeout-ms); the stream's bytes are released";
+  bool pressed;  // ended before --stream-write-timeout-ms: by the pressure timeout
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pressed = Clock::now() - write_started_ <
+              std::chrono::milliseconds(svc_->config().stream_write_timeout_ms);
+  }
+  const std::string message =
+      pressed ? "the client has not read an answer for " +
+                    std::to_string(svc_->config().pressure_write_timeout_ms) +
+                    " ms while other calls waited for the byte budget "
+                    "(--pressure-write-timeout-ms; --stream-write-timeout-ms otherwise); the "
+                    "stream's bytes are released"
+              : "the client has not read an answer for " +
+                    std::to_string(svc_->config().stream_write_timeout_ms) +
+                    " ms (--stream-write-timeout-ms); the stream's bytes are released";
   spdlog::warn("SampleStream from {}: {}", stall_peer_, message);
   grpc_call_cancel_with_status(stall_call_, GRPC_STATUS_RESOURCE_EXHAUSTED, message.c_str(),
                                nullptr);
@@ -137,7 +154,7 @@ void StreamCall::Count(Slot* slot, Code code) {
 
 // Returns a slot's bytes to the budget (under mu_).
 void StreamCall::Release(Slot* slot) {
-  svc_->budget().Release(slot->charged);
+  svc_->budget().Release(slot->charged, ticket_.owner().get());
   held_ -= slot->charged;
   slot->charged = 0;
 }
@@ -157,6 +174,8 @@ void StreamCall::Accept(std::unique_ptr<Slot> slot) {
   m->received_bytes().Increment(static_cast<double>(n));
   ++messages_;
   const std::string what = "SampleStream message " + std::to_string(messages_);
+  // This stream's charges (here and PrepareJob's) count in its connection's share.
+  const ByteOwner::Scope owner(ticket_.owner());
   Status status = Charge(svc_->budget(), 2 * n, what.c_str());
   if (status.ok()) {
     raw->charged += 2 * n;
@@ -273,9 +292,12 @@ StreamCall::Op StreamCall::NextLocked(Slot** slot, Status* status) {
 
 // A read of the next message when one may start now (under mu_); else kNone.
 StreamCall::Op StreamCall::StartReadLocked(Slot** slot) {
+  // Under budget pressure a stream whose client is not taking its answers reads no more:
+  // it would only pin more of the budget that other calls wait for (issue 31).
+  const bool unread = write_ == WriteState::kInFlight && svc_->budget().UnderPressure();
   const bool room = pending_.empty() ||
                     (static_cast<int64_t>(pending_.size()) < svc_->config().max_stream_inflight &&
-                     held_ < svc_->config().max_stream_inflight_bytes);
+                     held_ < StreamInflightBytes(svc_->config()) && !unread);
   if (read_ != ReadState::kIdle || state_ != CallState::kOpen || !room) return Op::kNone;
   read_ = ReadState::kInFlight;
   reading_ = std::make_unique<Slot>();

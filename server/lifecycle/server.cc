@@ -268,15 +268,20 @@ void ConfigureTransport(const ServerConfig& config, grpc::ServerBuilder* builder
   // a message naming the flag and a do-not-retry pushback (validate.hpp).
   const int max_bytes = TransportMessageLimit(config.limits.max_message_bytes);
   builder->SetMaxReceiveMessageSize(max_bytes);
-  // Bytes gRPC is still receiving count against the budget too: its memory quota, sized
-  // from --max-inflight-bytes, shrinks the HTTP/2 flow-control windows as it fills, so that
-  // clients cannot push more than about the budget into the process at once.
-  // At least two of the largest messages the transport takes: below that, gRPC itself would
-  // cancel a single large call under its memory pressure, before the service could refuse
-  // it with a message naming the flag. (The builder keeps a reference to the quota.)
+  // Bytes gRPC is still receiving count against the budget too: its memory quota follows
+  // --max-inflight-bytes (TransportQuotaBytes; issue 31, item 7) and shrinks the HTTP/2
+  // flow-control windows as it fills, so that clients cannot push much more than the budget
+  // into the process at once. (The builder keeps a reference to the quota.)
+  // By default at least one message of the transport's limit plus the allowance: a request
+  // over the budget must arrive whole, so that the service refuses it with a message naming
+  // the flag, instead of gRPC's memory pressure cancelling it without one. (Equal to the
+  // budget rule at the defaults: 1 GiB budget, 64 MiB messages.)
+  int64_t quota_bytes = TransportQuotaBytes(config);
+  if (config.transport_quota_bytes == 0) {
+    quota_bytes = std::max<int64_t>(quota_bytes, int64_t{max_bytes} + kTransportAllowanceBytes);
+  }
   grpc::ResourceQuota quota("gpusampler");
-  quota.Resize(static_cast<size_t>(
-      std::max<int64_t>(config.max_inflight_bytes, 2 * static_cast<int64_t>(max_bytes))));
+  quota.Resize(static_cast<size_t>(quota_bytes));
   builder->SetResourceQuota(quota);
   builder->SetMaxSendMessageSize(max_bytes);
   // No SO_REUSEPORT: a second server on a port in use fails to start ("cannot listen on")

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "edge/request_bytes.hpp"
 #include "gpusampler/kernels/sampler.hpp"
 #include "overload_util.hpp"
 #include "test_util.hpp"
@@ -101,6 +102,32 @@ TEST(RequestBytesTest, HugeRankIsInvalidArgumentWithABoundedMessage) {
   const grpc::Status s = t.stub->Sample(&ctx, r, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_LT(s.error_message().size(), 1100u);
+}
+
+// Issue 31, item 7: a tensor over protobuf's 50 MB first reservation is parsed into a string
+// reserved at its size (protobuf alone grows it to 100 MB, peaking at 150 MB), and the
+// message is the one protobuf parses; a truncated one is still INVALID_ARGUMENT.
+TEST(RequestBytesTest, LargeTensorParsesIntoAnExactReservation) {
+  v1::SampleRequest want = Request(1000, 4, 9, "big");
+  want.mutable_features()->set_dtype(v1::DTYPE_INT8);
+  want.mutable_features()->add_shape(1000);
+  want.mutable_features()->add_shape(60000);
+  want.mutable_features()->set_data(std::string(60000000, '\x07'));
+  const std::string wire = want.SerializeAsString();
+  // In 64 KiB slices, as gRPC hands a large message over.
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < wire.size(); at += 65536) slices.emplace_back(wire.substr(at, 65536));
+  grpc::ByteBuffer bytes(slices.data(), slices.size());
+  v1::SampleRequest got;
+  ASSERT_TRUE(ParseRequest(bytes, &got, "the request").ok());
+  EXPECT_EQ(got.SerializeAsString(), wire);
+  EXPECT_EQ(got.features().data().capacity(), got.features().data().size());
+  // A message cut inside the large tensor does not parse.
+  grpc::Slice cut(wire.substr(0, wire.size() - 1000));
+  grpc::ByteBuffer truncated(&cut, 1);
+  const Status s = ParseRequest(truncated, &got, "the request");
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("does not parse"), std::string::npos) << s.message();
 }
 
 }  // namespace
