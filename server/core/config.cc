@@ -105,7 +105,8 @@ const Flag kFlags[] = {
      0, kInt64Max},
     {"--transport-quota-bytes", &ServerConfig::transport_quota_bytes,
      "gRPC's memory quota for bytes the transport holds (arriving, or received and not yet "
-     "released); 0 = half of --max-inflight-bytes + 32 MiB",
+     "released); 0 = half of --max-inflight-bytes + 32 MiB, and at least one whole message "
+     "+ 32 MiB",
      0, kInt64Max},
     {"--max-concurrent-streams", &ServerConfig::max_concurrent_streams,
      "concurrent calls per connection (advertised, and enforced: beyond it "
