@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "edge/repository_work.hpp"
 #include "edge/request_bytes.hpp"
 #include "edge/sample_call.hpp"
 
@@ -183,6 +184,14 @@ void StreamCall::Accept(std::unique_ptr<Slot> slot) {
     status = ParseRequest(raw->bytes, &raw->request, what);
   }
   raw->bytes.Clear();
+  if (status.ok() && LoadsOnMiss(svc_, raw->request)) {
+    // A dataset this replica lacks: loading it takes up to seconds, so the request is
+    // validated and submitted on a repository thread (issue 31: a load never holds a gRPC
+    // callback thread, nor this stream's lock). Its answer keeps its place in the stream.
+    ++refs_;
+    RunRepositoryWork([this, raw] { PrepareAfterMiss(raw); });
+    return;
+  }
   std::shared_ptr<Job> job;
   if (status.ok()) {
     int64_t charged = 0;
@@ -191,6 +200,47 @@ void StreamCall::Accept(std::unique_ptr<Slot> slot) {
     raw->charged += charged;
     held_ += charged;
   }
+  Launch(raw, std::move(job), status);
+}
+
+// Accept's validation for a request that loads its dataset: on a repository thread, outside
+// mu_ (until the job exists, only this thread touches the slot's request, response and lease).
+void StreamCall::PrepareAfterMiss(Slot* raw) {
+  try {
+    bool finished;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      finished = state_ == CallState::kFinished;
+    }
+    Status status = Status(Code::kCancelled, "the stream ended before the request ran");
+    std::shared_ptr<Job> job;
+    int64_t charged = 0;
+    if (!finished) {
+      const ByteOwner::Scope owner(ticket_.owner());
+      job = PrepareJob(svc_, *ctx_, raw->request, &raw->response, raw->arrived, &charged, &status,
+                       &raw->lease);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    raw->charged += charged;
+    held_ += charged;
+    if (state_ == CallState::kFinished && job) {
+      job.reset();  // ended meanwhile: not run
+      status = Status(Code::kCancelled, "the stream ended before the request ran");
+    }
+    Launch(raw, std::move(job), status);
+  } catch (...) {  // a repository thread: nothing may escape
+    std::lock_guard<std::mutex> lock(mu_);
+    raw->done = true;
+    raw->status = FromCallbackException();
+    if (state_ != CallState::kFinished) state_ = CallState::kStopped;
+  }
+  Pump();
+  Unref();
+}
+
+// Submits a validated request's job, or records its answer or failure (under mu_).
+void StreamCall::Launch(Slot* raw, std::shared_ptr<Job> job, Status status) {
+  Metrics* m = svc_->metrics();
   if (job) {
     job->done = [this, raw](const Status& s) { JobDone(raw, s); };
     raw->job = job;
@@ -207,7 +257,8 @@ void StreamCall::Accept(std::unique_ptr<Slot> slot) {
   if (!status.ok()) {
     raw->done = true;
     raw->status = status;
-    state_ = CallState::kStopped;  // the first failure ends the stream
+    // The first failure ends the stream (one that ended already stays ended).
+    if (state_ != CallState::kFinished) state_ = CallState::kStopped;
   }
 }
 

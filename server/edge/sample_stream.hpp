@@ -74,6 +74,8 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   void Release(Slot* slot);
   void Fail(const Status& status);
   void Accept(std::unique_ptr<Slot> slot);
+  void PrepareAfterMiss(Slot* slot);  // on a repository thread
+  void Launch(Slot* slot, std::shared_ptr<Job> job, Status status);
   void JobDone(Slot* slot, const Status& status);
   void AnsweredAtEdge(Slot* slot);
   Op NextLocked(Slot** slot, Status* status);

@@ -187,6 +187,32 @@ def test_upload_through_one_replica_is_served_at_once_by_every_replica_and_a_lat
     assert metric(servers[1].metrics_port, 'gpusampler_dataset_loads_total{result="ok"}') >= 1
 
 
+def test_stream_requests_that_miss_load_off_the_callback_thread_in_order(replicas):
+    """A SampleStream whose messages name a dataset this replica has not loaded: the load runs
+    on a repository thread (a request for another, missing, name and a resident one in the
+    same stream keep their places), and every answer is the golden one."""
+    a, b = replicas(), replicas()
+    info = upload(stub(a.target), "golden", 1)
+    versions = {info.sha256: 1}
+    sb = stub(b.target)
+    requests = [case_request("golden", i) for i in range(len(G.cases))]
+    missing = pb.SampleRequest()
+    missing.CopyFrom(requests[0])
+    missing.dataset = "never-uploaded"
+    answers = list(sb.SampleStream(iter(requests), timeout=60))
+    assert len(answers) == len(G.cases)
+    for i, r in enumerate(answers):
+        assert check_case(r, i, versions) is None
+    # A miss of a name the repository lacks ends the stream NOT_FOUND after the answers
+    # before it.
+    got = []
+    with pytest.raises(grpc.RpcError) as err:
+        for r in sb.SampleStream(iter([requests[1], missing, requests[2]]), timeout=60):
+            got.append(r)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    assert len(got) == 1 and check_case(got[0], 1, versions) is None
+
+
 def test_replacement_converges_within_3s_and_no_answer_mixes_versions(replicas):
     servers = [replicas() for _ in range(3)]
     stubs = [stub(s.target) for s in servers]
