@@ -80,6 +80,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
       // holds a gRPC callback thread). Finish may be called from any thread.
       RunRepositoryWork([this] {
         try {
+          const ByteOwner::Scope owner(ticket_.owner());  // its charges: its connection's share
           Prepare();
         } catch (...) {  // a repository thread: nothing may escape
           Done(FromCallbackException());
