@@ -222,7 +222,7 @@ Region::Region(std::string name, int fd, void* map, size_t map_bytes, int64_t ob
 
 uint8_t* Region::at(int64_t offset) const {
   // The mapping starts at the page holding object_offset_.
-  const int64_t page = sysconf(_SC_PAGESIZE);
+  const auto page = static_cast<int64_t>(g_page);
   return static_cast<uint8_t*>(map_) + (object_offset_ - object_offset_ / page * page) + offset;
 }
 

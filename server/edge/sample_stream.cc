@@ -212,7 +212,8 @@ void StreamCall::PrepareAfterMiss(Slot* raw) {
       std::lock_guard<std::mutex> lock(mu_);
       finished = state_ == CallState::kFinished;
     }
-    Status status = Status(Code::kCancelled, "the stream ended before the request ran");
+    const Status ended(Code::kCancelled, "the stream ended before the request ran");
+    Status status = ended;
     std::shared_ptr<Job> job;
     int64_t charged = 0;
     if (!finished) {
@@ -225,7 +226,7 @@ void StreamCall::PrepareAfterMiss(Slot* raw) {
     held_ += charged;
     if (state_ == CallState::kFinished && job) {
       job.reset();  // ended meanwhile: not run
-      status = Status(Code::kCancelled, "the stream ended before the request ran");
+      status = ended;
     }
     Launch(raw, std::move(job), status);
   } catch (...) {  // a repository thread: nothing may escape

@@ -157,6 +157,15 @@ def inline_request(shm, args, flat, splits, scores, with_features):
     return req
 
 
+def same_arrays(a, b):
+    """Every tensor of two decoded answers, byte for byte (dtype and shape too)."""
+    for f in FIELDS:
+        x, y = getattr(a, f), getattr(b, f)
+        assert (x is None) == (y is None), f
+        if x is not None:
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), f
+
+
 ALL = [("v1", c) for c in V1] + [("v2", c) for c in V2]
 
 
@@ -172,23 +181,10 @@ def test_golden_region_bytes_equal_inline(shm, stub, region, which, case):
                         **args)
     viewed = shm.sample(flat, features_for(len(flat)), row_splits=splits, scores=scores,
                         output_region=region.window(4096), **args)
-    for f in FIELDS:
-        a, b = getattr(inline, f), getattr(viewed, f)
-        assert (a is None) == (b is None), f
-        if a is not None:
-            assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), f
+    same_arrays(inline, viewed)
     np.testing.assert_array_equal(viewed.indices, np.array(case["indices"], dtype=np.int64))
     # No copy: the arrays view the region's memory.
     assert np.shares_memory(viewed.features, np.frombuffer(region.buf, dtype=np.uint8))
-
-
-def same_arrays(a, b):
-    """Every tensor of two decoded answers, byte for byte (dtype and shape too)."""
-    for f in FIELDS:
-        x, y = getattr(a, f), getattr(b, f)
-        assert (x is None) == (y is None), f
-        if x is not None:
-            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), f
 
 
 @pytest.mark.parametrize("which,case", ALL, ids=[f"{w}-{c['name']}" for w, c in ALL])

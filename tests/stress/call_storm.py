@@ -16,10 +16,11 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import grpc
+
+from cpu_server import start  # a sibling module (the script's directory is on sys.path)
 
 BUDGET = 268435456
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
@@ -51,24 +52,6 @@ def rss_mb(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return 0.0
-
-
-def start(server: str, extra):
-    d = tempfile.mkdtemp()
-    port_file = os.path.join(d, "ports")
-    proc = subprocess.Popen(
-        [server, "--device", "cpu", "--address", "127.0.0.1:0", "--metrics-address",
-         "127.0.0.1:0", "--port-file", port_file, "--max-inflight-bytes", str(BUDGET)] + extra,
-        stdout=open(os.path.join(d, "log"), "wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if os.path.exists(port_file) and open(port_file).read().endswith("\n"):
-            return proc, int(open(port_file).read().split()[0]), d
-        if proc.poll() is not None:
-            sys.exit(open(os.path.join(d, "log")).read())
-        time.sleep(0.05)
-    proc.kill()
-    sys.exit("server did not start")
 
 
 def served(port: int) -> bool:
@@ -104,7 +87,7 @@ def main() -> int:
     args = ap.parse_args()
     connections, calls = (800, 128) if args.long else (100, 128)
     extra = [] if args.before else ["--first-message-timeout-ms", "3000"]
-    proc, port, _ = start(args.server, extra)
+    proc, port, _ = start(args.server, ["--max-inflight-bytes", str(BUDGET)] + extra)
     try:
         base = rss_mb(proc.pid)
         t0 = time.monotonic()

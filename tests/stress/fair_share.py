@@ -20,12 +20,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 import grpc
 import numpy as np
+
+from cpu_server import start  # a sibling module (the script's directory is on sys.path)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
@@ -37,26 +38,6 @@ BUDGET = 268435456
 CONNECTIONS = 8
 STREAMS_PER_CONNECTION = 2
 RECONNECT_S = 10.0
-
-
-def start(server, extra):
-    d = tempfile.mkdtemp(prefix="gpusampler-fair-")
-    port_file = os.path.join(d, "ports")
-    log = open(os.path.join(d, "log"), "wb")
-    proc = subprocess.Popen(
-        [server, "--device", "cpu", "--address", "127.0.0.1:0", "--metrics-address",
-         "127.0.0.1:0", "--port-file", port_file, "--log-level", "error",
-         "--max-inflight-bytes", str(BUDGET)] + extra,
-        stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if os.path.exists(port_file) and open(port_file).read().endswith("\n"):
-            return proc, int(open(port_file).read().split()[0]), d
-        if proc.poll() is not None:
-            sys.exit(open(os.path.join(d, "log")).read())
-        time.sleep(0.05)
-    proc.kill()
-    sys.exit("server did not start")
 
 
 def attacker(port, stop, rounds):
@@ -101,7 +82,8 @@ def run():
     ap.add_argument("--before", action="store_true", help="print only (a server without it)")
     args = ap.parse_args()
     duration = 90.0 if args.long else 30.0
-    proc, port, d = start(args.server, [])
+    proc, port, d = start(args.server, ["--log-level", "error", "--max-inflight-bytes",
+                                        str(BUDGET)], prefix="gpusampler-fair-")
     labels = np.zeros((1, 1 << 20), dtype=np.int64)
     labels[0, ::2] = 1
     stop = threading.Event()
