@@ -14,6 +14,7 @@
 #include <random>
 #include <set>
 
+#include "core/thread_priority.hpp"
 #include "gpusampler/common/npy.hpp"
 #include "gpusampler/common/tensor.hpp"
 
@@ -689,6 +690,7 @@ void Repository::StartPolling(int64_t seconds) {
 }
 
 void Repository::PollLoop() {
+  LowerThisThreadsPriority();  // a scan of 100k files yields to the threads that answer
   std::unique_lock<std::mutex> lock(poll_mu_);
   while (!stop_) {
     poll_cv_.wait_for(lock, std::chrono::seconds(poll_seconds_));

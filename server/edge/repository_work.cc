@@ -6,6 +6,8 @@
 #include <thread>
 #include <utility>
 
+#include "core/thread_priority.hpp"
+
 namespace gpusampler::server {
 namespace {
 
@@ -30,6 +32,8 @@ class RepositoryWork {
     for (int i = 0; i < kThreads; ++i) std::thread([this] { Loop(); }).detach();
   }
   void Loop() {
+    // Loads, listings and deletions yield the CPU to the threads that answer samples.
+    LowerThisThreadsPriority();
     while (true) {
       std::function<void()> work;
       {

@@ -12,7 +12,9 @@ written after start, so that its first request is a miss that loads it. While
   - 8 clients sample the churn datasets round robin (eviction churn over a 64 MiB share),
   - 8 clients call ListDatasets,
 a golden client sends one small inline request every 20 ms and a health client GETs
-/healthz every 20 ms. Checks: the golden answers are exact, the large dataset is served,
+/healthz every 20 ms. The storm's 22 clients run in a child process of their own (`--attack`),
+as another trainer's would: in one Python process their threads would share the golden
+client's interpreter lock, and the golden latency would measure that lock, not the server. Checks: the golden answers are exact, the large dataset is served,
 every call ends OK, NOT_FOUND (unknown names) or RESOURCE_EXHAUSTED (churn over a budget in
 use), and the golden request is answered at least 4 times; with --strict (the default at
 full size) also golden p99 <= 50 ms and health p99 <= 20 ms, the issue's targets, which a
@@ -117,7 +119,7 @@ def by_name(name):
                                                  fill_policy=pb.FILL_POLICY_BOTH))
 
 
-def storm(target, metrics_port, stop, counts):
+def storm(target, stop, counts):
     lock = threading.Lock()
 
     def count(key):
@@ -159,12 +161,41 @@ def storm(target, metrics_port, stop, counts):
     return threads
 
 
+def attack(target, seconds):
+    """The storm's clients, in this (child) process: prints "ready", runs for `seconds`, then
+    prints the calls' counts as one JSON line."""
+    stop, counts = threading.Event(), {}
+    threads = storm(target, stop, counts)
+    print("ready", flush=True)
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join(timeout=180)
+    print(json.dumps(counts), flush=True)
+    return 0
+
+
+def start_attack(target):
+    child = subprocess.Popen([sys.executable, __file__, "--attack", target,
+                              "--seconds", str(SECONDS)], stdout=subprocess.PIPE, text=True)
+    if child.stdout.readline().strip() != "ready":
+        child.kill()
+        raise SystemExit("the storm's client process did not start")
+    return child
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--server", required=True)
+    ap.add_argument("--server")
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--strict", action="store_true", default=FULL)
+    ap.add_argument("--attack", metavar="TARGET", help=argparse.SUPPRESS)
+    ap.add_argument("--seconds", type=float, default=SECONDS, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.attack:
+        return attack(args.attack, args.seconds)
+    if not args.server:
+        ap.error("--server is required")
     with tempfile.TemporaryDirectory(prefix="gpusampler-load-storm-") as tmp:
         repo, work = Path(tmp) / "repo", Path(tmp) / "work"
         repo.mkdir()
@@ -178,7 +209,6 @@ def main():
             golden = pb_grpc.SamplerStub(grpc.insecure_channel(target))
             golden.Sample(req, timeout=30)  # warm the channel
             stop = threading.Event()
-            counts = {}
             lat_golden, lat_health, wrong = [], [], [0]
 
             def health():
@@ -192,7 +222,7 @@ def main():
 
             h = threading.Thread(target=health, daemon=True)
             h.start()
-            threads = storm(target, metrics_port, stop, counts)
+            child = start_attack(target)
             end = time.monotonic() + SECONDS
             while time.monotonic() < end:
                 t0 = time.monotonic()
@@ -203,8 +233,8 @@ def main():
                     wrong[0] += 1
                 time.sleep(0.02)
             stop.set()
-            for t in threads:
-                t.join(timeout=180)
+            out, _ = child.communicate(timeout=240)
+            counts = json.loads(out.strip().splitlines()[-1])
             h.join(timeout=30)
         finally:
             proc.terminate()
