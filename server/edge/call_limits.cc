@@ -1,5 +1,6 @@
 #include "edge/call_limits.hpp"
 
+#include <algorithm>
 #include <functional>
 
 #include "edge/request_bytes.hpp"
@@ -7,6 +8,7 @@
 namespace gpusampler::server {
 
 Status CallLimits::Admit(const std::string& peer) {
+  arrivals_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (open_ >= max_calls_) {
@@ -28,6 +30,7 @@ Status CallLimits::Admit(const std::string& peer) {
     }
     ++mine;
     ++open_;
+    peak_open_ = std::max(peak_open_, open_);
   }
   Status charged = Charge(*budget_, kCallOverheadBytes, "the call's fixed overhead");
   if (!charged.ok()) {
@@ -50,6 +53,13 @@ std::shared_ptr<std::atomic<int64_t>> CallLimits::Share(const std::string& peer)
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = per_peer_.find(peer);
   return it == per_peer_.end() ? nullptr : it->second.bytes;
+}
+
+int64_t CallLimits::TakePeakOpen() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t peak = peak_open_;
+  peak_open_ = open_;
+  return peak;
 }
 
 int64_t CallLimits::open() const {

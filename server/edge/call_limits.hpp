@@ -34,6 +34,11 @@ class CallLimits {
   void Leave(const std::string& peer);
 
   int64_t open() const;
+  // Calls that asked to be admitted since the start, admitted or not (each was a call gRPC
+  // allocated), and the most open at once since the last TakePeakOpen (which starts the
+  // next window at the calls open now): what the trimmer watches (issue 31, item 2).
+  int64_t arrivals() const { return arrivals_.load(std::memory_order_relaxed); }
+  int64_t TakePeakOpen();
   // The byte share of `peer`'s calls (issue 31, item 5: no connection past half the budget
   // while another waits), made while it has calls open. Null when it has none.
   std::shared_ptr<std::atomic<int64_t>> Share(const std::string& peer) const;
@@ -44,6 +49,8 @@ class CallLimits {
   ByteBudget* const budget_;
   mutable std::mutex mu_;
   int64_t open_ = 0;
+  int64_t peak_open_ = 0;  // under mu_
+  std::atomic<int64_t> arrivals_{0};
   struct Connection {
     int64_t calls = 0;
     std::shared_ptr<std::atomic<int64_t>> bytes = std::make_shared<std::atomic<int64_t>>(0);

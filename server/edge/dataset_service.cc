@@ -103,6 +103,7 @@ class CreateCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       // Hashing the features, writing the repository and copying the dataset to the devices
       // take time and synchronize: off gRPC's thread (a reactor never blocks). Finish may be
       // called from any thread, and `this` lives until OnDone, which only follows Finish.
+      svc_->CommitStarted();
       std::thread([this] {
         std::shared_ptr<const Dataset> stored;
         Status status = builder_->Commit(&stored);
@@ -119,7 +120,9 @@ class CreateCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
           state_ = kFinished;
           builder_.reset();  // releases an uncommitted reservation before the client hears
         }
+        SamplerService* svc = svc_;  // `this` may be gone once End returns
         End(status);
+        svc->CommitEnded();
       }).detach();
       return;
     }

@@ -46,6 +46,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
 
   void OnCancel() override {
     client_gone_.store(true);
+    svc_->CountClientCancel();
     std::lock_guard<std::mutex> lock(job_mu_);  // job_ may be set on a repository thread
     if (job_) job_->cancelled.store(true);
   }

@@ -121,6 +121,15 @@ class SamplerService final : public SamplerBase {
     tokens_ = std::move(tokens);
   }
   const TokenSet* tokens() const { return tokens_.get(); }
+  // Sample calls whose client cancelled them (OnCancel ran) since the start: what a test
+  // waits for before it lets the queue move (issue 31: a call gone before launch is dropped).
+  int64_t client_cancels() const { return client_cancels_.load(); }
+  void CountClientCancel() { client_cancels_.fetch_add(1); }
+  // CreateDataset commits running now (dataset_service.cc): the drain waits for them only
+  // until the grace ends (issue 31: exit within --shutdown-grace-seconds).
+  void CommitStarted() { commits_.fetch_add(1); }
+  void CommitEnded() { commits_.fetch_sub(1); }
+  int64_t commits_running() const { return commits_.load(); }
 
  private:
   // Ends SampleStreams whose client stopped reading (--stream-write-timeout-ms).
@@ -132,6 +141,8 @@ class SamplerService final : public SamplerBase {
   const v1::ServerInfo info_;
   DatasetRegistry* datasets_;
   std::atomic<bool> accepting_{true};
+  std::atomic<int64_t> client_cancels_{0};
+  std::atomic<int64_t> commits_{0};
   ByteBudget budget_;
   CallLimits calls_;  // --max-calls, --max-concurrent-streams (after budget_)
   std::shared_ptr<TokenSet> tokens_;

@@ -67,6 +67,7 @@ class Server {
   void Shutdown();
 
   Scheduler& scheduler() { return *scheduler_; }
+  SamplerService& service() { return *service_; }
   // Re-reads the token file and the TLS files now (the refresh thread does it every
   // --tls-refresh-seconds). Test hook.
   void RefreshCredentialsForTesting();
@@ -90,6 +91,8 @@ class Server {
 
   // The steps of Shutdown after the queue drained.
   void WaitForArrivals(std::chrono::steady_clock::time_point deadline);  // bodies arriving
+  // Until no CreateDataset commit runs, or `deadline`: false when one still runs then.
+  bool WaitForCommits(std::chrono::steady_clock::time_point deadline);
   void StopGrpc(std::chrono::steady_clock::time_point deadline);
   void StopTrimmer();
 

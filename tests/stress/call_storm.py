@@ -7,9 +7,14 @@ max_concurrent_streams is not applied): a raw HTTP/2 client, no gRPC library.
   tests/stress/call_storm.py --server build/bin/gpusampler-server --long     # 800 x 128 calls
 
 The server runs with --max-inflight-bytes 268435456 and --first-message-timeout-ms 3000.
-Checks: its RSS stays under the budget plus 256 MB during the storm and the 10 s after it, falls back to within 64 MB of its RSS before the storm
-within 10 s of the attacker leaving, and a golden-sized request is then served. --before
-skips the checks that a server without the call limits fails, to print its numbers.
+Checks: its RSS stays under the budget plus 256 MB during the storm and the 10 s after it,
+falls back to within 64 MB of its RSS before the storm within 10 s of the attacker leaving,
+the calls' fixed overhead held in the byte budget (gpusampler_inflight_bytes: 16 KiB per live
+call) is back to 0 by then (no call of the storm is still alive in the service), and a
+golden-sized request is then served. Each second after the attacker left it prints RSS and
+that gauge, which tells memory still held by live calls from memory that gRPC holds before
+the service sees a call. --before skips the checks that a server without the call limits
+fails, to print its numbers.
 """
 import argparse
 import os
@@ -17,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import grpc
 
@@ -54,6 +60,18 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def inflight_bytes(metrics_port: int) -> float:
+    """gpusampler_inflight_bytes, or -1 when /metrics does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("gpusampler_inflight_bytes "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return -1.0
+
+
 def served(port: int) -> bool:
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
     import gpusampler
@@ -87,7 +105,9 @@ def main() -> int:
     args = ap.parse_args()
     connections, calls = (800, 128) if args.long else (100, 128)
     extra = [] if args.before else ["--first-message-timeout-ms", "3000"]
-    proc, port, _ = start(args.server, ["--max-inflight-bytes", str(BUDGET)] + extra)
+    proc, port, d = start(args.server, ["--max-inflight-bytes", str(BUDGET)] + extra)
+    with open(os.path.join(d, "ports")) as f:
+        metrics_port = int(f.read().split()[1])
     try:
         base = rss_mb(proc.pid)
         t0 = time.monotonic()
@@ -95,11 +115,14 @@ def main() -> int:
         print(f"{connections} connections x {calls} headers-only SampleStreams in "
               f"{time.monotonic() - t0:.1f} s: RSS before {base:.0f} MB, peak {peak:.0f} MB "
               f"(bound {BUDGET / 2**20 + 256:.0f} MB)")
-        after = []
+        after, held = [], []
         for _ in range(10):
             time.sleep(1)
             after.append(rss_mb(proc.pid))
+            held.append(inflight_bytes(metrics_port))
         print("RSS each second after the attacker left (MB):", [round(x) for x in after])
+        print("gpusampler_inflight_bytes each second after (MiB):",
+              [round(x / 2**20, 1) for x in held])
         ok = served(port)
         print("a request is served afterwards:", ok)
         if args.before:
@@ -110,6 +133,8 @@ def main() -> int:
             failed.append(f"peak RSS {peak:.0f} MB >= budget + 256 MB")
         if min(after) > base + 64:
             failed.append(f"RSS {min(after):.0f} MB did not fall back to {base:.0f} + 64 MB in 10 s")
+        if held[-1] != 0:
+            failed.append(f"{held[-1]:.0f} bytes of the budget still held by calls 10 s after")
         if not ok:
             failed.append("no request served after the storm")
         for f in failed:
