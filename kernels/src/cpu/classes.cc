@@ -552,12 +552,6 @@ struct LessLow {
 // Moves the m smallest of the c packed keys at x (m < c; each key's u below `bound`) to the
 // front, in any order. The histogram's buckets hold about two keys each (at most 2^11).
 void SelectSmallestPacked(uint64_t* x, int64_t c, int64_t m, uint64_t bound) {
-  // A few keys (many small classes): the histogram's setup and two partitions cost more than
-  // nth_element alone.
-  if (c <= 256) {
-    std::nth_element(x, x + m, x + c);
-    return;
-  }
   int c_bits = 0;
   while (c_bits < 30 && (int64_t{1} << c_bits) < c) ++c_bits;
   const int bucket_bits = std::clamp(c_bits - 1, 4, 11);
