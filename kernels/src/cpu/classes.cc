@@ -307,11 +307,12 @@ void CodeLoop(const RowContext& x, const T* labels, const LabelLut& lut, int64_t
   for (; i < end; ++i) {
     const int32_t code = code_of(i);
     codes[i] = static_cast<Code>(code);
-    ++lanes[0][code];
+    ++lanes[(i - begin) & (kCountLanes - 1)][code];
   }
 }
 
-// Pass 1 over [begin, end): codes and per-code counts.
+// Pass 1 over [begin, end): codes and per-code counts, per lane: counts[q * (C + 1) + code]
+// counts the elements i of lane q = (i - begin) % kCountLanes, the candidate pass's lanes.
 template <typename T, typename Code>
 void CodeRange(const RowContext& x, const T* labels, const LabelLut& lut, int64_t begin,
                int64_t end, Code* codes, int64_t* counts) {
@@ -328,46 +329,74 @@ void CodeRange(const RowContext& x, const T* labels, const LabelLut& lut, int64_
   } else {
     CodeLoop<false, true>(x, labels, lut, begin, end, codes, lanes);
   }
-  for (const auto& lane : lanes) {
-    for (int64_t c = 0; c < width; ++c) counts[c] += lane[c];
+  for (int q = 0; q < kCountLanes; ++q) {
+    for (int64_t c = 0; c < width; ++c) counts[q * width + c] += lanes[q][c];
   }
 }
 
 bool IsPacked(uint8_t mode) { return mode == kAll || mode == kUniform; }
 
+// The candidate regions are per (class, chunk, lane): element i of a chunk starting at
+// `begin` is in lane (i - begin) % kCountLanes, and each lane has its own write cursor per
+// class. One cursor per class would be loaded, stored to and advanced once per member, so with
+// few classes every element would wait for the previous one's store (a store-to-load chain
+// through memory); with a cursor per lane, consecutive elements use different cursors.
+// region[RegionAt(x, c, chunk, q)] is the first slot of the (class, chunk, lane) region, and
+// found[q * C + c] (found: the chunk's block of s.chunk_found) how many it kept.
+int64_t RegionAt(const RowContext& x, int32_t c, int64_t chunk, int q) {
+  return (c * x.chunks + chunk) * kCountLanes + q;
+}
+
+// Calls step(i, lane) for every i of [tile, tile_end), lane = (i - tile) % kCountLanes (a tile
+// starts at a multiple of kTileElements from the chunk's start, so that is the chunk's lane).
+template <typename Step>
+inline void ForEachInLanes(int64_t tile, int64_t tile_end, Step&& step) {
+  int64_t i = tile;
+  for (; i + kCountLanes <= tile_end; i += kCountLanes) {
+    for (int q = 0; q < kCountLanes; ++q) step(i + q, q);
+  }
+  for (; i < tile_end; ++i) step(i, static_cast<int>((i - tile) & (kCountLanes - 1)));
+}
+
 // Pass 3 over one chunk of a row whose classes are all packed (or skipped): every member is
-// stored at its class's cursor, which advances when u is below the class's bound (kKeepAll:
-// always; "no class" and skipped classes: never, into the chunk's spare slot). A class's
-// cursor stays inside its region: it stores once per member and advances at most as often.
+// stored at its class's cursor for its lane, which advances when u is below the class's bound
+// (kKeepAll: always; "no class" and skipped classes: never, into the chunk's spare slot). A
+// cursor stays inside its region: it stores once per member of its lane and advances at most
+// as often.
 template <typename Code>
 void PackedRange(const RowContext& x, Isa isa, bool need_u, const Code* codes, int64_t chunk,
                  const ClassScratch& s, uint64_t* packed, uint64_t* spare, int64_t* found) {
   const RowDesc& row = *x.row;
   const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
   const int32_t nc = x.num_classes;
-  uint64_t* at[kMaxCodes];
+  uint64_t* at[kCountLanes][kMaxCodes];
   uint64_t bound[kMaxCodes];
-  at[0] = spare;
   bound[0] = 0;
+  for (int q = 0; q < kCountLanes; ++q) at[q][0] = spare;
   for (int32_t c = 0; c < nc; ++c) {
     const bool skip = s.mode[c] == kSkip;
-    at[c + 1] = skip ? spare : packed + s.region[c * x.chunks + chunk];
     bound[c + 1] = skip ? 0 : s.bound[c];
+    for (int q = 0; q < kCountLanes; ++q) {
+      at[q][c + 1] = skip ? spare : packed + s.region[RegionAt(x, c, chunk, q)];
+    }
   }
   alignas(64) uint32_t u[kTileElements] = {};
   for (int64_t tile = begin; tile < end; tile += kTileElements) {
     const int64_t tile_end = std::min(end, tile + kTileElements);
     if (need_u) KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
-    for (int64_t i = tile; i < tile_end; ++i) {
+    ForEachInLanes(tile, tile_end, [&](int64_t i, int q) {
       const int32_t code = codes[i];
       const uint32_t key_u = u[i - tile];
-      uint64_t* p = at[code];
+      uint64_t* p = at[q][code];
       *p = PackKey(key_u, static_cast<uint64_t>(i));
-      at[code] = p + (key_u < bound[code]);
-    }
+      at[q][code] = p + (key_u < bound[code]);
+    });
   }
   for (int32_t c = 0; c < nc; ++c) {
-    if (s.mode[c] != kSkip) found[c] = at[c + 1] - (packed + s.region[c * x.chunks + chunk]);
+    if (s.mode[c] == kSkip) continue;
+    for (int q = 0; q < kCountLanes; ++q) {
+      found[q * nc + c] = at[q][c + 1] - (packed + s.region[RegionAt(x, c, chunk, q)]);
+    }
   }
 }
 
@@ -386,23 +415,28 @@ void RecordRange(const RowContext& x, Isa isa, WeightedKeysFn weighted_keys, boo
   const RowDesc& row = *x.row;
   const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
   const int32_t nc = x.num_classes;
-  uint64_t* at[kMaxCodes];
-  ClassCandidate* at_rec[kMaxCodes];
-  uint64_t bound[kMaxCodes];
-  uint8_t rec[kMaxCodes], weighted[kMaxCodes];
-  at[0] = spare;
-  at_rec[0] = spare_cand;
+  uint64_t* at[kCountLanes][kMaxCodes];
+  ClassCandidate* at_rec[kCountLanes][kMaxCodes];
+  uint64_t bound[kMaxCodes], weighted[kMaxCodes];
+  uint8_t rec[kMaxCodes];
   bound[0] = 0;
-  rec[0] = weighted[0] = 0;
+  rec[0] = 0;
+  weighted[0] = 0;
+  for (int q = 0; q < kCountLanes; ++q) {
+    at[q][0] = spare;
+    at_rec[q][0] = spare_cand;
+  }
   for (int32_t c = 0; c < nc; ++c) {
     const uint8_t mode = s.mode[c];
     const bool is_packed = IsPacked(mode), is_rec = mode == kWeighted || mode == kRanked;
-    const int64_t first = s.region[c * x.chunks + chunk];
-    at[c + 1] = is_packed ? packed + first : spare;
     bound[c + 1] = is_packed ? s.bound[c] : 0;
-    at_rec[c + 1] = is_rec ? cand + first : spare_cand;
     rec[c + 1] = is_rec ? 1 : 0;
-    weighted[c + 1] = mode == kWeighted ? 1 : 0;
+    weighted[c + 1] = mode == kWeighted ? ~uint64_t{0} : 0;  // a mask: no branch on it
+    for (int q = 0; q < kCountLanes; ++q) {
+      const int64_t first = s.region[RegionAt(x, c, chunk, q)];
+      at[q][c + 1] = is_packed ? packed + first : spare;
+      at_rec[q][c + 1] = is_rec ? cand + first : spare_cand;
+    }
   }
   const float* scores = x.scores;
   alignas(64) uint32_t u[kTileElements] = {};
@@ -415,26 +449,29 @@ void RecordRange(const RowContext& x, Isa isa, WeightedKeysFn weighted_keys, boo
       KeyTile(isa, row.seed, row.row_in_request, kWeightStream, tile, u2);
       weighted_keys(u, u2, scores + tile, static_cast<int>(tile_end - tile), wkeys);
     }
-    for (int64_t i = tile; i < tile_end; ++i) {
+    ForEachInLanes(tile, tile_end, [&](int64_t i, int q) {
       const int32_t code = codes[i];
       const uint32_t key_u = u[i - tile];
-      uint64_t* p = at[code];
+      uint64_t* p = at[q][code];
       *p = PackKey(key_u, static_cast<uint64_t>(i));
-      at[code] = p + (key_u < bound[code]);
+      at[q][code] = p + (key_u < bound[code]);
       const uint64_t ranked = (uint64_t{HardestKey(scores[i])} << 32) | key_u;
-      ClassCandidate* r = at_rec[code];
-      *r = {weighted[code] ? wkeys[i - tile] : ranked, static_cast<uint32_t>(i), 0};
-      at_rec[code] = r + rec[code];
-    }
+      const uint64_t wmask = weighted[code];
+      ClassCandidate* r = at_rec[q][code];
+      *r = {(wkeys[i - tile] & wmask) | (ranked & ~wmask), static_cast<uint32_t>(i), 0};
+      at_rec[q][code] = r + rec[code];
+    });
   }
   for (int32_t c = 0; c < nc; ++c) {
-    const int64_t first = s.region[c * x.chunks + chunk];
-    if (IsPacked(s.mode[c])) found[c] = at[c + 1] - (packed + first);
-    if (rec[c + 1]) found[c] = at_rec[c + 1] - (cand + first);
+    for (int q = 0; q < kCountLanes; ++q) {
+      const int64_t first = s.region[RegionAt(x, c, chunk, q)];
+      if (IsPacked(s.mode[c])) found[q * nc + c] = at[q][c + 1] - (packed + first);
+      if (rec[c + 1]) found[q * nc + c] = at_rec[q][c + 1] - (cand + first);
+    }
   }
 }
 
-// Pass 3 over one chunk: each kept member goes to its class's region for the chunk.
+// Pass 3 over one chunk: each kept member goes to its class's region for the chunk and lane.
 template <typename Code>
 void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chunk,
                     const ClassScratch& s, uint64_t* packed, uint64_t* spare, ClassCandidate* cand,
@@ -470,6 +507,9 @@ void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chu
       const int32_t code = codes[i];
       if (code == 0) continue;
       const int32_t c = code - 1;
+      const int q = static_cast<int>((i - tile) & (kCountLanes - 1));
+      const int64_t at = region[RegionAt(x, c, chunk, q)];
+      int64_t& kept = found[q * x.num_classes + c];
       const uint32_t key_u = u[i - tile];
       uint64_t key = 0;
       switch (s.mode[c]) {
@@ -478,7 +518,7 @@ void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chu
         case kAll:
         case kUniform:
           if (key_u >= s.bound[c]) continue;
-          packed[region[c * x.chunks + chunk] + found[c]++] = PackKey(key_u, i);
+          packed[at + kept++] = PackKey(key_u, i);
           continue;
         case kWeighted:
           key = weighted_keys != nullptr
@@ -489,7 +529,7 @@ void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chu
           key = (uint64_t{HardestKey(x.scores[i])} << 32) | key_u;
           break;
       }
-      cand[region[c * x.chunks + chunk] + found[c]++] = {key, static_cast<uint32_t>(i), 0};
+      cand[at + kept++] = {key, static_cast<uint32_t>(i), 0};
     }
   }
 }
@@ -629,14 +669,14 @@ class ClassRowSampler {
   template <typename Code>
   void ClassCodes(Code* codes) {
     const int64_t width = x_.num_classes + 1;
-    s_.chunk_counts.assign(static_cast<size_t>(x_.chunks * width), 0);
+    s_.chunk_counts.assign(static_cast<size_t>(x_.chunks * kCountLanes * width), 0);
     const uint8_t* label_bytes = batch_.labels + row_.label_offset;
     DispatchLabels(row_.label_dtype, label_bytes, [&](const auto* labels) {
       using T = std::remove_cv_t<std::remove_pointer_t<decltype(labels)>>;
       const LabelLut lut = BuildLut<T>(x_, &s_);
       Split(pool_, x_.chunks, [&](int64_t c) {
         CodeRange(x_, labels, lut, x_.begin(c), x_.begin(c + 1), codes,
-                  s_.chunk_counts.data() + c * width);
+                  s_.chunk_counts.data() + c * kCountLanes * width);
       });
     });
   }
@@ -645,8 +685,8 @@ class ClassRowSampler {
     const int32_t nc = x_.num_classes;
     s_.n.assign(static_cast<size_t>(nc), 0);
     s_.m.assign(static_cast<size_t>(nc), 0);
-    for (int64_t ch = 0; ch < x_.chunks; ++ch) {
-      for (int32_t c = 0; c < nc; ++c) s_.n[c] += s_.chunk_counts[ch * (nc + 1) + c + 1];
+    for (int64_t lane = 0; lane < x_.chunks * kCountLanes; ++lane) {
+      for (int32_t c = 0; c < nc; ++c) s_.n[c] += s_.chunk_counts[lane * (nc + 1) + c + 1];
     }
     ClassQuotas(x_.table.classes, nc, x_.table.fill, x_.table.header->num_fill, row_.num_samples,
                 s_.n.data(), s_.m.data());
@@ -655,13 +695,13 @@ class ClassRowSampler {
     if (s_.selected.size() < static_cast<size_t>(s_.first[nc])) s_.selected.resize(s_.first[nc]);
   }
 
-  // Modes, bounds and each (class, chunk)'s candidate region, sized by its member count, in
+  // Modes, bounds and each (class, chunk, lane)'s candidate region, sized by its member count, in
   // s_.packed (UNIFORM, keep-all) or s_.cand; one spare packed slot per chunk past them.
   void PlanCandidates() {
     const int32_t nc = x_.num_classes;
     s_.mode.assign(static_cast<size_t>(nc), kSkip);
     s_.bound.assign(static_cast<size_t>(nc), kKeepAll);
-    s_.region.assign(static_cast<size_t>(nc * x_.chunks), 0);
+    s_.region.assign(static_cast<size_t>(nc * x_.chunks * kCountLanes), 0);
     int64_t at = 0, at_packed = 0;
     for (int32_t c = 0; c < nc; ++c) {
       const int64_t n = s_.n[c], m = s_.m[c];
@@ -681,9 +721,9 @@ class ClassRowSampler {
       }
       s_.mode[c] = mode;
       int64_t& next = IsPacked(mode) ? at_packed : at;
-      for (int64_t ch = 0; ch < x_.chunks; ++ch) {
-        s_.region[c * x_.chunks + ch] = next;
-        if (mode != kSkip) next += s_.chunk_counts[ch * (nc + 1) + c + 1];
+      for (int64_t lane = 0; lane < x_.chunks * kCountLanes; ++lane) {
+        s_.region[c * x_.chunks * kCountLanes + lane] = next;
+        if (mode != kSkip) next += s_.chunk_counts[lane * (nc + 1) + c + 1];
       }
     }
     const auto cand_need = static_cast<size_t>(at + x_.chunks);
@@ -699,16 +739,19 @@ class ClassRowSampler {
   void FindCandidates(const Code* codes) {
     const int32_t nc = x_.num_classes;
     for (;;) {
-      s_.chunk_found.assign(static_cast<size_t>(x_.chunks * nc), 0);
+      s_.chunk_found.assign(static_cast<size_t>(x_.chunks * kCountLanes * nc), 0);
       Split(pool_, x_.chunks, [&](int64_t ch) {
         CandidateRange(x_, options_.isa, codes, ch, s_, s_.packed.data(),
                        s_.packed.data() + spare_ + ch, s_.cand.data(),
-                       s_.cand.data() + spare_cand_ + ch, s_.chunk_found.data() + ch * nc);
+                       s_.cand.data() + spare_cand_ + ch,
+                       s_.chunk_found.data() + ch * kCountLanes * nc);
       });
       s_.found.assign(static_cast<size_t>(nc), 0);
       bool missed = false;
       for (int32_t c = 0; c < nc; ++c) {
-        for (int64_t ch = 0; ch < x_.chunks; ++ch) s_.found[c] += s_.chunk_found[ch * nc + c];
+        for (int64_t lane = 0; lane < x_.chunks * kCountLanes; ++lane) {
+          s_.found[c] += s_.chunk_found[lane * nc + c];
+        }
         if (s_.mode[c] == kUniform && s_.found[c] < s_.m[c]) {
           s_.bound[c] = kKeepAll;
           missed = true;
@@ -724,11 +767,12 @@ class ClassRowSampler {
     if (s_.mode[c] == kSkip) return;
     if (IsPacked(s_.mode[c])) return SelectPackedClass(c);
     const int32_t nc = x_.num_classes;
-    ClassCandidate* base = s_.cand.data() + s_.region[c * x_.chunks];
+    const int64_t lanes = x_.chunks * kCountLanes;
+    ClassCandidate* base = s_.cand.data() + s_.region[c * lanes];
     int64_t f = 0;
-    for (int64_t ch = 0; ch < x_.chunks; ++ch) {
-      const int64_t n = s_.chunk_found[ch * nc + c];
-      const ClassCandidate* src = s_.cand.data() + s_.region[c * x_.chunks + ch];
+    for (int64_t lane = 0; lane < lanes; ++lane) {
+      const int64_t n = s_.chunk_found[lane * nc + c];
+      const ClassCandidate* src = s_.cand.data() + s_.region[c * lanes + lane];
       if (src != base + f) std::memmove(base + f, src, static_cast<size_t>(n) * sizeof(*src));
       f += n;
     }
@@ -748,11 +792,12 @@ class ClassRowSampler {
 
   void SelectPackedClass(int32_t c) {
     const int32_t nc = x_.num_classes;
-    uint64_t* base = s_.packed.data() + s_.region[c * x_.chunks];
+    const int64_t lanes = x_.chunks * kCountLanes;
+    uint64_t* base = s_.packed.data() + s_.region[c * lanes];
     int64_t f = 0;
-    for (int64_t ch = 0; ch < x_.chunks; ++ch) {
-      const int64_t n = s_.chunk_found[ch * nc + c];
-      const uint64_t* src = s_.packed.data() + s_.region[c * x_.chunks + ch];
+    for (int64_t lane = 0; lane < lanes; ++lane) {
+      const int64_t n = s_.chunk_found[lane * nc + c];
+      const uint64_t* src = s_.packed.data() + s_.region[c * lanes + lane];
       if (src != base + f) std::memmove(base + f, src, static_cast<size_t>(n) * sizeof(*src));
       f += n;
     }

@@ -23,10 +23,10 @@ struct ClassCandidate {
 // Reusable buffers of the class path, one per thread that samples rows; grown, never shrunk.
 struct ClassScratch {
   std::vector<uint8_t> codes;         // the class-code pass's codes (1 or 2 bytes each)
-  std::vector<int64_t> chunk_counts;  // [chunk][C + 1]: elements per code
-  std::vector<int64_t> chunk_found;   // [chunk][C]: candidates the chunk kept
-  std::vector<int64_t> region;        // [C][chunk]: first candidate slot (of cand or packed)
-  std::vector<ClassCandidate> cand;   // WEIGHTED and ranked candidates, by class then chunk
+  std::vector<int64_t> chunk_counts;  // [chunk][lane][C + 1]: elements per code
+  std::vector<int64_t> chunk_found;   // [chunk][lane][C]: candidates the chunk's lane kept
+  std::vector<int64_t> region;        // [C][chunk][lane]: first candidate slot (cand or packed)
+  std::vector<ClassCandidate> cand;   // WEIGHTED and ranked candidates, by class, chunk, lane
   std::vector<uint64_t> packed;       // UNIFORM and keep-all candidates, u << 32 | i, likewise
   std::vector<uint32_t> selected;     // indices of the selection, class after class
   std::vector<uint64_t> items, tmp;   // v << 32 | i of the selection; sort scratch
