@@ -467,8 +467,19 @@ std::shared_ptr<const Dataset> DatasetRegistry::Find(const std::string& name) co
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = by_name_.find(name);
   if (it == by_name_.end()) return nullptr;
-  it->second.last_used = ++tick_;
+  TouchLocked(it->first, it->second);
   return it->second.ds;
+}
+
+void DatasetRegistry::TouchLocked(const std::string& name, const Entry& e) const {
+  if (e.last_used != 0) lru_.erase(e.last_used);
+  e.last_used = ++tick_;
+  lru_.emplace_hint(lru_.end(), e.last_used, name);
+}
+
+void DatasetRegistry::EraseLocked(std::map<std::string, Entry>::iterator it) {
+  lru_.erase(it->second.last_used);
+  by_name_.erase(it);
 }
 
 std::shared_ptr<const Dataset> DatasetRegistry::Acquire(const std::string& name,
@@ -498,7 +509,7 @@ bool DatasetRegistry::Delete(const std::string& name) {
   if (it == by_name_.end()) return false;
   used_ -= StoredBytes(*it->second.ds);
   gone = std::move(it->second.ds);
-  by_name_.erase(it);
+  EraseLocked(it);
   return true;
 }
 
@@ -509,7 +520,7 @@ bool DatasetRegistry::Drop(const std::string& name, const Dataset* expected) {
   if (it == by_name_.end() || it->second.ds.get() != expected) return false;
   used_ -= StoredBytes(*it->second.ds);
   gone = std::move(it->second.ds);
-  by_name_.erase(it);
+  EraseLocked(it);
   return true;
 }
 
@@ -529,21 +540,19 @@ Status DatasetRegistry::CheckName(const std::string& name, bool replace) const {
 }
 
 bool DatasetRegistry::EvictLocked(int64_t bytes, std::vector<std::shared_ptr<const Dataset>>* out) {
+  // Least recently used first; one pass, since what is skipped (in use) stays in use while
+  // mu_ is held: an accepted request holds it (the registry's reference is the only other;
+  // new references are taken only under mu_, so the count cannot grow meanwhile).
+  auto next = lru_.begin();
   while (bytes > max_bytes_ - used_) {
     if (!evict_) return false;
-    auto victim = by_name_.end();
-    for (auto it = by_name_.begin(); it != by_name_.end(); ++it) {
-      // In use: an accepted request holds it (the registry's reference is the only other;
-      // new references are taken only under mu_, so the count cannot grow meanwhile).
-      if (it->second.ds.use_count() > 1) continue;
-      if (victim == by_name_.end() || it->second.last_used < victim->second.last_used) {
-        victim = it;
-      }
-    }
-    if (victim == by_name_.end()) return false;
+    while (next != lru_.end() && by_name_.at(next->second).ds.use_count() > 1) ++next;
+    if (next == lru_.end()) return false;
+    const auto victim = by_name_.find(next->second);
+    ++next;  // EraseLocked removes the victim's place in lru_, not the next one's
     used_ -= StoredBytes(*victim->second.ds);
     out->push_back(std::move(victim->second.ds));
-    by_name_.erase(victim);
+    EraseLocked(victim);
   }
   return true;
 }
@@ -664,10 +673,11 @@ Status DatasetRegistry::Commit(std::shared_ptr<const Dataset> ds, bool replace) 
     used_ -= StoredBytes(*it->second.ds);
     gone = std::move(it->second.ds);
     it->second.ds = std::move(ds);
-    it->second.last_used = ++tick_;
+    TouchLocked(it->first, it->second);
   } else {
     const std::string name = ds->name;
-    by_name_.emplace(name, Entry{std::move(ds), ++tick_});
+    const auto added = by_name_.emplace(name, Entry{std::move(ds), 0}).first;
+    TouchLocked(added->first, added->second);
   }
   // The dataset's bytes move from the reservations to the stored datasets.
   reserved_ -= bytes;

@@ -252,8 +252,12 @@ class DatasetRegistry {
   static int64_t StoredBytes(const Dataset& ds) { return ds.bytes + ds.epoch_index.bytes(); }
   struct Entry {
     std::shared_ptr<const Dataset> ds;
-    mutable uint64_t last_used = 0;  // tick of the last Find (LRU)
+    mutable uint64_t last_used = 0;  // tick of the last Find (LRU); its key in lru_
   };
+  // Under mu_: marks `it` used now (a new tick, and its place in lru_).
+  void TouchLocked(const std::string& name, const Entry& e) const;
+  // Under mu_: forgets `it` (by_name_ and lru_).
+  void EraseLocked(std::map<std::string, Entry>::iterator it);
   // Under mu_: evicts unused datasets, least recently used first, until `bytes` more fit.
   // The evicted ones go to `out`, to be destroyed outside the lock.
   bool EvictLocked(int64_t bytes, std::vector<std::shared_ptr<const Dataset>>* out);
@@ -264,6 +268,11 @@ class DatasetRegistry {
   DeviceMemory memory_ = DeviceMemory::Kernels();
   mutable std::mutex mu_;
   std::map<std::string, Entry> by_name_;
+  // The same entries by last use, oldest first: eviction walks it from the front, so that
+  // finding a victim costs the datasets in use before it, not every dataset (issue 31: a
+  // 512 MiB load over 100k resident datasets scanned all of them once per victim, O(N^2)
+  // under the lock, and froze every request that needed it).
+  mutable std::map<uint64_t, std::string> lru_;
   int64_t used_ = 0;      // stored datasets' bytes + reservations
   int64_t reserved_ = 0;  // of which reservations of uploads and loads in progress
   mutable uint64_t tick_ = 0;

@@ -9,8 +9,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -129,6 +132,56 @@ TEST(RepositoryTest, MemoryIsACacheThatEvictsTheLeastRecentlySampledUnusedDatase
   EXPECT_EQ(counts.evicted, 2);
   EXPECT_LE(registry->bytes(), 2000);
   EXPECT_EQ(counts.error, 0);
+}
+
+// The eviction order against a plain model of least-recent use, over many datasets and a
+// random access pattern with some datasets held by requests (issue 31: eviction walks an
+// LRU index instead of scanning every dataset per victim).
+TEST(RepositoryTest, EvictionFollowsLeastRecentUseOverManyDatasets) {
+  const std::string dir = TempDir();
+  constexpr int kNames = 120, kResident = 24;
+  auto name_of = [](int i) { return "d" + std::to_string(1000 + i); };
+  for (int i = 0; i < kNames; ++i) WritePlain(dir, name_of(i), Labels(100, i));
+  Counts counts;
+  auto registry = OpenRepository(dir, kResident * 800 + 100, &counts);
+  auto resident = [&] {
+    std::set<std::string> names;
+    for (const auto& ds : registry->List()) names.insert(ds->name);
+    return names;
+  };
+  // Touch what loaded at start in a known order: that is the model's order.
+  std::vector<std::string> order;  // least recently used first
+  for (const std::string& name : resident()) {
+    Status status;
+    ASSERT_TRUE(registry->Acquire(name, &status)) << status.message();
+    order.push_back(name);
+  }
+  ASSERT_EQ(order.size(), static_cast<size_t>(kResident));
+  std::mt19937 rng(7);
+  std::vector<std::shared_ptr<const Dataset>> held;
+  for (int step = 0; step < 1500; ++step) {
+    const std::string name = name_of(static_cast<int>(rng() % kNames));
+    auto at = std::find(order.begin(), order.end(), name);
+    if (at != order.end()) {
+      order.erase(at);
+    } else {  // a miss: the least recently used that no request holds makes room
+      auto victim = std::find_if(order.begin(), order.end(), [&](const std::string& n) {
+        return std::none_of(held.begin(), held.end(),
+                            [&](const auto& ds) { return ds->name == n; });
+      });
+      ASSERT_NE(victim, order.end());
+      order.erase(victim);
+    }
+    order.push_back(name);
+    Status status;
+    auto ds = registry->Acquire(name, &status);
+    ASSERT_TRUE(ds) << "step " << step << ": " << status.message();
+    if (rng() % 4 == 0) held.push_back(ds);
+    if (held.size() > 5) held.erase(held.begin() + static_cast<long>(rng() % held.size()));
+    ASSERT_EQ(resident(), std::set<std::string>(order.begin(), order.end())) << "step " << step;
+  }
+  EXPECT_GT(counts.evicted, 500);
+  EXPECT_LE(registry->bytes(), kResident * 800 + 100);
 }
 
 TEST(RepositoryTest, APollReloadsAReplacedFileAndDropsADeletedOne) {
