@@ -7,6 +7,7 @@
 #include <cstring>
 #include <new>
 #include <random>
+#include <utility>
 
 #include <malloc.h>
 #include <openssl/evp.h>
@@ -472,9 +473,15 @@ std::shared_ptr<const Dataset> DatasetRegistry::Find(const std::string& name) co
 }
 
 void DatasetRegistry::TouchLocked(const std::string& name, const Entry& e) const {
-  if (e.last_used != 0) lru_.erase(e.last_used);
-  e.last_used = ++tick_;
-  lru_.emplace_hint(lru_.end(), e.last_used, name);
+  const uint64_t now = ++tick_;
+  if (e.last_used == 0) {
+    lru_.emplace_hint(lru_.end(), now, name);
+  } else {  // every request: move the entry's node to the end, no allocation or name copy
+    auto node = lru_.extract(e.last_used);
+    node.key() = now;
+    lru_.insert(lru_.end(), std::move(node));
+  }
+  e.last_used = now;
 }
 
 void DatasetRegistry::EraseLocked(std::map<std::string, Entry>::iterator it) {
