@@ -295,8 +295,12 @@ Status DatasetBuilder::Keep(const v1::DatasetChunk& chunk, std::vector<int64_t> 
   const int64_t score_bytes = score_data ? static_cast<int64_t>(score_data->size()) : 0;
   const int64_t want = static_cast<int64_t>(label_data.size()) + feature_bytes + score_bytes +
                        static_cast<int64_t>(splits.size() * sizeof(int64_t));
-  GPUSAMPLER_RETURN_IF_ERROR(registry_->Reserve(want));
-  reserved_ += want;
+  const int64_t prepaid = std::min(want, prepaid_);
+  if (want > prepaid) {
+    GPUSAMPLER_RETURN_IF_ERROR(registry_->Reserve(want - prepaid));
+    reserved_ += want - prepaid;
+  }
+  prepaid_ -= prepaid;
   started_ = true;
   if (!splits.empty()) {
     ds_->rows = Dataset::Rows::kRagged;
@@ -378,7 +382,19 @@ Status DatasetBuilder::Seal() {
   return Status::Ok();
 }
 
+Status DatasetBuilder::Prepay(int64_t bytes) {
+  GPUSAMPLER_RETURN_IF_ERROR(registry_->Reserve(bytes));
+  reserved_ += bytes;
+  prepaid_ += bytes;
+  return Status::Ok();
+}
+
 Status DatasetBuilder::Store(std::shared_ptr<const Dataset>* stored, bool placed, bool replace) {
+  if (prepaid_ > 0) {  // reserved up front, never used: the registry counts ds_->bytes
+    registry_->Release(prepaid_);
+    reserved_ -= prepaid_;
+    prepaid_ = 0;
+  }
   if (!placed) {
     GPUSAMPLER_RETURN_IF_ERROR(registry_->Place(ds_.get()));
   }
@@ -505,6 +521,7 @@ std::shared_ptr<const Dataset> DatasetRegistry::Acquire(const std::string& name,
 std::vector<std::shared_ptr<const Dataset>> DatasetRegistry::List() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<const Dataset>> out;
+  out.reserve(by_name_.size());
   for (const auto& [name, e] : by_name_) out.push_back(e.ds);
   return out;
 }
@@ -565,10 +582,23 @@ bool DatasetRegistry::EvictLocked(int64_t bytes, std::vector<std::shared_ptr<con
 }
 
 void DatasetRegistry::Evicted(std::vector<std::shared_ptr<const Dataset>> evicted) {
+  // One line per dataset for a few; one line for many (a 512 MiB load can evict 100k small
+  // datasets, and 100k lines would hold the log's lock for as long as they take).
+  constexpr size_t kNamedEvictions = 8;
+  int64_t bytes = 0;
   for (const auto& ds : evicted) {
-    spdlog::info("dataset '{}' evicted from memory ({} bytes; it stays in --dataset-dir)", ds->name,
-                 ds->bytes);
+    if (evicted.size() <= kNamedEvictions) {
+      spdlog::info("dataset '{}' evicted from memory ({} bytes; it stays in --dataset-dir)",
+                   ds->name, ds->bytes);
+    }
+    bytes += ds->bytes;
     if (on_evict_) on_evict_();
+  }
+  if (evicted.size() > kNamedEvictions) {
+    spdlog::info(
+        "{} datasets evicted from memory ({} bytes; they stay in --dataset-dir), '{}' first "
+        "and '{}' last",
+        evicted.size(), bytes, evicted.front()->name, evicted.back()->name);
   }
   const bool any = !evicted.empty();
   evicted.clear();  // device copies are freed here, outside the lock

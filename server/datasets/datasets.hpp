@@ -148,6 +148,11 @@ class DatasetBuilder {
   bool replace() const { return replace_; }
   // The reserved bytes: what the upload holds of the budget so far.
   int64_t reserved() const { return reserved_; }
+  // Reserves `bytes` at once, before any chunk (a load from disk, whose size the headers
+  // give): the chunks draw on it and reserve only what goes beyond, and Store gives back what
+  // is left. A large load that started is then not starved by smaller loads taking the room
+  // that its evictions freed while it reads. RESOURCE_EXHAUSTED as Add's.
+  Status Prepay(int64_t bytes);
 
  private:
   // The steps of Add: the first chunk names the upload, later ones may not; each chunk's
@@ -168,7 +173,8 @@ class DatasetBuilder {
   bool has_features_ = false;
   bool has_scores_ = false;
   int64_t reserved_ = 0;
-  Sha256 label_hash_;  // the label bytes arrive first in the digest: hashed as they come
+  int64_t prepaid_ = 0;  // of reserved_, what Prepay reserved and no chunk has used yet
+  Sha256 label_hash_;    // the label bytes arrive first in the digest: hashed as they come
 };
 
 class Repository;
@@ -205,7 +211,7 @@ class DatasetRegistry {
   // Find, and on a miss, with a repository, load the committed version (read your writes).
   // Null with `*status` NOT_FOUND (or why the load failed) when there is none.
   std::shared_ptr<const Dataset> Acquire(const std::string& name, Status* status) const;
-  std::vector<std::shared_ptr<const Dataset>> List() const;
+  std::vector<std::shared_ptr<const Dataset>> List() const;  // sorted by name
   // False when no dataset has that name.
   bool Delete(const std::string& name);
   // Removes `name` from memory if it is still `expected` (a repository re-scan saw it

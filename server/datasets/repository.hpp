@@ -46,6 +46,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -166,6 +167,15 @@ class Repository {
   mutable std::atomic<bool> scan_failing_{false};  // in a streak of failed listings
   std::mutex poll_run_mu_;                         // one Poll at a time; guards seen_plain_
   std::map<std::string, std::string> seen_plain_;  // plain set -> version, last re-scan
+  // ListNotResident's descriptions by name, valid while the file version is the same (a
+  // listing of 100k datasets then opens only the files that changed). nullopt: the version
+  // is not listed (a bad file, or over the budget).
+  struct ListedInfo {
+    std::string version;
+    std::optional<v1::DatasetInfo> info;
+  };
+  mutable std::mutex listed_mu_;  // guards listed_; held for a whole listing
+  mutable std::map<std::string, ListedInfo> listed_;
 
   std::mutex poll_mu_;
   std::condition_variable poll_cv_;

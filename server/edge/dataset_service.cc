@@ -287,24 +287,35 @@ grpc::ServerUnaryReactor* SamplerService::ListDatasets(grpc::CallbackServerConte
     reactor->Finish(ToGrpcStatus(status, context));
     return reactor;
   }
-  // Listing the repository reads a header per dataset: off this thread.
+  // Listing the repository stats every file and reads the headers of the datasets not
+  // resident: off this thread, and shared by the calls that arrive while one is built (8
+  // clients listing 100k datasets in a loop hold one repository thread, not all of them,
+  // and run one scan at a time: issue 31).
   RunRepositoryWork([this, context, response, reactor] {
-    Status s = Status::Ok();
-    for (const auto& ds : datasets_->List()) *response->add_datasets() = ds->Info();
-    // With a repository, its datasets that this replica has not loaded are listed too
-    // (devices empty): any replica lists what every replica serves.
-    if (Repository* repo = datasets_->repository()) {
-      std::vector<v1::DatasetInfo> more;
-      s = repo->ListNotResident(&more);
-      for (auto& info : more) *response->add_datasets() = std::move(info);
-      std::sort(
-          response->mutable_datasets()->begin(), response->mutable_datasets()->end(),
-          [](const v1::DatasetInfo& a, const v1::DatasetInfo& b) { return a.name() < b.name(); });
-    }
-    if (!s.ok()) response->Clear();
-    reactor->Finish(ToGrpcStatus(s, context));
+    listings_.Run([context, response, reactor](std::shared_ptr<const DatasetListing> listing) {
+      if (listing->status.ok()) *response = listing->response;
+      reactor->Finish(ToGrpcStatus(listing->status, context));
+    });
   });
   return reactor;
+}
+
+SamplerService::DatasetListing SamplerService::ListAllDatasets() const {
+  DatasetListing listing;
+  v1::ListDatasetsResponse& response = listing.response;
+  for (const auto& ds : datasets_->List()) *response.add_datasets() = ds->Info();
+  // With a repository, its datasets that this replica has not loaded are listed too
+  // (devices empty): any replica lists what every replica serves.
+  if (Repository* repo = datasets_->repository()) {
+    std::vector<v1::DatasetInfo> more;
+    listing.status = repo->ListNotResident(&more);
+    for (auto& info : more) *response.add_datasets() = std::move(info);
+    std::sort(
+        response.mutable_datasets()->begin(), response.mutable_datasets()->end(),
+        [](const v1::DatasetInfo& a, const v1::DatasetInfo& b) { return a.name() < b.name(); });
+  }
+  if (!listing.status.ok()) response.Clear();
+  return listing;
 }
 
 }  // namespace gpusampler::server

@@ -19,6 +19,7 @@
 #include "edge/regions.hpp"
 #include "edge/request_bytes.hpp"
 #include "edge/security.hpp"
+#include "edge/single_flight.hpp"
 #include "gpusampler/v1/sampler.grpc.pb.h"
 #include "observability/metrics.hpp"
 #include "scheduling/scheduler.hpp"
@@ -130,10 +131,17 @@ class SamplerService final : public SamplerBase {
   void CommitStarted() { commits_.fetch_add(1); }
   void CommitEnded() { commits_.fetch_sub(1); }
   int64_t commits_running() const { return commits_.load(); }
+  // One ListDatasets answer, shared by the calls that arrived while it was being built.
+  struct DatasetListing {
+    Status status = Status::Ok();
+    v1::ListDatasetsResponse response;
+  };
 
  private:
   // Ends SampleStreams whose client stopped reading (--stream-write-timeout-ms).
   void StallLoop();
+  // The registry's datasets and the repository's others, sorted by name (ListDatasets).
+  DatasetListing ListAllDatasets() const;
 
   const ServerConfig config_;
   Scheduler* scheduler_;
@@ -144,6 +152,8 @@ class SamplerService final : public SamplerBase {
   std::atomic<int64_t> client_cancels_{0};
   std::atomic<int64_t> commits_{0};
   ByteBudget budget_;
+  // ListDatasets calls share listings (a listing of 100k datasets stats 100k files).
+  SingleFlight<DatasetListing> listings_{[this] { return ListAllDatasets(); }};
   CallLimits calls_;  // --max-calls, --max-concurrent-streams (after budget_)
   std::shared_ptr<TokenSet> tokens_;
   RegionTable regions_;  // shared memory; revoked tokens' regions dropped by StallLoop

@@ -97,7 +97,10 @@ def prepare(repo: Path):
 
 def start(server: str, repo: Path, work: Path):
     port_file = work / "ports"
-    budget = BIG_BYTES + (64 << 20)
+    # The 8 churn clients hold up to 8 churn datasets in use at once (64 MiB and their
+    # bookkeeping), which no eviction can free; one more dataset's room keeps the large one
+    # loadable beside them, and 24 datasets through 9 places still evict on most requests.
+    budget = BIG_BYTES + (CHURN_BYTES * 9)
     cmd = [server, "--device", "cpu", "--address", "127.0.0.1:0", "--metrics-address",
            "127.0.0.1:0", "--port-file", str(port_file), "--dataset-dir", str(repo),
            "--dataset-poll-seconds", "2", "--max-dataset-bytes", str(budget)]
@@ -134,7 +137,9 @@ def storm(target, stop, counts):
             counts[key] = counts.get(key, 0) + 1
 
     def loop(fn):
-        stub = pb_grpc.SamplerStub(grpc.insecure_channel(target))
+        # A listing of 100k datasets is ~9 MB, over gRPC Python's 4 MiB default.
+        stub = pb_grpc.SamplerStub(grpc.insecure_channel(
+            target, options=[("grpc.max_receive_message_length", -1)]))
         while not stop.is_set():
             try:
                 fn(stub)

@@ -8,6 +8,7 @@
 #include "cpu/isa.hpp"
 #include "cpu/thread_pool.hpp"
 #include "gpusampler/kernels/gather.hpp"
+#include "gpusampler/kernels/host_buffer.hpp"
 #include "gpusampler/kernels/types.hpp"
 
 namespace gpusampler::kernels::cpu {
@@ -22,14 +23,16 @@ struct ClassCandidate {
 
 // Reusable buffers of the class path, one per thread that samples rows; grown, never shrunk.
 struct ClassScratch {
-  std::vector<uint8_t> codes;         // the class-code pass's codes (1 or 2 bytes each)
-  std::vector<int64_t> chunk_counts;  // [chunk][lane][C + 1]: elements per code
-  std::vector<int64_t> chunk_found;   // [chunk][lane][C]: candidates the chunk's lane kept
-  std::vector<int64_t> region;        // [C][chunk][lane]: first candidate slot (cand or packed)
-  std::vector<ClassCandidate> cand;   // WEIGHTED and ranked candidates, by class, chunk, lane
-  std::vector<uint64_t> packed;       // UNIFORM and keep-all candidates, u << 32 | i, likewise
-  std::vector<uint32_t> selected;     // indices of the selection, class after class
-  std::vector<uint64_t> items, tmp;   // v << 32 | i of the selection; sort scratch
+  // The three large ones are sized for the whole row and never read before written:
+  // ScratchVector leaves them unwritten when they grow (host_buffer.hpp).
+  ScratchVector<uint8_t> codes;        // the class-code pass's codes (1 or 2 bytes each)
+  std::vector<int64_t> chunk_counts;   // [chunk][lane][C + 1]: elements per code
+  std::vector<int64_t> chunk_found;    // [chunk][lane][C]: candidates the chunk's lane kept
+  std::vector<int64_t> region;         // [C][chunk][lane]: first candidate slot (cand or packed)
+  ScratchVector<ClassCandidate> cand;  // WEIGHTED and ranked candidates, by class, chunk, lane
+  ScratchVector<uint64_t> packed;      // UNIFORM and keep-all candidates, u << 32 | i, likewise
+  std::vector<uint32_t> selected;      // indices of the selection, class after class
+  std::vector<uint64_t> items, tmp;    // v << 32 | i of the selection; sort scratch
   // Per class of the row: members n, quotas m, first selection slot, candidate bound, mode.
   std::vector<int64_t> n, m, first, found;
   std::vector<uint64_t> bound;

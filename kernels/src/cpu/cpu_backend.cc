@@ -42,7 +42,9 @@ struct Counts {
 using Runs = std::vector<std::pair<const uint64_t*, int64_t>>;
 
 struct Scratch {
-  std::vector<uint64_t> pos, neg, tmp, tmp_neg, items;
+  // Sized for every element of the row a candidate; the filter writes a few per chunk.
+  ScratchVector<uint64_t> pos, neg;
+  std::vector<uint64_t> tmp, tmp_neg, items;
   Runs pos_runs, neg_runs;  // the filter's candidates, per class, in pos / neg
   std::vector<uint32_t> sel_pos, sel_neg;
   // Per-chunk bookkeeping, kept to avoid allocations per row.

@@ -1,9 +1,13 @@
 // HostBytes (kernels/include/gpusampler/kernels/host_buffer.hpp): cache-line aligned at every
-// size, also after a reallocation.
+// size, also after a reallocation. ScratchVector: growing it writes none of the new elements,
+// so pages nobody writes are never faulted in.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <string>
 
 #include "gpusampler/kernels/host_buffer.hpp"
 
@@ -17,6 +21,36 @@ TEST(HostBytesTest, EverySizeStartsOnACacheLine) {
     b.resize(n + 1);  // a reallocation keeps the alignment
     EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kCacheLineBytes, 0u) << n;
   }
+}
+
+// Resident pages of this process (/proc/self/statm's second field).
+int64_t ResidentBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  long size = 0, resident = 0;
+  if (f == nullptr || std::fscanf(f, "%ld %ld", &size, &resident) != 2) resident = -1;
+  if (f) std::fclose(f);
+  return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
+}
+
+TEST(ScratchVectorTest, GrowingLeavesTheNewElementsUnwrittenAndTheirPagesUntouched) {
+  constexpr size_t kElements = size_t{64} << 20;  // 512 MiB of uint64_t, as for a 64M row
+  const int64_t before = ResidentBytes();
+  ASSERT_GT(before, 0);
+  ScratchVector<uint64_t> v;
+  v.resize(kElements);
+  // A plain std::vector writes 512 MiB of zeros here; unwritten pages stay unmapped.
+  const int64_t grown = ResidentBytes() - before;
+  EXPECT_LT(grown, int64_t{128} << 20) << grown << " bytes resident after the resize";
+  v[kElements - 1] = 7;  // written before read, as scratch is
+  EXPECT_EQ(v[kElements - 1], 7u);
+  // Elements constructed with a value still get it.
+  ScratchVector<uint64_t> w(4, 9);
+  w.resize(6);
+  w.push_back(5);
+  EXPECT_EQ(w[0], 9u);
+  EXPECT_EQ(w[3], 9u);
+  EXPECT_EQ(w[6], 5u);
+  EXPECT_EQ(w.size(), 7u);
 }
 
 }  // namespace

@@ -671,6 +671,51 @@ v1::DatasetInfo InfoOf(v1::Sampler::Stub* stub, const std::string& name) {
 }
 
 // The accessors of the three row shapes, and the builder's checks of a fixed shape.
+// Issue 31 item 1: a load reserves its whole size before it reads (Prepay), so smaller
+// uploads cannot take the room meanwhile, and Store gives back what the chunks did not use.
+TEST(DatasetTest, PrepaidRoomIsHeldForTheLoadAndTheRestGivenBackAtStore) {
+  DatasetRegistry registry(1000);
+  v1::DatasetChunk chunk;
+  chunk.set_name("big");
+  *chunk.mutable_labels() = Int64Tensor(std::vector<int64_t>(100, 1));  // 800 bytes
+  v1::DatasetChunk small;
+  small.set_name("small");
+  *small.mutable_labels() = Int64Tensor(std::vector<int64_t>(25, 1));  // 200 bytes
+  std::shared_ptr<const Dataset> stored;
+  {
+    DatasetBuilder builder(&registry, Limits());
+    ASSERT_TRUE(builder.Prepay(900).ok());
+    EXPECT_EQ(builder.reserved(), 900);
+    {  // 900 + 200 > 1000: the prepaid room is not free
+      DatasetBuilder other(&registry, Limits());
+      EXPECT_EQ(other.Add(small).code(), Code::kResourceExhausted);
+    }
+    ASSERT_TRUE(builder.Add(chunk).ok());
+    EXPECT_EQ(builder.reserved(), 900);  // drawn from the prepaid bytes, nothing more
+    ASSERT_TRUE(builder.Commit(&stored).ok());
+  }
+  EXPECT_EQ(registry.bytes(), 800);  // the 100 bytes left over were given back
+  DatasetBuilder other(&registry, Limits());
+  EXPECT_TRUE(other.Add(small).ok());  // 800 + 200 fits
+  {                                    // chunks beyond the prepaid bytes reserve the difference
+    DatasetRegistry r2(1000);
+    DatasetBuilder b(&r2, Limits());
+    ASSERT_TRUE(b.Prepay(300).ok());
+    ASSERT_TRUE(b.Add(chunk).ok());
+    EXPECT_EQ(b.reserved(), 800);
+    EXPECT_EQ(b.Prepay(201).code(), Code::kResourceExhausted);  // 1001 > 1000
+  }
+  {  // a builder that never stores gives everything back
+    DatasetRegistry r3(1000);
+    {
+      DatasetBuilder b(&r3, Limits());
+      ASSERT_TRUE(b.Prepay(1000).ok());
+    }
+    DatasetBuilder b(&r3, Limits());
+    EXPECT_TRUE(b.Prepay(1000).ok());
+  }
+}
+
 TEST(DatasetTest, FixedRowsAreAStrideTheBuilderChecks) {
   DatasetRegistry registry(1 << 20);
   v1::DatasetChunk chunk;

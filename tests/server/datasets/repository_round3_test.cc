@@ -3,15 +3,18 @@
 // deletes nothing, and locking is per dataset (a load blocks no other dataset, no miss of an
 // unknown name and no re-scan).
 #include <gtest/gtest.h>
+
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
+#include <map>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <future>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -298,6 +301,38 @@ TEST(RepositoryRound3Test, ListingLeavesOutWhatCanNeverBeSampled) {
   std::vector<std::string> names;
   for (const auto& info : listed) names.push_back(info.name());
   EXPECT_EQ(names, std::vector<std::string>{"good"});
+}
+
+// Issue 31 item 1: a listing keeps the descriptions of the files whose version did not
+// change (100k datasets are not re-opened by every listing), and still sees every change:
+// a replaced file, a deleted one, a new one, one that comes back within the budget.
+TEST(RepositoryRound3Test, ListingSeesEveryChangeBetweenListings) {
+  const std::string dir = TempDir();
+  Counts counts;
+  auto registry = OpenRepo(dir, 1 << 20, &counts);
+  auto listing = [&] {
+    std::vector<v1::DatasetInfo> listed;
+    EXPECT_TRUE(registry->repository()->ListNotResident(&listed).ok());
+    std::map<std::string, int64_t> elements;
+    for (const auto& info : listed) elements[info.name()] = info.num_elements();
+    return elements;
+  };
+  using Listed = std::map<std::string, int64_t>;
+  WritePlain(dir, "a", Labels(100, 1));
+  WritePlain(dir, "b", Labels(100, 2));
+  EXPECT_EQ(listing(), (Listed{{"a", 100}, {"b", 100}}));
+  EXPECT_EQ(listing(), (Listed{{"a", 100}, {"b", 100}}));  // unchanged files, kept
+  WritePlain(dir, "a", Labels(300, 3));                    // a new version
+  ASSERT_EQ(unlink((dir + "/b.labels.npy").c_str()), 0);
+  WritePlain(dir, "c", Labels(7, 4));
+  EXPECT_EQ(listing(), (Listed{{"a", 300}, {"c", 7}}));
+  WritePlain(dir, "b", Labels(1 << 18, 5));  // 2 MiB, over the 1 MiB budget: never listed
+  EXPECT_EQ(listing(), (Listed{{"a", 300}, {"c", 7}}));
+  WritePlain(dir, "b", Labels(10, 6));
+  EXPECT_EQ(listing(), (Listed{{"a", 300}, {"b", 10}, {"c", 7}}));
+  Status status;
+  ASSERT_TRUE(registry->Acquire("c", &status));  // resident now: listed by the registry
+  EXPECT_EQ(listing(), (Listed{{"a", 300}, {"b", 10}}));
 }
 
 }  // namespace

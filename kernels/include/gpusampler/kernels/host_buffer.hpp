@@ -11,7 +11,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace gpusampler::kernels {
@@ -39,5 +42,35 @@ struct CacheLineAllocator {
 
 // Bytes whose data() is a multiple of kCacheLineBytes (when not empty).
 using HostBytes = std::vector<uint8_t, CacheLineAllocator<uint8_t>>;
+
+// A std::allocator whose construct without arguments default-initializes: resize() of a
+// vector of a trivial type leaves the new elements unwritten, so a buffer sized for the worst
+// case costs only the pages that are written. Scratch for the candidates of a 64M-label row
+// is 512 MiB per class, of which a launch writes a few pages per chunk: zeroing all of it
+// was 0.95 s of page faults in the first sample of such a row (docs/decisions.md S18).
+// Stateless and thread-safe.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  DefaultInitAllocator() = default;
+  template <typename U>
+  constexpr DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+// Scratch whose resize() does not write the new elements (DefaultInitAllocator): only for
+// elements that are written before they are read.
+template <typename T>
+using ScratchVector = std::vector<T, DefaultInitAllocator<T>>;
 
 }  // namespace gpusampler::kernels
