@@ -111,6 +111,9 @@ class Repository {
     int64_t file_bytes = 0;  // the files' sizes, headers included
     bool settled = true;     // plain files: the previous re-scan saw this version too
   };
+  // A directory listing: one Entry per dataset name, sorted by name (a vector, not a map: a
+  // re-scan of 100k names allocates no node per name).
+  using Listing = std::vector<std::pair<std::string, Entry>>;
 
  private:
   // Holds the lock of one dataset name for its lifetime (per-dataset locking).
@@ -136,7 +139,7 @@ class Repository {
                     const std::string& final_path) const;
   // Lists the directory into `out`; false (logged once per streak, counted) when the
   // listing, or a stat of a listed name, fails for any reason but the name being gone.
-  bool Scan(std::map<std::string, Entry>* out) const;
+  bool Scan(Listing* out) const;
   Found Stat(const std::string& name, Entry* entry) const;
   Found StatListed(int dir_fd, const std::string& name, unsigned mask, Entry* entry) const;
   // The steps of Poll for one resident dataset and one not resident; true when changed.
@@ -165,8 +168,8 @@ class Repository {
   std::map<std::string, std::pair<std::string, Status>> bad_;              // name -> (version, why)
   mutable std::map<std::string, std::shared_ptr<std::mutex>> name_locks_;  // NameGuard's
   mutable std::atomic<bool> scan_failing_{false};  // in a streak of failed listings
-  std::mutex poll_run_mu_;                         // one Poll at a time; guards seen_plain_
-  std::map<std::string, std::string> seen_plain_;  // plain set -> version, last re-scan
+  std::mutex poll_run_mu_;                         // one Poll at a time; guards last_scan_
+  Listing last_scan_;  // the previous re-scan's listing (settling of plain sets)
   // ListNotResident's descriptions by name, valid while the file version is the same (a
   // listing of 100k datasets then opens only the files that changed). nullopt: the version
   // is not listed (a bad file, or over the budget).
