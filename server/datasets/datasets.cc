@@ -564,19 +564,28 @@ Status DatasetRegistry::CheckName(const std::string& name, bool replace) const {
 }
 
 bool DatasetRegistry::EvictLocked(int64_t bytes, std::vector<std::shared_ptr<const Dataset>>* out) {
+  if (bytes <= max_bytes_ - used_) return true;
+  if (!evict_) return false;
   // Least recently used first; one pass, since what is skipped (in use) stays in use while
   // mu_ is held: an accepted request holds it (the registry's reference is the only other;
   // new references are taken only under mu_, so the count cannot grow meanwhile).
-  auto next = lru_.begin();
-  while (bytes > max_bytes_ - used_) {
-    if (!evict_) return false;
-    while (next != lru_.end() && by_name_.at(next->second).ds.use_count() > 1) ++next;
-    if (next == lru_.end()) return false;
-    const auto victim = by_name_.find(next->second);
-    ++next;  // EraseLocked removes the victim's place in lru_, not the next one's
+  // All or nothing: the victims are chosen first and evicted only when they free enough. A
+  // reservation that cannot succeed (datasets in use hold the rest) evicts nothing, so a
+  // client retrying a load that does not fit cannot evict the datasets others are about to
+  // sample (issue 31's load storm: a refused 512 MiB miss, retried, emptied the cache).
+  std::vector<std::map<std::string, Entry>::iterator> victims;
+  int64_t freed = 0;
+  for (auto next = lru_.begin(); bytes > max_bytes_ - used_ + freed && next != lru_.end(); ++next) {
+    const auto it = by_name_.find(next->second);
+    if (it->second.ds.use_count() > 1) continue;
+    freed += StoredBytes(*it->second.ds);
+    victims.push_back(it);
+  }
+  if (bytes > max_bytes_ - used_ + freed) return false;
+  for (const auto& victim : victims) {
     used_ -= StoredBytes(*victim->second.ds);
     out->push_back(std::move(victim->second.ds));
-    EraseLocked(victim);
+    EraseLocked(victim);  // removes its own place in lru_ and by_name_, no other's
   }
   return true;
 }

@@ -134,6 +134,36 @@ TEST(RepositoryTest, MemoryIsACacheThatEvictsTheLeastRecentlySampledUnusedDatase
   EXPECT_EQ(counts.error, 0);
 }
 
+// A load that cannot fit even after every unused dataset went evicts none of them: a client
+// retrying a refused large miss must not empty the cache that others sample (issue 31's
+// load storm: a refused 512 MiB miss, retried, evicted the churn datasets each time).
+TEST(RepositoryTest, ALoadThatCannotFitEvictsNothing) {
+  const std::string dir = TempDir();
+  for (const char* name : {"a", "b"}) WritePlain(dir, name, Labels(100, name[0]));  // 800 B
+  WritePlain(dir, "big", Labels(200, 'z'));                                         // 1600 B
+  Counts counts;
+  auto registry = OpenRepository(dir, 2000, &counts);
+  ASSERT_EQ(registry->count(), 2);  // a and b; big does not fit beside them
+  Status status;
+  auto a = registry->Acquire("a", &status);  // held by a request
+  ASSERT_TRUE(a);
+  // 400 free + b's 800 < 1600: refused, transient, and b is still resident.
+  EXPECT_EQ(registry->Acquire("big", &status), nullptr);
+  EXPECT_EQ(status.code(), Code::kResourceExhausted);
+  EXPECT_GT(status.retry_pushback_ms(), 0);
+  EXPECT_EQ(counts.evicted, 0);
+  EXPECT_NE(registry->Find("b"), nullptr);
+  EXPECT_EQ(registry->bytes(), 1600);
+  // Once a is answered, both go for big (400 + 800 + 800 >= 1600).
+  a.reset();
+  auto big = registry->Acquire("big", &status);
+  ASSERT_TRUE(big) << status.message();
+  EXPECT_EQ(counts.evicted, 2);
+  EXPECT_EQ(registry->Find("a"), nullptr);
+  EXPECT_EQ(registry->Find("b"), nullptr);
+  EXPECT_EQ(registry->bytes(), 1600);
+}
+
 // The eviction order against a plain model of least-recent use, over many datasets and a
 // random access pattern with some datasets held by requests (issue 31: eviction walks an
 // LRU index instead of scanning every dataset per victim).
