@@ -47,6 +47,10 @@ const Flag kFlags[] = {
     {"--cpu-threads", &ServerConfig::cpu_threads,
      "threads per CPU worker (0 = hardware threads / cpu workers)", 0, 4096},
     {"--cpu-workers", &ServerConfig::cpu_workers, "CPU workers", 1, 1024},
+    {"--cpu-express-elements", &ServerConfig::cpu_express_elements,
+     "CPU: one more worker (1 thread) serves only requests of at most this many label elements, "
+     "so small requests never wait behind a large launch (0 = none)",
+     0, kIntMax},
     {"--max-batch-rows", &ServerConfig::max_batch_rows,
      "rows fused into one launch (1 disables dynamic batching)", 1, kIntMax},
     {"--max-batch-slots", &ServerConfig::max_batch_slots,

@@ -29,7 +29,10 @@ struct ServerConfig {
   int64_t device_timeout_ms = 60000;  // a launch still running after this is a device fault
   int cpu_threads = 0;                // threads per CPU worker; 0 = hardware threads / cpu_workers
   int cpu_workers = 1;                // CPU workers (each a backend with its own pool)
-  int64_t max_batch_rows = 256;       // rows fused into one launch; 1 disables fusion
+  // CPU: one more worker, of one thread, that serves only requests of at most this many label
+  // elements, so that a small request never waits behind a large launch; 0 = none.
+  int64_t cpu_express_elements = int64_t{1} << 18;
+  int64_t max_batch_rows = 256;                // rows fused into one launch; 1 disables fusion
   int64_t max_batch_slots = int64_t{1} << 26;  // output slots (sum of B * K) of one launch
   int64_t max_batch_delay_us = 200;  // how long a batch may wait to fill while devices are busy
   int64_t queue_capacity = 1024;     // queued requests before RESOURCE_EXHAUSTED

@@ -590,6 +590,23 @@ bool DatasetRegistry::EvictLocked(int64_t bytes, std::vector<std::shared_ptr<con
   return true;
 }
 
+namespace {
+
+// The bytes of `ds`'s buffers that live in glibc's heap rather than in mapped pages of their
+// own (kernels::CacheLineAllocator).
+int64_t HeapBytes(const Dataset& ds) {
+  const auto heap = [](size_t bytes) {
+    return kernels::kMapLargeBlocks && bytes >= kernels::kMappedBlockBytes
+               ? int64_t{0}
+               : static_cast<int64_t>(bytes);
+  };
+  return heap(ds.labels.capacity()) + heap(ds.features.capacity()) +
+         heap(ds.scores.capacity() * sizeof(float)) +
+         static_cast<int64_t>(ds.row_splits.capacity() * sizeof(int64_t));
+}
+
+}  // namespace
+
 void DatasetRegistry::Evicted(std::vector<std::shared_ptr<const Dataset>> evicted) {
   // One line per dataset for a few; one line for many (a 512 MiB load can evict 100k small
   // datasets, and 100k lines would hold the log's lock for as long as they take).
@@ -609,11 +626,19 @@ void DatasetRegistry::Evicted(std::vector<std::shared_ptr<const Dataset>> evicte
         "and '{}' last",
         evicted.size(), bytes, evicted.front()->name, evicted.back()->name);
   }
-  const bool any = !evicted.empty();
+  int64_t heap = 0;
+  for (const auto& ds : evicted) heap += HeapBytes(*ds);
   evicted.clear();  // device copies are freed here, outside the lock
-  // glibc keeps large freed blocks in its heap once its mmap threshold has grown past them:
-  // give the evicted bytes back, so that RSS follows the budget under eviction churn.
-  if (any) malloc_trim(0);
+  // A dataset's large buffers are mapped pages, unmapped as they are freed here. Its small
+  // ones go back to glibc's heap, which keeps them: once those come to kTrimHeapBytes, give
+  // them back too, so that RSS follows the budget under churn of small datasets. Not on every
+  // eviction: malloc_trim holds each arena's lock while it walks the heap (up to 90 ms under
+  // churn, stalling every request that allocates meanwhile; docs/decisions.md S20).
+  constexpr int64_t kTrimHeapBytes = int64_t{64} << 20;
+  if (heap > 0 && heap_evicted_.fetch_add(heap) + heap >= kTrimHeapBytes) {
+    heap_evicted_.store(0);
+    malloc_trim(0);
+  }
 }
 
 bool DatasetRegistry::MakeRoom(int64_t bytes) {

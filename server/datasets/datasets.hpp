@@ -4,6 +4,7 @@
 // DatasetBuilder is used by one upload at a time.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -50,7 +51,7 @@ struct Dataset final : DatasetStorage {
                                 // 64-byte row is one line for the gather
   // Optional FLOAT32 scores, one per label element (SPEC section 7); empty: none. Kept in
   // host memory also when the labels live on a device (launches stage them from there).
-  std::vector<float> scores;
+  std::vector<float, kernels::CacheLineAllocator<float>> scores;  // large: mapped pages
   bool has_negative_scores = false;  // checked against WEIGHTED classes per request
   std::string sha256;  // lowercase hex over the label, then the feature, then the score bytes
   int64_t bytes = 0;   // label + feature + score (+ row_splits for kRagged) bytes
@@ -284,6 +285,9 @@ class DatasetRegistry {
   mutable uint64_t tick_ = 0;
   bool evict_ = false;
   std::function<void()> on_evict_;
+  // Bytes of evicted datasets that went back to glibc's heap (blocks below
+  // kernels::kMappedBlockBytes; larger ones were unmapped) since the last malloc_trim.
+  std::atomic<int64_t> heap_evicted_{0};
   std::unique_ptr<Repository> repository_;
 };
 

@@ -76,7 +76,14 @@ struct ProbeState {
 struct Fleet {
   std::vector<std::pair<std::string, std::string>> devices;  // (id, uuid): the metrics' devices
   google::protobuf::RepeatedPtrField<v1::DeviceInfo> devices_info;  // GetServerInfo's devices
-  std::vector<std::pair<std::unique_ptr<Worker>, int>> workers;     // (worker, device index)
+  struct Slot {
+    Slot(std::unique_ptr<Worker> w, int d, Scheduler::WorkerOptions o = {})
+        : worker(std::move(w)), device(d), options(o) {}
+    std::unique_ptr<Worker> worker;
+    int device = 0;  // index into devices
+    Scheduler::WorkerOptions options;
+  };
+  std::vector<Slot> workers;
 };
 
 namespace {
@@ -222,7 +229,19 @@ Fleet CpuFleet(const ServerConfig& config, const BackendFactory& backend_factory
     auto backend = backend_factory ? backend_factory(w) : kernels::MakeCpuBackend(threads);
     fleet.workers.emplace_back(MakeHostWorker(std::move(backend), "cpu"), 0);
   }
-  spdlog::info("backend cpu: {} worker(s) x {} thread(s)", n, threads);
+  if (config.cpu_express_elements > 0) {
+    // The express worker: small requests (one image's anchors, a probe) take it while the
+    // others run a large launch. One thread: its launches are short by construction.
+    auto backend = backend_factory ? backend_factory(n) : kernels::MakeCpuBackend(1);
+    fleet.workers.emplace_back(MakeHostWorker(std::move(backend), "cpu"), 0,
+                               Scheduler::WorkerOptions{config.cpu_express_elements});
+    spdlog::info(
+        "backend cpu: {} worker(s) x {} thread(s), and 1 express worker x 1 thread for "
+        "requests of at most {} label elements (--cpu-express-elements)",
+        n, threads, config.cpu_express_elements);
+  } else {
+    spdlog::info("backend cpu: {} worker(s) x {} thread(s)", n, threads);
+  }
   return fleet;
 }
 
@@ -415,7 +434,9 @@ void Server::BuildServices(const DeviceSelection& selection, Fleet* fleet) {
                          config_.max_batch_delay_us, config_.worker_spin_us,
                          config_.limits.max_elements, config_.max_batch_slots},
       metrics_.get(), [this](const Status& s) { OnFatal(s); });
-  for (auto& [worker, device] : fleet->workers) scheduler_->AddWorker(std::move(worker), device);
+  for (auto& w : fleet->workers) {
+    scheduler_->AddWorker(std::move(w.worker), w.device, w.options);
+  }
   // Datasets live where the workers sample: device memory for CUDA workers, host memory for
   // CPU and cuda-sim workers (listed under the workers' device id).
   datasets_ = std::make_unique<DatasetRegistry>(

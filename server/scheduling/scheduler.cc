@@ -1,5 +1,6 @@
 #include "scheduling/scheduler.hpp"
 
+#include <algorithm>
 #include <new>
 
 #include <spdlog/spdlog.h>
@@ -32,10 +33,18 @@ void FairQueue::push_back(std::shared_ptr<Job> job) {
   ++size_;
 }
 
-void FairQueue::pop_front() {
-  const auto it = lanes_.find(turns_.front());
-  std::string connection = std::move(turns_.front());
-  turns_.pop_front();
+size_t FairQueue::NextWithin(int64_t max_elements) const {
+  if (max_elements <= 0) return 0;
+  for (size_t turn = 0; turn < turns_.size(); ++turn) {
+    if (at(turn)->num_elements() <= max_elements) return turn;
+  }
+  return turns_.size();
+}
+
+void FairQueue::pop(size_t turn) {
+  const auto it = lanes_.find(turns_[turn]);
+  std::string connection = std::move(turns_[turn]);
+  turns_.erase(turns_.begin() + static_cast<std::ptrdiff_t>(turn));
   it->second.pop_front();
   --size_;
   if (it->second.empty()) {
@@ -59,10 +68,13 @@ Scheduler::Scheduler(Options options, Metrics* metrics, std::function<void(const
 
 Scheduler::~Scheduler() { Stop(); }
 
-void Scheduler::AddWorker(std::unique_ptr<Worker> worker, int device_index) {
+void Scheduler::AddWorker(std::unique_ptr<Worker> worker, int device_index, WorkerOptions options) {
   auto slot = std::make_unique<WorkerSlot>();
   slot->worker = std::move(worker);
   slot->device_index = device_index;
+  slot->options = options;
+  slot->options.max_job_elements = std::max<int64_t>(0, options.max_job_elements);
+  if (slot->options.max_job_elements > 0) has_express_ = true;
   workers_.push_back(std::move(slot));
 }
 
@@ -93,7 +105,11 @@ Status Scheduler::Submit(std::shared_ptr<Job> job) {
     has_work_.store(true, std::memory_order_release);
     metrics_->queue_depth().Set(static_cast<double>(queue_.size()));
   }
-  work_cv_.notify_one();
+  if (has_express_) {
+    work_cv_.notify_all();
+  } else {
+    work_cv_.notify_one();
+  }
   return Status::Ok();
 }
 
@@ -145,25 +161,34 @@ void Scheduler::SetPausedForTesting(bool paused) {
   work_cv_.notify_all();
 }
 
-void Scheduler::TakeLocked(std::vector<std::shared_ptr<Job>>* batch, int64_t* rows,
-                           int64_t* elements) {
+bool Scheduler::HasWorkLocked(const WorkerSlot& slot) const {
+  return !queue_.empty() && queue_.NextWithin(slot.options.max_job_elements) < queue_.size_turns();
+}
+
+void Scheduler::TakeLocked(const WorkerSlot& slot, std::vector<std::shared_ptr<Job>>* batch,
+                           int64_t* rows, int64_t* elements) {
+  const int64_t limit = slot.options.max_job_elements;
+  const int64_t max_elements =
+      limit > 0 ? std::min(limit, options_.max_batch_elements) : options_.max_batch_elements;
   int64_t slots = 0;
   for (const auto& job : *batch) slots += job->num_rows() * job->spec.num_samples;
   while (!queue_.empty()) {
-    const int64_t r = queue_.front()->num_rows();
-    const int64_t e = queue_.front()->num_elements();
+    const size_t turn = queue_.NextWithin(limit);
+    if (turn == queue_.size_turns()) break;  // only jobs too large for an express worker
+    const Job& next = *queue_.at(turn);
+    const int64_t r = next.num_rows();
+    const int64_t e = next.num_elements();
     // Validation bounds one request's B * K by max_message_bytes; the sum is bounded here.
-    const int64_t s = r * queue_.front()->spec.num_samples;
-    if (!batch->empty() &&
-        (*rows + r > options_.max_batch_rows || *elements + e > options_.max_batch_elements ||
-         slots + s > options_.max_batch_slots)) {
+    const int64_t s = r * next.spec.num_samples;
+    if (!batch->empty() && (*rows + r > options_.max_batch_rows || *elements + e > max_elements ||
+                            slots + s > options_.max_batch_slots)) {
       break;
     }
     *rows += r;
     *elements += e;
     slots += s;
-    batch->push_back(std::move(queue_.front()));
-    queue_.pop_front();
+    batch->push_back(queue_.at(turn));
+    queue_.pop(turn);
   }
   has_work_.store(!queue_.empty(), std::memory_order_release);
   metrics_->queue_depth().Set(static_cast<double>(queue_.size()));
@@ -186,11 +211,11 @@ void Scheduler::Loop(WorkerSlot* slot) {
         }
         lock.lock();
       }
-      work_cv_.wait(lock, [this] { return stop_ || (!paused_ && !queue_.empty()); });
+      work_cv_.wait(lock, [this, slot] { return stop_ || (!paused_ && HasWorkLocked(*slot)); });
       if (stop_) return;
       int64_t rows = 0;
       int64_t elements = 0;
-      TakeLocked(&batch, &rows, &elements);
+      TakeLocked(*slot, &batch, &rows, &elements);
       // Wait for more only while another launch runs: an idle server launches at once.
       if (options_.max_batch_delay_us > 0 && rows < options_.max_batch_rows && running_ > 0) {
         const auto until =
@@ -198,12 +223,12 @@ void Scheduler::Loop(WorkerSlot* slot) {
         while (rows < options_.max_batch_rows && !stop_ && running_ > 0) {
           if (!queue_.empty()) {
             const int64_t before = rows;
-            TakeLocked(&batch, &rows, &elements);
+            TakeLocked(*slot, &batch, &rows, &elements);
             if (rows == before) break;  // the next job does not fit
             continue;
           }
           if (work_cv_.wait_until(lock, until) == std::cv_status::timeout) {
-            TakeLocked(&batch, &rows, &elements);
+            TakeLocked(*slot, &batch, &rows, &elements);
             break;
           }
         }

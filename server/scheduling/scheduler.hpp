@@ -6,8 +6,10 @@
 // completes them. It launches at once when no other launch is running, so batching never adds
 // latency to an idle server; while launches run, a batch may wait up to max_batch_delay_us
 // to fill. An idle worker polls the queue for spin_us before it parks, so that a request
-// arriving soon after the last one does not pay a thread wake-up. Thread-safe: every public method
-// may be called from any thread.
+// arriving soon after the last one does not pay a thread wake-up. A worker added with a job size
+// limit (an express worker) takes only jobs of at most that many label elements, in the same
+// turn order, so that a small request never waits behind a large one's launch. Thread-safe:
+// every public method may be called from any thread.
 #pragma once
 
 #include <atomic>
@@ -36,8 +38,16 @@ class FairQueue {
   size_t size() const { return size_; }
   void push_back(std::shared_ptr<Job> job);
   // The job that is served next. Not empty.
-  const std::shared_ptr<Job>& front() const { return lanes_.at(turns_.front()).front(); }
-  void pop_front();
+  const std::shared_ptr<Job>& front() const { return at(0); }
+  void pop_front() { pop(0); }
+  // The turn (0 = next) of the first connection whose next job has at most `max_elements`
+  // label elements (0: any job), or size_turns() when there is none. O(connections queued).
+  size_t NextWithin(int64_t max_elements) const;
+  size_t size_turns() const { return turns_.size(); }
+  // The next job of the connection at `turn`, and taking it: that connection's later jobs,
+  // if any, wait for the other connections' turns.
+  const std::shared_ptr<Job>& at(size_t turn) const { return lanes_.at(turns_[turn]).front(); }
+  void pop(size_t turn);
   // Every job, in the order they would be served; leaves the queue empty.
   std::deque<std::shared_ptr<Job>> TakeAll();
 
@@ -66,8 +76,16 @@ class Scheduler {
   Scheduler(Options options, Metrics* metrics, std::function<void(const Status&)> on_fatal);
   ~Scheduler();
 
+  struct WorkerOptions {
+    // > 0: an express worker, which takes only jobs of at most this many label elements and
+    // fuses at most this many into one launch.
+    int64_t max_job_elements = 0;
+  };
   // Adds a worker whose metrics are metrics->device(device_index). Before Start only.
-  void AddWorker(std::unique_ptr<Worker> worker, int device_index);
+  void AddWorker(std::unique_ptr<Worker> worker, int device_index, WorkerOptions options);
+  void AddWorker(std::unique_ptr<Worker> worker, int device_index) {
+    AddWorker(std::move(worker), device_index, WorkerOptions());
+  }
   // Warms up every worker (WarmUp), then starts the worker threads.
   Status Start();
 
@@ -98,12 +116,17 @@ class Scheduler {
   struct WorkerSlot {
     std::unique_ptr<Worker> worker;
     int device_index = 0;
+    WorkerOptions options;
     std::thread thread;
   };
   void Loop(WorkerSlot* slot);
-  // Moves queued jobs into `batch` while they fit in max_batch_rows, max_batch_elements and
-  // max_batch_slots (the first always fits).
-  void TakeLocked(std::vector<std::shared_ptr<Job>>* batch, int64_t* rows, int64_t* elements);
+  // Whether `slot` has a job it may take.
+  bool HasWorkLocked(const WorkerSlot& slot) const;
+  // Moves queued jobs that `slot` may take into `batch` while they fit in max_batch_rows,
+  // max_batch_elements (an express worker's limit) and max_batch_slots (the first always
+  // fits).
+  void TakeLocked(const WorkerSlot& slot, std::vector<std::shared_ptr<Job>>* batch, int64_t* rows,
+                  int64_t* elements);
   // Completes `job` with DEADLINE_EXCEEDED or CANCELLED (counted as dropped) when its
   // deadline has passed at `now` or it was cancelled; true then.
   bool DropIfDead(Job* job, Clock::time_point now);
@@ -125,6 +148,9 @@ class Scheduler {
   bool stop_ = false;
   bool paused_ = false;
   bool failed_ = false;
+  // An express worker exists: a new job wakes every parked worker, since the one a single
+  // wake-up reached might not be allowed to take it.
+  bool has_express_ = false;
 
   std::atomic<bool> has_work_{false};  // the queue is non-empty (read while spinning)
   std::atomic<int64_t> launches_{0};

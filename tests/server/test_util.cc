@@ -43,6 +43,7 @@ ServerConfig TestConfig() {
   c.metrics_address = "127.0.0.1:0";
   c.device = TestDevice();
   c.cpu_workers = 1;
+  c.cpu_express_elements = 0;  // one worker, as the queueing tests expect; express tests set it
   c.cpu_threads = 2;
   c.streams_per_device = 1;
   c.shutdown_grace_seconds = 10;

@@ -17,11 +17,42 @@
 #include <utility>
 #include <vector>
 
+#include <sys/mman.h>
+
 namespace gpusampler::kernels {
 
 inline constexpr std::size_t kCacheLineBytes = 64;
 
-// A std::allocator that aligns every block to kCacheLineBytes. Stateless and thread-safe.
+// Blocks of at least this many bytes are pages mapped for them alone, unmapped when freed, so
+// that their memory goes back to the system at once. From glibc's heap, a freed large block
+// stays in the process once glibc's dynamic mmap threshold has grown past its size (the first
+// free of a mapped block raises it, up to 32 MiB), and only malloc_trim gives it back, which
+// holds each arena's lock while it walks the heap: up to 90 ms per call under dataset
+// eviction churn, stalling every thread that allocates meanwhile (docs/decisions.md S20).
+// AddressSanitizer builds keep every block on the heap, where its redzones catch overruns.
+inline constexpr std::size_t kMappedBlockBytes = std::size_t{1} << 20;
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kMapLargeBlocks = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kMapLargeBlocks = false;
+#else
+inline constexpr bool kMapLargeBlocks = true;
+#endif
+#else
+inline constexpr bool kMapLargeBlocks = true;
+#endif
+
+// Pages for `bytes` bytes (zeroed, page-aligned); throws std::bad_alloc. Thread-safe.
+inline void* MapBlock(std::size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return p;
+}
+inline void UnmapBlock(void* p, std::size_t bytes) noexcept { ::munmap(p, bytes); }
+
+// A std::allocator that aligns every block to kCacheLineBytes; blocks of kMappedBlockBytes or
+// more are mapped pages (page-aligned). Stateless and thread-safe.
 template <typename T>
 struct CacheLineAllocator {
   using value_type = T;
@@ -29,9 +60,16 @@ struct CacheLineAllocator {
   template <typename U>
   constexpr CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
   T* allocate(std::size_t n) {
-    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{kCacheLineBytes}));
+    const std::size_t bytes = n * sizeof(T);  // n <= max_size(): std::vector checks
+    if (kMapLargeBlocks && bytes >= kMappedBlockBytes) return static_cast<T*>(MapBlock(bytes));
+    return static_cast<T*>(::operator new (bytes, std::align_val_t{kCacheLineBytes}));
   }
-  void deallocate(T* p, std::size_t) noexcept {
+  void deallocate(T* p, std::size_t n) noexcept {
+    const std::size_t bytes = n * sizeof(T);
+    if (kMapLargeBlocks && bytes >= kMappedBlockBytes) {
+      UnmapBlock(p, bytes);
+      return;
+    }
     ::operator delete (p, std::align_val_t{kCacheLineBytes});
   }
   template <typename U>
