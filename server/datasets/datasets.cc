@@ -593,7 +593,8 @@ bool DatasetRegistry::EvictLocked(int64_t bytes, std::vector<std::shared_ptr<con
 namespace {
 
 // The bytes of `ds`'s buffers that live in glibc's heap rather than in mapped pages of their
-// own (kernels::CacheLineAllocator).
+// own (kernels::CacheLineAllocator). Epoch member lists are counted whole (plain vectors:
+// glibc maps a large one only while its threshold is below that size).
 int64_t HeapBytes(const Dataset& ds) {
   const auto heap = [](size_t bytes) {
     return kernels::kMapLargeBlocks && bytes >= kernels::kMappedBlockBytes
@@ -602,7 +603,7 @@ int64_t HeapBytes(const Dataset& ds) {
   };
   return heap(ds.labels.capacity()) + heap(ds.features.capacity()) +
          heap(ds.scores.capacity() * sizeof(float)) +
-         static_cast<int64_t>(ds.row_splits.capacity() * sizeof(int64_t));
+         static_cast<int64_t>(ds.row_splits.capacity() * sizeof(int64_t)) + ds.epoch_index.bytes();
 }
 
 }  // namespace
