@@ -597,9 +597,7 @@ namespace {
 // glibc maps a large one only while its threshold is below that size).
 int64_t HeapBytes(const Dataset& ds) {
   const auto heap = [](size_t bytes) {
-    return kernels::kMapLargeBlocks && bytes >= kernels::kMappedBlockBytes
-               ? int64_t{0}
-               : static_cast<int64_t>(bytes);
+    return kernels::IsMappedBlock(bytes) ? int64_t{0} : static_cast<int64_t>(bytes);
   };
   return heap(ds.labels.capacity()) + heap(ds.features.capacity()) +
          heap(ds.scores.capacity() * sizeof(float)) +

@@ -162,7 +162,7 @@ void Scheduler::SetPausedForTesting(bool paused) {
 }
 
 bool Scheduler::HasWorkLocked(const WorkerSlot& slot) const {
-  return !queue_.empty() && queue_.NextWithin(slot.options.max_job_elements) < queue_.size_turns();
+  return queue_.NextWithin(slot.options.max_job_elements) < queue_.size_turns();
 }
 
 void Scheduler::TakeLocked(const WorkerSlot& slot, std::vector<std::shared_ptr<Job>>* batch,

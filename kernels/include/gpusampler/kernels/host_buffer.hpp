@@ -43,6 +43,11 @@ inline constexpr bool kMapLargeBlocks = true;
 inline constexpr bool kMapLargeBlocks = true;
 #endif
 
+// Whether CacheLineAllocator gives a block of `bytes` bytes pages of its own.
+constexpr bool IsMappedBlock(std::size_t bytes) {
+  return kMapLargeBlocks && bytes >= kMappedBlockBytes;
+}
+
 // Pages for `bytes` bytes (zeroed, page-aligned); throws std::bad_alloc. Thread-safe.
 inline void* MapBlock(std::size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -61,12 +66,12 @@ struct CacheLineAllocator {
   constexpr CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
   T* allocate(std::size_t n) {
     const std::size_t bytes = n * sizeof(T);  // n <= max_size(): std::vector checks
-    if (kMapLargeBlocks && bytes >= kMappedBlockBytes) return static_cast<T*>(MapBlock(bytes));
+    if (IsMappedBlock(bytes)) return static_cast<T*>(MapBlock(bytes));
     return static_cast<T*>(::operator new (bytes, std::align_val_t{kCacheLineBytes}));
   }
   void deallocate(T* p, std::size_t n) noexcept {
     const std::size_t bytes = n * sizeof(T);
-    if (kMapLargeBlocks && bytes >= kMappedBlockBytes) {
+    if (IsMappedBlock(bytes)) {
       UnmapBlock(p, bytes);
       return;
     }
