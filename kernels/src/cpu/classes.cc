@@ -5,26 +5,31 @@
 //      and two bytes with 256 (a uint8 code + membership bitmap would also fit 256 classes,
 //      but every later pass would then read two arrays; 256 classes is the rare edge, and
 //      two-byte codes keep one array and one branch-free lookup);
-//   2. quotas (ClassQuotas) from the counts;
+//   2. quotas (ClassQuotas) from the counts, and candidate bounds: UNIFORM from the counts
+//      (CandidateBound: u is uniform), HARDEST and WEIGHTED from the keys of a strided sample
+//      of the class's members (SampledBound: their law follows the scores);
 //   3. the candidate pass reads the codes (and the scores of ranked and weighted members),
 //      generates u (and u2 for WEIGHTED) per key tile and keeps, per class: every member when
-//      the class keeps all of itself; for UNIFORM, members whose u is below CandidateBound
-//      (rerun without the bound when it misses, so the result stays exact). Both go packed,
-//      u << 32 | i (8 bytes, the order (u, i)), and a row of only such classes takes a
-//      branch-free loop that stores every member and advances its class's cursor by
-//      (u < bound). For WEIGHTED the 64-bit key bits of E / w, for HARDEST and MIXED
-//      HardestKey << 32 | u, as 16-byte (key, i) records. Such a row's loop has no branch on
-//      the class (RecordRange), and with AVX-512 / AVX2 the WEIGHTED keys of a tile are
-//      computed eight / four lanes at a time, bit-identical to the scalar WeightedE;
+//      the class keeps all of itself; for UNIFORM, members whose u is below the bound, for
+//      HARDEST members whose HardestKey is, for WEIGHTED members whose key is at most it
+//      (each reruns without its bound when it misses, so the result stays exact). UNIFORM and
+//      keep-all go packed u << 32 | i, HARDEST HardestKey << 32 | i (8 bytes each), and a row
+//      of only such classes takes a branch-free loop that stores every member and advances
+//      its class's cursor by (key < bound). WEIGHTED keeps the 64-bit key bits of E / w,
+//      MIXED HardestKey << 32 | u, as 16-byte (key, i) records. Such a row's loop has no
+//      branch on the class (RecordRange), and with AVX-512 / AVX2 the WEIGHTED keys of a tile
+//      are computed eight / four lanes at a time, bit-identical to the scalar WeightedE;
 //   4. per class: UNIFORM selects by a histogram of the packed keys' top bits (the keys are
 //      uniform below the bound, so the bucket of the m-th smallest holds a few keys and only
-//      it needs nth_element), the binary path's SelectSmallest; the others by a radix
+//      it needs nth_element), the binary path's SelectSmallest; HARDEST by nth_element on
+//      the packed keys, its ties at the m-th key ranked again by (u, i); WEIGHTED by a radix
 //      selection on the 64-bit key (RadixSelectFront); MIXED selects its h hardest, then
 //      the smallest (u, i) of the rest (nth_element);
 //   5. the selection ordered by (v, i), labels and feature rows gathered, padding.
 #include "cpu/classes.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -43,7 +48,10 @@
 namespace gpusampler::kernels::cpu {
 namespace {
 
+// The bound of a packed class that keeps every member (its keys are 32-bit: below the bound),
+// and of a WEIGHTED class (its 64-bit keys are kept when at most the bound).
 constexpr uint64_t kKeepAll = uint64_t{1} << 32;
+constexpr uint64_t kAnyKey = ~uint64_t{0};
 
 // What the candidate pass keeps of a class.
 enum Mode : uint8_t {
@@ -51,7 +59,8 @@ enum Mode : uint8_t {
   kAll = 1,       // m_c == n_c: every member, no key
   kUniform = 2,   // u below the class's bound
   kWeighted = 3,  // WeightedKeyBits
-  kRanked = 4,    // HardestKey << 32 | u (HARDEST and MIXED)
+  kRanked = 4,    // HardestKey << 32 | u (MIXED)
+  kHardest = 5,   // packed HardestKey << 32 | i, HardestKey at most the class's bound
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -334,7 +343,11 @@ void CodeRange(const RowContext& x, const T* labels, const LabelLut& lut, int64_
   }
 }
 
-bool IsPacked(uint8_t mode) { return mode == kAll || mode == kUniform; }
+bool IsPacked(uint8_t mode) { return mode == kAll || mode == kUniform || mode == kHardest; }
+
+// Whether the candidate pass needs u (stream 0) for every element: kAll and kHardest
+// candidates are packed without it (kHardest's ties get theirs in SelectHardestPacked).
+bool NeedsU(uint8_t mode) { return mode == kUniform || mode == kWeighted || mode == kRanked; }
 
 // The candidate regions are per (class, chunk, lane): element i of a chunk starting at
 // `begin` is in lane (i - begin) % kCountLanes, and each lane has its own write cursor per
@@ -358,12 +371,18 @@ inline void ForEachInLanes(int64_t tile, int64_t tile_end, Step&& step) {
   for (; i < tile_end; ++i) step(i, static_cast<int>((i - tile) & (kCountLanes - 1)));
 }
 
+// The 32-bit key a packed candidate of `code` carries: HardestKey(score) for kHardest classes
+// (hard[code] all ones), u for the others; a mask, not a branch on the class.
+inline uint32_t PackedKey32(uint32_t key_u, const float* scores, int64_t i, uint32_t hard) {
+  return (HardestKey(scores[i]) & hard) | (key_u & ~hard);
+}
+
 // Pass 3 over one chunk of a row whose classes are all packed (or skipped): every member is
-// stored at its class's cursor for its lane, which advances when u is below the class's bound
-// (kKeepAll: always; "no class" and skipped classes: never, into the chunk's spare slot). A
-// cursor stays inside its region: it stores once per member of its lane and advances at most
-// as often.
-template <typename Code>
+// stored at its class's cursor for its lane, which advances when its key (u, or HardestKey for
+// kHardest: kScored) is below the class's bound (kKeepAll: always; "no class" and skipped
+// classes: never, into the chunk's spare slot). A cursor stays inside its region: it stores
+// once per member of its lane and advances at most as often.
+template <bool kScored, typename Code>
 void PackedRange(const RowContext& x, Isa isa, bool need_u, const Code* codes, int64_t chunk,
                  const ClassScratch& s, uint64_t* packed, uint64_t* spare, int64_t* found) {
   const RowDesc& row = *x.row;
@@ -371,11 +390,14 @@ void PackedRange(const RowContext& x, Isa isa, bool need_u, const Code* codes, i
   const int32_t nc = x.num_classes;
   uint64_t* at[kCountLanes][kMaxCodes];
   uint64_t bound[kMaxCodes];
+  uint32_t hard[kMaxCodes];
   bound[0] = 0;
+  hard[0] = 0;
   for (int q = 0; q < kCountLanes; ++q) at[q][0] = spare;
   for (int32_t c = 0; c < nc; ++c) {
     const bool skip = s.mode[c] == kSkip;
     bound[c + 1] = skip ? 0 : s.bound[c];
+    hard[c + 1] = s.mode[c] == kHardest ? ~uint32_t{0} : 0;
     for (int q = 0; q < kCountLanes; ++q) {
       at[q][c + 1] = skip ? spare : packed + s.region[RegionAt(x, c, chunk, q)];
     }
@@ -386,10 +408,11 @@ void PackedRange(const RowContext& x, Isa isa, bool need_u, const Code* codes, i
     if (need_u) KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
     ForEachInLanes(tile, tile_end, [&](int64_t i, int q) {
       const int32_t code = codes[i];
-      const uint32_t key_u = u[i - tile];
+      uint32_t key = u[i - tile];
+      if constexpr (kScored) key = PackedKey32(key, x.scores, i, hard[code]);
       uint64_t* p = at[q][code];
-      *p = PackKey(key_u, static_cast<uint64_t>(i));
-      at[q][code] = p + (key_u < bound[code]);
+      *p = PackKey(key, static_cast<uint64_t>(i));
+      at[q][code] = p + (key < bound[code]);
     });
   }
   for (int32_t c = 0; c < nc; ++c) {
@@ -417,11 +440,14 @@ void RecordRange(const RowContext& x, Isa isa, WeightedKeysFn weighted_keys, boo
   const int32_t nc = x.num_classes;
   uint64_t* at[kCountLanes][kMaxCodes];
   ClassCandidate* at_rec[kCountLanes][kMaxCodes];
-  uint64_t bound[kMaxCodes], weighted[kMaxCodes];
+  uint64_t bound[kMaxCodes], weighted[kMaxCodes], rec_max[kMaxCodes];
+  uint32_t hard[kMaxCodes];
   uint8_t rec[kMaxCodes];
   bound[0] = 0;
   rec[0] = 0;
+  rec_max[0] = 0;
   weighted[0] = 0;
+  hard[0] = 0;
   for (int q = 0; q < kCountLanes; ++q) {
     at[q][0] = spare;
     at_rec[q][0] = spare_cand;
@@ -432,6 +458,8 @@ void RecordRange(const RowContext& x, Isa isa, WeightedKeysFn weighted_keys, boo
     bound[c + 1] = is_packed ? s.bound[c] : 0;
     rec[c + 1] = is_rec ? 1 : 0;
     weighted[c + 1] = mode == kWeighted ? ~uint64_t{0} : 0;  // a mask: no branch on it
+    hard[c + 1] = mode == kHardest ? ~uint32_t{0} : 0;
+    rec_max[c + 1] = mode == kWeighted ? s.bound[c] : kAnyKey;
     for (int q = 0; q < kCountLanes; ++q) {
       const int64_t first = s.region[RegionAt(x, c, chunk, q)];
       at[q][c + 1] = is_packed ? packed + first : spare;
@@ -452,14 +480,16 @@ void RecordRange(const RowContext& x, Isa isa, WeightedKeysFn weighted_keys, boo
     ForEachInLanes(tile, tile_end, [&](int64_t i, int q) {
       const int32_t code = codes[i];
       const uint32_t key_u = u[i - tile];
+      const uint32_t key = PackedKey32(key_u, scores, i, hard[code]);
       uint64_t* p = at[q][code];
-      *p = PackKey(key_u, static_cast<uint64_t>(i));
-      at[q][code] = p + (key_u < bound[code]);
+      *p = PackKey(key, static_cast<uint64_t>(i));
+      at[q][code] = p + (key < bound[code]);
       const uint64_t ranked = (uint64_t{HardestKey(scores[i])} << 32) | key_u;
       const uint64_t wmask = weighted[code];
       ClassCandidate* r = at_rec[q][code];
-      *r = {(wkeys[i - tile] & wmask) | (ranked & ~wmask), static_cast<uint32_t>(i), 0};
-      at_rec[q][code] = r + rec[code];
+      const uint64_t rec_key = (wkeys[i - tile] & wmask) | (ranked & ~wmask);
+      *r = {rec_key, static_cast<uint32_t>(i), 0};
+      at_rec[q][code] = r + (rec[code] & static_cast<uint8_t>(rec_key <= rec_max[code]));
     });
   }
   for (int32_t c = 0; c < nc; ++c) {
@@ -478,13 +508,18 @@ void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chu
                     ClassCandidate* spare_cand, int64_t* found) {
   const RowDesc& row = *x.row;
   const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
-  bool need_u = false, need_u2 = false, all_packed = true;
+  bool need_u = false, need_u2 = false, all_packed = true, hardest = false;
   for (int32_t c = 0; c < x.num_classes; ++c) {
-    need_u = need_u || s.mode[c] >= kUniform;
+    need_u = need_u || NeedsU(s.mode[c]);
     need_u2 = need_u2 || s.mode[c] == kWeighted;
+    hardest = hardest || s.mode[c] == kHardest;
     all_packed = all_packed && (s.mode[c] == kSkip || IsPacked(s.mode[c]));
   }
-  if (all_packed) return PackedRange(x, isa, need_u, codes, chunk, s, packed, spare, found);
+  // A kHardest class has members only when the row has scores (ScoreAdmits).
+  if (all_packed && hardest && x.scores != nullptr) {
+    return PackedRange<true>(x, isa, need_u, codes, chunk, s, packed, spare, found);
+  }
+  if (all_packed) return PackedRange<false>(x, isa, need_u, codes, chunk, s, packed, spare, found);
   const int64_t* region = s.region.data();
   // Without scores no element is a WEIGHTED member (ScoreAdmits), so no keys are needed.
   const WeightedKeysFn weighted_keys =
@@ -520,10 +555,17 @@ void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chu
           if (key_u >= s.bound[c]) continue;
           packed[at + kept++] = PackKey(key_u, i);
           continue;
+        case kHardest: {
+          const uint32_t hk = HardestKey(x.scores[i]);
+          if (hk >= s.bound[c]) continue;
+          packed[at + kept++] = PackKey(hk, i);
+          continue;
+        }
         case kWeighted:
           key = weighted_keys != nullptr
                     ? wkeys[i - tile]
                     : WeightedKeyBits(WeightedE(key_u, u2[i - tile]), x.scores[i]);
+          if (key > s.bound[c]) continue;
           break;
         default:  // kRanked
           key = (uint64_t{HardestKey(x.scores[i])} << 32) | key_u;
@@ -658,7 +700,7 @@ class ClassRowSampler {
     Code* codes = reinterpret_cast<Code*>(s_.codes.data());
     ClassCodes(codes);
     Quotas();
-    PlanCandidates();
+    PlanCandidates(codes);
     FindCandidates(codes);
     Split(pool_, nc, [&](int64_t c) { SelectClass(static_cast<int32_t>(c)); });
     OrderSelection();
@@ -697,7 +739,8 @@ class ClassRowSampler {
 
   // Modes, bounds and each (class, chunk, lane)'s candidate region, sized by its member count, in
   // s_.packed (UNIFORM, keep-all) or s_.cand; one spare packed slot per chunk past them.
-  void PlanCandidates() {
+  template <typename Code>
+  void PlanCandidates(const Code* codes) {
     const int32_t nc = x_.num_classes;
     s_.mode.assign(static_cast<size_t>(nc), kSkip);
     s_.bound.assign(static_cast<size_t>(nc), kKeepAll);
@@ -716,6 +759,12 @@ class ClassRowSampler {
         s_.bound[c] = CandidateBound(n, m, options_.candidate_sigmas, options_.candidate_slack);
       } else if (sel == Selection::kWeighted) {
         mode = kWeighted;
+        uint64_t at_most = 0;
+        s_.bound[c] = SampledBound(codes, c, n, m, &at_most) ? at_most : kAnyKey;
+      } else if (sel == Selection::kHardest) {
+        mode = kHardest;
+        uint64_t at_most = 0;
+        if (SampledBound(codes, c, n, m, &at_most)) s_.bound[c] = at_most + 1;
       } else {
         mode = kRanked;
       }
@@ -752,8 +801,10 @@ class ClassRowSampler {
         for (int64_t lane = 0; lane < x_.chunks * kCountLanes; ++lane) {
           s_.found[c] += s_.chunk_found[lane * nc + c];
         }
-        if (s_.mode[c] == kUniform && s_.found[c] < s_.m[c]) {
-          s_.bound[c] = kKeepAll;
+        const uint8_t mode = s_.mode[c];
+        const bool bounded = mode == kUniform || mode == kHardest || mode == kWeighted;
+        if (bounded && s_.found[c] < s_.m[c]) {
+          s_.bound[c] = mode == kWeighted ? kAnyKey : kKeepAll;
           missed = true;
         }
       }
@@ -802,9 +853,90 @@ class ClassRowSampler {
       f += n;
     }
     const int64_t m = s_.m[c];
-    if (m < f) SelectSmallestPacked(base, f, m, s_.bound[c]);
+    if (s_.mode[c] == kHardest) {
+      SelectHardestPacked(base, f, m);
+    } else if (m < f) {
+      SelectSmallestPacked(base, f, m, s_.bound[c]);
+    }
     uint32_t* out = s_.selected.data() + s_.first[c];
     for (int64_t j = 0; j < m; ++j) out[j] = PackedIndex(base[j]);
+  }
+
+  // Candidate bounds for HARDEST and WEIGHTED classes of n members and quota m < n, from a
+  // sample instead of a count (the keys' law follows the scores, unknown): the members among
+  // up to kBoundSample elements at a fixed stride, and the key of rank m / n of them plus
+  // candidate_sigmas binomial deviations and a slack. The bound is inclusive, so every key
+  // equal to it is a candidate, and FindCandidates reruns without it when it keeps fewer than
+  // m: a sample that misleads (a periodic layout, a tied run) costs time, never a wrong answer.
+  // False: no bound (a small class, or a quota near n).
+  template <typename Code>
+  bool SampledBound(const Code* codes, int32_t c, int64_t n, int64_t m, uint64_t* bound) {
+    constexpr int64_t kBoundSample = 4096, kMinMembers = 256;
+    const int64_t len = row_.length;
+    if (n < 4 * kMinMembers || x_.scores == nullptr) return false;
+    const int64_t stride = std::max<int64_t>(1, len / kBoundSample);
+    std::vector<uint32_t>& index = s_.sample_index;
+    index.clear();
+    for (int64_t i = stride / 2; i < len; i += stride) {
+      if (codes[i] == c + 1) index.push_back(static_cast<uint32_t>(i));
+    }
+    const auto members = static_cast<int64_t>(index.size());
+    if (members < kMinMembers) return false;
+    const double p = static_cast<double>(m) / static_cast<double>(n);
+    const double sd = std::sqrt(static_cast<double>(members) * p * (1.0 - p));
+    const double rank = std::ceil(p * static_cast<double>(members) +
+                                  options_.candidate_sigmas * sd + options_.candidate_slack);
+    if (rank >= static_cast<double>(members)) return false;
+    std::vector<uint64_t>& keys = s_.sample_keys;
+    keys.resize(static_cast<size_t>(members));
+    if (static_cast<Selection>(x_.table.classes[c].selection) == Selection::kWeighted) {
+      alignas(64) uint32_t u[kTileElements], u2[kTileElements];
+      for (int64_t j = 0; j < members; j += kTileElements) {
+        const int64_t k = std::min<int64_t>(kTileElements, members - j);
+        const uint32_t* at = index.data() + j;
+        KeysOfElements(options_.isa, row_.seed, row_.row_in_request, kSelectionStream, at, k, u);
+        KeysOfElements(options_.isa, row_.seed, row_.row_in_request, kWeightStream, at, k, u2);
+        for (int64_t q = 0; q < k; ++q) {
+          keys[j + q] = WeightedKeyBits(WeightedE(u[q], u2[q]), x_.scores[at[q]]);
+        }
+      }
+    } else {
+      for (int64_t j = 0; j < members; ++j) keys[j] = HardestKey(x_.scores[index[j]]);
+    }
+    const auto r = static_cast<int64_t>(std::max(0.0, rank));
+    std::nth_element(keys.begin(), keys.begin() + r, keys.end());
+    *bound = keys[r];
+    return true;
+  }
+
+  // Moves the m smallest (HardestKey, u, i) of the f packed HardestKey << 32 | i at x to the
+  // front, in any order: the m smallest (HardestKey, i) first, then, when the m-th key T also
+  // belongs to one left out, the members keyed T are ranked again by (u, i), with u made for
+  // them alone (one Philox call each; real scores rarely tie).
+  void SelectHardestPacked(uint64_t* x, int64_t f, int64_t m) {
+    if (m >= f) return;
+    std::nth_element(x, x + m, x + f);
+    uint32_t t = 0;
+    for (int64_t j = 0; j < m; ++j) t = std::max(t, static_cast<uint32_t>(x[j] >> 32));
+    if (m == 0 || static_cast<uint32_t>(x[m] >> 32) != t) return;
+    auto keyed_below = [t](uint64_t v) { return static_cast<uint32_t>(v >> 32) < t; };
+    auto keyed_t = [t](uint64_t v) { return static_cast<uint32_t>(v >> 32) == t; };
+    const int64_t below = std::partition(x, x + m, keyed_below) - x;
+    const int64_t tied_end = std::partition(x + m, x + f, keyed_t) - x;
+    // x[below, tied_end): every candidate keyed t; the first m - below by (u, i) are taken.
+    const int64_t tied = tied_end - below;
+    // Classes select in parallel, so not a ClassScratch buffer.
+    std::vector<uint32_t> index(static_cast<size_t>(tied));
+    for (int64_t j = 0; j < tied; ++j) index[j] = PackedIndex(x[below + j]);
+    alignas(64) uint32_t u[kTileElements];
+    for (int64_t j = 0; j < tied; j += kTileElements) {
+      const int64_t n = std::min<int64_t>(kTileElements, tied - j);
+      KeysOfElements(options_.isa, row_.seed, row_.row_in_request, kSelectionStream,
+                     index.data() + j, n, u);
+      for (int64_t q = 0; q < n; ++q) x[below + j + q] = PackKey(u[q], index[j + q]);
+    }
+    std::nth_element(x + below, x + m, x + tied_end);
+    for (int64_t j = below; j < tied_end; ++j) x[j] = PackKey(t, PackedIndex(x[j]));
   }
 
   // Slots [begin, selected) from s_.items, [selected, end) padding.

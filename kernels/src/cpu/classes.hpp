@@ -30,7 +30,7 @@ struct ClassScratch {
   std::vector<int64_t> chunk_found;    // [chunk][lane][C]: candidates the chunk's lane kept
   std::vector<int64_t> region;         // [C][chunk][lane]: first candidate slot (cand or packed)
   ScratchVector<ClassCandidate> cand;  // WEIGHTED and ranked candidates, by class, chunk, lane
-  ScratchVector<uint64_t> packed;      // UNIFORM and keep-all candidates, u << 32 | i, likewise
+  ScratchVector<uint64_t> packed;      // UNIFORM, HARDEST and keep-all candidates, likewise
   std::vector<uint32_t> selected;      // indices of the selection, class after class
   std::vector<uint64_t> items, tmp;    // v << 32 | i of the selection; sort scratch
   // Per class of the row: members n, quotas m, first selection slot, candidate bound, mode.
@@ -38,6 +38,9 @@ struct ClassScratch {
   std::vector<uint64_t> bound;
   std::vector<uint8_t> mode;
   std::vector<int16_t> lut;  // class + 1 of a window of label values (classes.cc LabelLut)
+  // HARDEST and WEIGHTED bounds: the sampled members and their keys.
+  std::vector<uint32_t> sample_index;
+  std::vector<uint64_t> sample_keys;
 };
 
 // Options of the class path: CpuBackendOptions' candidate margins, and the instruction set of

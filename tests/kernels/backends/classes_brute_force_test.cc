@@ -215,6 +215,66 @@ TEST_P(ClassesBruteForceTest, RandomSpecsFusedInOneLaunch) {
   EXPECT_EQ(got.back().features, want.features);
 }
 
+// Rows long enough for the CPU's HARDEST and WEIGHTED candidate bounds (they sample the
+// class's keys; short rows keep every member): UNIFORM positives, HARDEST or WEIGHTED
+// negatives, K well below the negatives. Score layouts: continuous, heavy ties (most negatives
+// on three values: for HARDEST the m-th key is tied and its ties are ranked again by (u, i)),
+// ascending, and one that fools the sample (the highest scores exactly at a stride close to
+// the sampler's, so the bound keeps too few and the exact rerun answers).
+TEST_P(ClassesBruteForceTest, HardestAndWeightedOnLongRowsMatchTheReference) {
+  std::mt19937_64 gen(20261203);
+  for (int trial = 0; trial < 8; ++trial) {
+    const int layout = trial % 4;
+    const Selection selection = trial < 4 ? Selection::kHardest : Selection::kWeighted;
+    for (const int64_t n : {int64_t{20000}, int64_t{50000}}) {
+      Case c;
+      c.dtype = DType::kInt64;
+      c.seed = gen();
+      c.lower_binary = false;
+      c.spec.num_samples = n / 20;
+      ClassSpec pos, neg;
+      pos.labels = {{1, 1}};
+      pos.share = Share::kFraction;
+      pos.fraction = 0.25;
+      neg.labels = {{0, 0}};
+      neg.share = Share::kRest;
+      neg.selection = selection;
+      c.spec.classes = {pos, neg};
+      c.spec.fill_order = {1, 0};
+      c.feature_row_bytes = 3;
+      for (int r = 0; r < 2; ++r) {
+        std::vector<int64_t> row(static_cast<size_t>(n));
+        std::vector<float> score(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+          row[i] = gen() % 3 == 0 ? 1 : 0;
+          const float x = std::uniform_real_distribution<float>(0.0f, 1.0f)(gen);
+          switch (layout) {
+            case 0:
+              score[i] = x;
+              break;
+            case 1: {
+              const float ties[] = {0.5f, 0.75f, 1.0f};
+              score[i] = gen() % 10 < 7 ? ties[gen() % 3] : x;
+              break;
+            }
+            case 2:
+              score[i] = static_cast<float>(i) / static_cast<float>(n);
+              break;
+            default:
+              score[i] = i % (n / 4096) == (n / 4096) / 2 ? 100.0f + x : x;
+              if (gen() % 50 == 0) score[i] = std::numeric_limits<float>::quiet_NaN();
+              break;
+          }
+        }
+        c.rows.push_back(std::move(row));
+        c.scores.push_back(std::move(score));
+      }
+      ExpectSame(RunOne(GetParam(), c), ReferenceClasses(c),
+                 GetParam() + " trial " + std::to_string(trial) + " n " + std::to_string(n));
+    }
+  }
+}
+
 // Section 1's spec as classes [positives: fraction f, negatives: rest] with fill order [1, 0],
 // [1] or [], through the class path.
 Case AsClasses(const Case& binary) {
