@@ -320,15 +320,261 @@ void CodeLoop(const RowContext& x, const T* labels, const LabelLut& lut, int64_t
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Pass 1 in vector code, for rows of at most kVectorRanges ranges (two-class and few-class
+// specs): ranges of different classes are disjoint, so each range is one subtraction and one
+// unsigned compare of the widened labels (lo <= v <= hi exactly when v - lo <= hi - lo as
+// 64-bit unsigned), and the element's code is the code of the range that matched, without a
+// table lookup or a search; the score test is two float compares; the counts are per-range
+// vector counters (lane j of a step counts into the candidate pass's lane j % 4), and the
+// codes are stored one byte per element. Unrolled over the ranges (a template argument).
+// The same codes and counts as CodeLoop, element for element.
+constexpr int kVectorRanges = 4;
+
+struct VectorCodeTable {
+  int32_t num_ranges = 0;
+  bool need_scores = false;
+  int64_t lo[kVectorRanges] = {};
+  uint64_t span[kVectorRanges] = {};  // hi - lo
+  int32_t cls[kVectorRanges] = {};
+  int32_t test[kVectorRanges] = {};  // of the range's class, as CodeLoop's: 0 every score,
+                                     // 1 a score > 0, 2 a score that is not NaN
+};
+
+// Elements of [begin, end) done in whole steps; the caller finishes the rest with CodeLoop.
+using CodeVectorFn = int64_t (*)(const VectorCodeTable& t, const void* labels, const float* scores,
+                                 int64_t begin, int64_t end, uint8_t* codes,
+                                 uint32_t (*lanes)[kMaxCodes]);
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+template <typename T>
+__attribute__((target("avx512f"))) inline __m512i LoadWide8(const T* p) {
+  if constexpr (sizeof(T) == 8) {
+    return _mm512_loadu_si512(p);
+  } else if constexpr (sizeof(T) == 4) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return std::is_signed_v<T> ? _mm512_cvtepi32_epi64(w) : _mm512_cvtepu32_epi64(w);
+  } else if constexpr (sizeof(T) == 2) {
+    const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return std::is_signed_v<T> ? _mm512_cvtepi16_epi64(w) : _mm512_cvtepu16_epi64(w);
+  } else {
+    const __m128i w = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return std::is_signed_v<T> ? _mm512_cvtepi8_epi64(w) : _mm512_cvtepu8_epi64(w);
+  }
+}
+
+template <typename T, int kRanges, bool kScores>
+__attribute__((target("avx512f"))) int64_t CodeVectorAvx512(const VectorCodeTable& t,
+                                                            const void* labels_v,
+                                                            const float* scores, int64_t begin,
+                                                            int64_t end, uint8_t* codes,
+                                                            uint32_t (*lanes)[kMaxCodes]) {
+  const T* labels = static_cast<const T*>(labels_v);
+  __m512i lo[kRanges], span[kRanges], code_of[kRanges], count[kRanges];
+  __mmask8 any[kRanges], if_positive[kRanges], if_ordered[kRanges];
+  for (int r = 0; r < kRanges; ++r) {
+    lo[r] = _mm512_set1_epi64(t.lo[r]);
+    span[r] = _mm512_set1_epi64(static_cast<int64_t>(t.span[r]));
+    code_of[r] = _mm512_set1_epi64(t.cls[r] + 1);
+    count[r] = _mm512_setzero_si512();
+    any[r] = t.test[r] == 0 ? 0xff : 0;
+    if_positive[r] = t.test[r] == 1 ? 0xff : 0;
+    if_ordered[r] = t.test[r] == 2 ? 0xff : 0;
+  }
+  const __m512i minus_one = _mm512_set1_epi64(-1);
+  int64_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    const __m512i v = LoadWide8(labels + i);
+    __mmask8 positive = 0, ordered = 0;
+    if constexpr (kScores) {
+      if (scores != nullptr) {
+        const __m512 w = _mm512_castps256_ps512(_mm256_loadu_ps(scores + i));
+        positive = static_cast<__mmask8>(_mm512_cmp_ps_mask(w, _mm512_setzero_ps(), _CMP_GT_OQ));
+        ordered = static_cast<__mmask8>(_mm512_cmp_ps_mask(w, w, _CMP_ORD_Q));
+      }
+    }
+    __m512i code = _mm512_setzero_si512();
+    for (int r = 0; r < kRanges; ++r) {
+      __mmask8 m = _mm512_cmple_epu64_mask(_mm512_sub_epi64(v, lo[r]), span[r]);
+      if constexpr (kScores) {
+        m &=
+            static_cast<__mmask8>(any[r] | (positive & if_positive[r]) | (ordered & if_ordered[r]));
+      }
+      code = _mm512_mask_mov_epi64(code, m, code_of[r]);
+      count[r] = _mm512_mask_sub_epi64(count[r], m, count[r], minus_one);
+    }
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi64_epi8(code));
+  }
+  const auto steps = static_cast<uint32_t>((i - begin) / 8);
+  for (int q = 0; q < kCountLanes; ++q) lanes[q][0] += 2 * steps;
+  for (int r = 0; r < kRanges; ++r) {
+    alignas(64) int64_t n[8];
+    _mm512_store_si512(n, count[r]);
+    for (int q = 0; q < kCountLanes; ++q) {
+      const auto in_lane = static_cast<uint32_t>(n[q] + n[q + 4]);
+      lanes[q][t.cls[r] + 1] += in_lane;
+      lanes[q][0] -= in_lane;
+    }
+  }
+  return i;
+}
+
+template <typename T>
+__attribute__((target("avx2"))) inline __m256i LoadWide4(const T* p) {
+  if constexpr (sizeof(T) == 8) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  } else if constexpr (sizeof(T) == 4) {
+    const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return std::is_signed_v<T> ? _mm256_cvtepi32_epi64(w) : _mm256_cvtepu32_epi64(w);
+  } else if constexpr (sizeof(T) == 2) {
+    const __m128i w = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return std::is_signed_v<T> ? _mm256_cvtepi16_epi64(w) : _mm256_cvtepu16_epi64(w);
+  } else {
+    int32_t word;
+    std::memcpy(&word, p, sizeof word);
+    const __m128i w = _mm_cvtsi32_si128(word);
+    return std::is_signed_v<T> ? _mm256_cvtepi8_epi64(w) : _mm256_cvtepu8_epi64(w);
+  }
+}
+
+// Byte j of kSpread4.word[m] is 0xff where bit j of m is set.
+struct Spread4 {
+  uint32_t word[16] = {};
+  constexpr Spread4() {
+    for (int m = 0; m < 16; ++m) {
+      for (int j = 0; j < 4; ++j) {
+        if (m & (1 << j)) word[m] |= uint32_t{0xff} << (8 * j);
+      }
+    }
+  }
+};
+inline constexpr Spread4 kSpread4;
+
+// AVX2 has no unsigned compare: a <= b unsigned is !((a ^ 2^63) > (b ^ 2^63)) signed.
+template <typename T, int kRanges, bool kScores>
+__attribute__((target("avx2"))) int64_t CodeVectorAvx2(const VectorCodeTable& t,
+                                                       const void* labels_v, const float* scores,
+                                                       int64_t begin, int64_t end, uint8_t* codes,
+                                                       uint32_t (*lanes)[kMaxCodes]) {
+  const T* labels = static_cast<const T*>(labels_v);
+  const __m256i sign = _mm256_set1_epi64x(std::numeric_limits<int64_t>::min());
+  __m256i lo[kRanges], span[kRanges], count[kRanges], any[kRanges], if_positive[kRanges],
+      if_ordered[kRanges];
+  uint32_t code_word[kRanges];
+  for (int r = 0; r < kRanges; ++r) {
+    lo[r] = _mm256_set1_epi64x(t.lo[r]);
+    span[r] = _mm256_xor_si256(_mm256_set1_epi64x(static_cast<int64_t>(t.span[r])), sign);
+    count[r] = _mm256_setzero_si256();
+    any[r] = _mm256_set1_epi64x(t.test[r] == 0 ? -1 : 0);
+    if_positive[r] = _mm256_set1_epi64x(t.test[r] == 1 ? -1 : 0);
+    if_ordered[r] = _mm256_set1_epi64x(t.test[r] == 2 ? -1 : 0);
+    code_word[r] = 0x01010101u * static_cast<uint32_t>(t.cls[r] + 1);
+  }
+  int64_t i = begin;
+  for (; i + 4 <= end; i += 4) {
+    const __m256i v = LoadWide4(labels + i);
+    __m256i admit = _mm256_set1_epi64x(-1);
+    __m256i positive = _mm256_setzero_si256(), ordered = _mm256_setzero_si256();
+    if constexpr (kScores) {
+      if (scores != nullptr) {
+        const __m256d w = _mm256_cvtps_pd(_mm_loadu_ps(scores + i));  // exact, keeps NaN
+        positive = _mm256_castpd_si256(_mm256_cmp_pd(w, _mm256_setzero_pd(), _CMP_GT_OQ));
+        ordered = _mm256_castpd_si256(_mm256_cmp_pd(w, w, _CMP_ORD_Q));
+      }
+    }
+    uint32_t word = 0;
+    for (int r = 0; r < kRanges; ++r) {
+      const __m256i outside =
+          _mm256_cmpgt_epi64(_mm256_xor_si256(_mm256_sub_epi64(v, lo[r]), sign), span[r]);
+      if constexpr (kScores) {
+        admit = _mm256_or_si256(any[r], _mm256_or_si256(_mm256_and_si256(positive, if_positive[r]),
+                                                        _mm256_and_si256(ordered, if_ordered[r])));
+      }
+      const __m256i member = _mm256_andnot_si256(outside, admit);
+      word |= kSpread4.word[_mm256_movemask_pd(_mm256_castsi256_pd(member))] & code_word[r];
+      count[r] = _mm256_sub_epi64(count[r], member);
+    }
+    std::memcpy(codes + i, &word, sizeof word);
+  }
+  const auto steps = static_cast<uint32_t>((i - begin) / 4);
+  for (int q = 0; q < kCountLanes; ++q) lanes[q][0] += steps;
+  for (int r = 0; r < kRanges; ++r) {
+    alignas(32) int64_t n[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(n), count[r]);
+    for (int q = 0; q < kCountLanes; ++q) {
+      lanes[q][t.cls[r] + 1] += static_cast<uint32_t>(n[q]);
+      lanes[q][0] -= static_cast<uint32_t>(n[q]);
+    }
+  }
+  return i;
+}
+#pragma GCC diagnostic pop
+
+template <typename T, bool kScores>
+CodeVectorFn ChooseCodeVectorFor(Isa isa, int num_ranges) {
+  const bool avx512 = isa == Isa::kAvx512 && IsaSupported(Isa::kAvx512);
+  switch (num_ranges) {
+    case 1:
+      return avx512 ? CodeVectorAvx512<T, 1, kScores> : CodeVectorAvx2<T, 1, kScores>;
+    case 2:
+      return avx512 ? CodeVectorAvx512<T, 2, kScores> : CodeVectorAvx2<T, 2, kScores>;
+    case 3:
+      return avx512 ? CodeVectorAvx512<T, 3, kScores> : CodeVectorAvx2<T, 3, kScores>;
+    default:
+      return avx512 ? CodeVectorAvx512<T, 4, kScores> : CodeVectorAvx2<T, 4, kScores>;
+  }
+}
+#endif
+
+// The vector pass for `isa` and label word T, or null (portable, or more ranges than it takes).
+template <typename T>
+CodeVectorFn ChooseCodeVector(Isa isa, const VectorCodeTable& t) {
+  if (t.num_ranges == 0 || t.num_ranges > kVectorRanges) return nullptr;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (isa >= Isa::kAvx2 && IsaSupported(Isa::kAvx2)) {
+    return t.need_scores ? ChooseCodeVectorFor<T, true>(isa, t.num_ranges)
+                         : ChooseCodeVectorFor<T, false>(isa, t.num_ranges);
+  }
+#endif
+  (void)isa;
+  return nullptr;
+}
+
+VectorCodeTable MakeVectorCodeTable(const RowContext& x) {
+  VectorCodeTable t;
+  t.num_ranges = x.table.header->num_ranges;
+  if (t.num_ranges > kVectorRanges) return t;
+  t.need_scores = (x.table.header->flags & kClassesNeedScores) != 0;
+  for (int32_t r = 0; r < t.num_ranges; ++r) {
+    const ClassRange& range = x.table.ranges[r];
+    t.lo[r] = range.lo;
+    t.span[r] = static_cast<uint64_t>(range.hi) - static_cast<uint64_t>(range.lo);
+    t.cls[r] = range.cls;
+    const auto sel = static_cast<Selection>(x.table.classes[range.cls].selection);
+    t.test[r] = sel == Selection::kUniform ? 0 : sel == Selection::kWeighted ? 1 : 2;
+  }
+  return t;
+}
+
 // Pass 1 over [begin, end): codes and per-code counts, per lane: counts[q * (C + 1) + code]
 // counts the elements i of lane q = (i - begin) % kCountLanes, the candidate pass's lanes.
 template <typename T, typename Code>
-void CodeRange(const RowContext& x, const T* labels, const LabelLut& lut, int64_t begin,
-               int64_t end, Code* codes, int64_t* counts) {
+void CodeRange(const RowContext& x, const T* labels, const LabelLut& lut, CodeVectorFn vector,
+               const VectorCodeTable& vector_table, int64_t begin, int64_t end, Code* codes,
+               int64_t* counts) {
   const bool need_scores = (x.table.header->flags & kClassesNeedScores) != 0;
   const int64_t width = x.num_classes + 1;
   uint32_t lanes[kCountLanes][kMaxCodes];
   for (auto& lane : lanes) std::memset(lane, 0, static_cast<size_t>(width) * sizeof(uint32_t));
+  if constexpr (std::is_same_v<Code, uint8_t>) {
+    // Whole steps from `begin` (a multiple of 4 elements, so lanes stay (i - begin) % 4).
+    if (vector != nullptr) begin = vector(vector_table, labels, x.scores, begin, end, codes, lanes);
+  }
   if (lut.on && !need_scores) {
     CodeLoop<true, false>(x, labels, lut, begin, end, codes, lanes);
   } else if (lut.on) {
@@ -716,8 +962,10 @@ class ClassRowSampler {
     DispatchLabels(row_.label_dtype, label_bytes, [&](const auto* labels) {
       using T = std::remove_cv_t<std::remove_pointer_t<decltype(labels)>>;
       const LabelLut lut = BuildLut<T>(x_, &s_);
+      const VectorCodeTable vector_table = MakeVectorCodeTable(x_);
+      const CodeVectorFn vector = ChooseCodeVector<T>(options_.isa, vector_table);
       Split(pool_, x_.chunks, [&](int64_t c) {
-        CodeRange(x_, labels, lut, x_.begin(c), x_.begin(c + 1), codes,
+        CodeRange(x_, labels, lut, vector, vector_table, x_.begin(c), x_.begin(c + 1), codes,
                   s_.chunk_counts.data() + c * kCountLanes * width);
       });
     });

@@ -84,6 +84,89 @@ TEST(CpuClassesTest, GoldenV2OnEveryIsaAloneAndSplit) {
   }
 }
 
+// The vector class-code pass (AVX2, AVX-512: rows of at most four ranges) against the portable
+// lookup and search, on random specs of one to four ranges, ranges that reach the int64 ends
+// (the unsigned-compare form's edge), labels at and next to every bound, every selection with
+// scores that are NaN, zero, -0.0, negative or tied, and rows of every length mod 8.
+TEST(CpuClassesTest, VectorClassCodesOnEveryIsaMatchThePortablePass) {
+  ThreadPool pool(3);
+  std::mt19937_64 gen(8086);
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (int trial = 0; trial < 40; ++trial) {
+    testing::Case c;
+    c.seed = gen();
+    c.spec.num_samples = 1 + static_cast<int64_t>(gen() % 300);
+    const int num_ranges = 1 + trial % 4;
+    // Disjoint ranges in order: cut points spread over small values, with the first range
+    // open to kMin and the last to kMax on some trials.
+    std::vector<int64_t> cuts;
+    for (int j = 0; j < 2 * num_ranges; ++j) cuts.push_back(static_cast<int64_t>(gen() % 40) - 20);
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    while (static_cast<int>(cuts.size()) < 2 * num_ranges) cuts.push_back(cuts.back() + 3);
+    if (trial % 3 == 0) cuts.front() = kMin;
+    if (trial % 5 == 0) cuts.back() = kMax;
+    const int num_classes = 1 + static_cast<int>(gen() % num_ranges);
+    c.spec.classes.resize(static_cast<size_t>(num_classes));
+    for (int r = 0; r < num_ranges; ++r) {
+      // Range r goes to class r % num_classes (so every class has one).
+      c.spec.classes[r % num_classes].labels.push_back({cuts[2 * r], cuts[2 * r + 1]});
+    }
+    for (int k = 0; k < num_classes; ++k) {
+      ClassSpec& cls = c.spec.classes[k];
+      cls.selection = static_cast<Selection>(1 + gen() % 4);
+      if (cls.selection == Selection::kMixed) {
+        cls.has_hard_fraction = true;
+        cls.hard_fraction = 0.5;
+      }
+      cls.share = k == 0 ? Share::kRest : Share::kCount;
+      cls.count = k == 0 ? 0 : c.spec.num_samples / (2 * num_classes);
+    }
+    c.spec.fill_order = {0};
+    bool weighted = false;
+    for (const auto& cls : c.spec.classes) weighted |= cls.selection == Selection::kWeighted;
+    std::vector<int64_t> values = {kMin, kMin + 1, kMax, kMax - 1, 0, -1, 1};
+    for (int64_t cut : cuts) {
+      for (int64_t d : {-1, 0, 1}) {
+        if ((d < 0 && cut == kMin) || (d > 0 && cut == kMax)) continue;
+        values.push_back(cut + d);
+      }
+    }
+    for (const int64_t n : {int64_t{0}, int64_t{5}, int64_t{8}, int64_t{13}, int64_t{1003},
+                            static_cast<int64_t>(4096 + gen() % 8)}) {
+      std::vector<int64_t> row(static_cast<size_t>(n));
+      std::vector<float> scores(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        row[i] =
+            gen() % 2 == 0 ? values[gen() % values.size()] : static_cast<int64_t>(gen() % 50) - 25;
+        const uint64_t pick = gen() % 10;
+        scores[i] = pick == 0                ? std::numeric_limits<float>::quiet_NaN()
+                    : pick == 1              ? 0.0f
+                    : pick == 2              ? -0.0f
+                    : pick == 3 && !weighted ? -1.5f
+                                             : static_cast<float>(1 + gen() % 4) * 0.5f;
+      }
+      c.rows.push_back(std::move(row));
+      c.scores.push_back(std::move(scores));
+    }
+    std::vector<std::vector<int64_t>> want;
+    std::vector<std::vector<int32_t>> want_per_class;
+    RunClassRows(c, Isa::kPortable, nullptr, &want, &want_per_class);
+    for (Isa isa : SupportedIsas()) {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<std::vector<int64_t>> got;
+        std::vector<std::vector<int32_t>> got_per_class;
+        RunClassRows(c, isa, p, &got, &got_per_class);
+        const std::string where = "trial " + std::to_string(trial) + " on " + IsaName(isa) +
+                                  (p != nullptr ? " split" : " alone");
+        EXPECT_EQ(got, want) << where;
+        EXPECT_EQ(got_per_class, want_per_class) << where;
+      }
+    }
+  }
+}
+
 // Rows long enough for the vector WEIGHTED keys' groups and tails, the radix selection's
 // passes and the split: label 1 is a UNIFORM class (30% of K), label 0 the rest with `sel`.
 testing::Case LongRowsCase(Selection sel, uint64_t seed) {
