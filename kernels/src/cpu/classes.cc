@@ -747,6 +747,226 @@ void RecordRange(const RowContext& x, Isa isa, WeightedKeysFn weighted_keys, boo
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// WEIGHTED under a bound B: a member can have key = E / w <= B only if a lower bound of E that
+// u alone gives is at most B w. With a = ~u, x = ~(u << 32 | u2) < (a + 1) 2^32, so
+// U = y / 2^53 < (a + 1) / 2^32 and E = -ln U > Emin = 32 ln 2 - ln(a + 1). The prefilter
+// computes Emin in float (a + 1 rounded, a short atanh series for the log: |error| < 1e-4) and
+// passes a member when Emin <= B w (1 + 2^-10) + 2^-8, a margin far above those errors, so
+// every member with key <= B passes (a few more do). Only those then get u2 (one Philox call
+// each) and their exact key, and are kept when the key is at most B: the same candidates as
+// keying every member, without E or u2 for the rest. Float operations, never contracted (the
+// kernels build with -ffp-contract=off); the result is only a filter, never a key.
+//
+// Writes the indices first + j of the members (code == wcode) among the n elements of a tile
+// that pass, returns how many. A last partial group runs on copies padded with non-members.
+using WeightedPrefilterFn = int (*)(const uint8_t* codes, uint8_t wcode, const uint32_t* u,
+                                    const float* w, int n, float bound, uint32_t first,
+                                    uint32_t* out);
+
+constexpr float kPrefilterSlope = 1.0f + 0x1p-10f;
+constexpr float kPrefilterSlack = 0x1p-8f;
+constexpr float k32Ln2 = 22.18070977791825f;
+
+// Runs kGroupFn over [0, n) in groups of kGroup, the last one on copies padded with
+// non-members; returns how many passed.
+template <int kGroup, int (*kGroupFn)(const uint8_t*, uint8_t, const uint32_t*, const float*, float,
+                                      uint32_t, uint32_t*)>
+int PrefilterGroups(const uint8_t* codes, uint8_t wcode, const uint32_t* u, const float* w, int n,
+                    float bound, uint32_t first, uint32_t* out) {
+  int kept = 0, j = 0;
+  for (; j + kGroup <= n; j += kGroup) {
+    kept += kGroupFn(codes + j, wcode, u + j, w + j, bound, first + j, out + kept);
+  }
+  if (j < n) {
+    alignas(64) uint8_t tc[kGroup] = {};  // 0: no class, never a member
+    alignas(64) uint32_t tu[kGroup] = {};
+    alignas(64) float tw[kGroup] = {};
+    std::memcpy(tc, codes + j, static_cast<size_t>(n - j));
+    std::memcpy(tu, u + j, static_cast<size_t>(n - j) * sizeof(uint32_t));
+    std::memcpy(tw, w + j, static_cast<size_t>(n - j) * sizeof(float));
+    kept += kGroupFn(tc, wcode, tu, tw, bound, first + j, out + kept);
+  }
+  return kept;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// 16 elements from `base`: the members that pass go to out (compressed), returns how many.
+__attribute__((target("avx512f"))) inline int PrefilterGroupAvx512(const uint8_t* codes,
+                                                                   uint8_t wcode, const uint32_t* u,
+                                                                   const float* w, float bound,
+                                                                   uint32_t base, uint32_t* out) {
+  const __m512i code =
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  const __mmask16 member = _mm512_cmpeq_epi32_mask(code, _mm512_set1_epi32(wcode));
+  if (member == 0) return 0;
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512i a = _mm512_xor_si512(_mm512_loadu_si512(u), _mm512_set1_epi32(-1));  // ~u
+  const __m512 x = _mm512_add_ps(_mm512_cvtepu32_ps(a), one);                        // a + 1
+  const __m512 e = _mm512_getexp_ps(x);                                         // floor(log2 x)
+  const __m512 m = _mm512_getmant_ps(x, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_src);  // [1, 2)
+  const __m512 t = _mm512_div_ps(_mm512_sub_ps(m, one), _mm512_add_ps(m, one));
+  const __m512 t2 = _mm512_mul_ps(t, t);
+  __m512 p = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(1.0f / 7.0f), t2), _mm512_set1_ps(0.2f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, t2), _mm512_set1_ps(1.0f / 3.0f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, t2), one);
+  const __m512 ln_m = _mm512_mul_ps(_mm512_add_ps(t, t), p);
+  const __m512 ln_x = _mm512_add_ps(_mm512_mul_ps(e, _mm512_set1_ps(0.6931471805599453f)), ln_m);
+  const __m512 e_min = _mm512_sub_ps(_mm512_set1_ps(k32Ln2), ln_x);
+  const __m512 limit =
+      _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(bound * kPrefilterSlope), _mm512_loadu_ps(w)),
+                    _mm512_set1_ps(kPrefilterSlack));
+  const __mmask16 pass = member & _mm512_cmp_ps_mask(e_min, limit, _CMP_LE_OQ);
+  const __m512i index =
+      _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                       _mm512_set1_epi32(static_cast<int>(base)));
+  _mm512_mask_compressstoreu_epi32(out, pass, index);
+  return __builtin_popcount(pass);
+}
+
+// 8 elements. a + 1 as a float rounded up (it may only make Emin smaller, so the filter stays
+// conservative): ((a >> 8) + 1) * 256 is exact in float and at least a + 1.
+__attribute__((target("avx2"))) inline int PrefilterGroupAvx2(const uint8_t* codes, uint8_t wcode,
+                                                              const uint32_t* u, const float* w,
+                                                              float bound, uint32_t base,
+                                                              uint32_t* out) {
+  const __m256i code =
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  const int member =
+      _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(code, _mm256_set1_epi32(wcode))));
+  if (member == 0) return 0;
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256i a = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u)),
+                                     _mm256_set1_epi32(-1));
+  const __m256i hi = _mm256_add_epi32(_mm256_srli_epi32(a, 8), _mm256_set1_epi32(1));
+  const __m256 x = _mm256_mul_ps(_mm256_cvtepi32_ps(hi), _mm256_set1_ps(256.0f));
+  const __m256i bits = _mm256_castps_si256(x);
+  const __m256 e =
+      _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(127)));
+  const __m256 m = _mm256_castsi256_ps(_mm256_or_si256(
+      _mm256_and_si256(bits, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x3f800000)));
+  const __m256 t = _mm256_div_ps(_mm256_sub_ps(m, one), _mm256_add_ps(m, one));
+  const __m256 t2 = _mm256_mul_ps(t, t);
+  __m256 p = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(1.0f / 7.0f), t2), _mm256_set1_ps(0.2f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, t2), _mm256_set1_ps(1.0f / 3.0f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, t2), one);
+  const __m256 ln_m = _mm256_mul_ps(_mm256_add_ps(t, t), p);
+  const __m256 ln_x = _mm256_add_ps(_mm256_mul_ps(e, _mm256_set1_ps(0.6931471805599453f)), ln_m);
+  const __m256 e_min = _mm256_sub_ps(_mm256_set1_ps(k32Ln2), ln_x);
+  const __m256 limit =
+      _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(bound * kPrefilterSlope), _mm256_loadu_ps(w)),
+                    _mm256_set1_ps(kPrefilterSlack));
+  int pass = member & _mm256_movemask_ps(_mm256_cmp_ps(e_min, limit, _CMP_LE_OQ));
+  int kept = 0;
+  while (pass != 0) {
+    out[kept++] = base + static_cast<uint32_t>(__builtin_ctz(static_cast<unsigned>(pass)));
+    pass &= pass - 1;
+  }
+  return kept;
+}
+
+__attribute__((target("avx512f"))) int WeightedPrefilterAvx512(const uint8_t* codes, uint8_t wcode,
+                                                               const uint32_t* u, const float* w,
+                                                               int n, float bound, uint32_t first,
+                                                               uint32_t* out) {
+  return PrefilterGroups<16, PrefilterGroupAvx512>(codes, wcode, u, w, n, bound, first, out);
+}
+
+__attribute__((target("avx2"))) int WeightedPrefilterAvx2(const uint8_t* codes, uint8_t wcode,
+                                                          const uint32_t* u, const float* w, int n,
+                                                          float bound, uint32_t first,
+                                                          uint32_t* out) {
+  return PrefilterGroups<8, PrefilterGroupAvx2>(codes, wcode, u, w, n, bound, first, out);
+}
+#pragma GCC diagnostic pop
+#endif
+
+WeightedPrefilterFn ChooseWeightedPrefilter(Isa isa) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (isa == Isa::kAvx512 && IsaSupported(Isa::kAvx512)) return WeightedPrefilterAvx512;
+  if (isa >= Isa::kAvx2 && IsaSupported(Isa::kAvx2)) return WeightedPrefilterAvx2;
+#endif
+  (void)isa;
+  return nullptr;
+}
+
+// Pass 3 over one chunk of a row whose classes are packed or skipped but one, WEIGHTED under a
+// bound (code wcode, class wc): the packed classes as PackedRange does (the WEIGHTED class's
+// packed cursor is the spare slot), and the WEIGHTED members that pass the prefilter get
+// their exact key; those at most the bound are written one after another from the class's
+// first region of the chunk (the chunk's four lane regions are adjacent, and together hold
+// every member of the chunk), counted in lane 0.
+void WeightedPrefilterRange(const RowContext& x, Isa isa, WeightedKeysFn weighted_keys,
+                            WeightedPrefilterFn prefilter, const uint8_t* codes, int64_t chunk,
+                            int32_t wc, const ClassScratch& s, uint64_t* packed, uint64_t* spare,
+                            ClassCandidate* cand, int64_t* found) {
+  const RowDesc& row = *x.row;
+  const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
+  const int32_t nc = x.num_classes;
+  const uint8_t wcode = static_cast<uint8_t>(wc + 1);
+  uint64_t* at[kCountLanes][kMaxCodes];
+  uint64_t bound[kMaxCodes];
+  uint32_t hard[kMaxCodes];
+  bound[0] = 0;
+  hard[0] = 0;
+  for (int q = 0; q < kCountLanes; ++q) at[q][0] = spare;
+  for (int32_t c = 0; c < nc; ++c) {
+    const bool skip = s.mode[c] == kSkip || c == wc;
+    bound[c + 1] = skip ? 0 : s.bound[c];
+    hard[c + 1] = s.mode[c] == kHardest ? ~uint32_t{0} : 0;
+    for (int q = 0; q < kCountLanes; ++q) {
+      at[q][c + 1] = skip ? spare : packed + s.region[RegionAt(x, c, chunk, q)];
+    }
+  }
+  const uint64_t key_bound = s.bound[wc];
+  const float bound_f = static_cast<float>(BitsDouble(key_bound));
+  ClassCandidate* rec = cand + s.region[RegionAt(x, wc, chunk, 0)];
+  ClassCandidate* const rec_first = rec;
+  const float* scores = x.scores;
+  alignas(64) uint32_t u[kTileElements] = {};
+  alignas(64) uint32_t pass[kTileElements];
+  alignas(64) uint32_t pu[kTileElements] = {}, pu2[kTileElements] = {};
+  alignas(64) float pw[kTileElements];
+  alignas(64) uint64_t keys[kTileElements];
+  for (int64_t tile = begin; tile < end; tile += kTileElements) {
+    const int64_t tile_end = std::min(end, tile + kTileElements);
+    KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
+    ForEachInLanes(tile, tile_end, [&](int64_t i, int q) {
+      const int32_t code = codes[i];
+      const uint32_t key = PackedKey32(u[i - tile], scores, i, hard[code]);
+      uint64_t* p = at[q][code];
+      *p = PackKey(key, static_cast<uint64_t>(i));
+      at[q][code] = p + (key < bound[code]);
+    });
+    const int n =
+        prefilter(codes + tile, wcode, u, scores + tile, static_cast<int>(tile_end - tile), bound_f,
+                  static_cast<uint32_t>(tile), pass);
+    if (n == 0) continue;
+    KeysOfElements(isa, row.seed, row.row_in_request, kWeightStream, pass, n, pu2);
+    for (int j = 0; j < n; ++j) {
+      pu[j] = u[pass[j] - tile];
+      pw[j] = scores[pass[j]];
+    }
+    weighted_keys(pu, pu2, pw, n, keys);
+    for (int j = 0; j < n; ++j) {
+      *rec = {keys[j], pass[j], 0};
+      rec += keys[j] <= key_bound;
+    }
+  }
+  for (int32_t c = 0; c < nc; ++c) {
+    if (s.mode[c] == kSkip) continue;
+    for (int q = 0; q < kCountLanes; ++q) {
+      found[q * nc + c] = c == wc ? (q == 0 ? rec - rec_first : 0)
+                                  : at[q][c + 1] - (packed + s.region[RegionAt(x, c, chunk, q)]);
+    }
+  }
+}
+
 // Pass 3 over one chunk: each kept member goes to its class's region for the chunk and lane.
 template <typename Code>
 void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chunk,
@@ -770,6 +990,23 @@ void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chu
   // Without scores no element is a WEIGHTED member (ScoreAdmits), so no keys are needed.
   const WeightedKeysFn weighted_keys =
       need_u2 && x.scores != nullptr ? ChooseWeightedKeys(isa) : nullptr;
+  if constexpr (std::is_same_v<Code, uint8_t>) {
+    // One WEIGHTED class under a bound, the others packed: the prefilter.
+    int32_t wc = -1, bounded = 0, others = 0;
+    for (int32_t c = 0; c < x.num_classes; ++c) {
+      if (s.mode[c] == kWeighted && s.bound[c] != kAnyKey) {
+        wc = c;
+        ++bounded;
+      } else if (s.mode[c] != kSkip && !IsPacked(s.mode[c])) {
+        ++others;
+      }
+    }
+    const WeightedPrefilterFn prefilter = ChooseWeightedPrefilter(isa);
+    if (bounded == 1 && others == 0 && weighted_keys != nullptr && prefilter != nullptr) {
+      return WeightedPrefilterRange(x, isa, weighted_keys, prefilter, codes, chunk, wc, s, packed,
+                                    spare, cand, found);
+    }
+  }
   if (x.scores != nullptr && (!need_u2 || weighted_keys != nullptr)) {
     return RecordRange(x, isa, weighted_keys, need_u2, codes, chunk, s, packed, spare, cand,
                        spare_cand, found);
@@ -1310,6 +1547,13 @@ class ClassRowSampler {
 };
 
 }  // namespace
+
+int WeightedPrefilter(Isa isa, const uint8_t* codes, uint8_t wcode, const uint32_t* u,
+                      const float* w, int n, double bound, uint32_t first, uint32_t* out) {
+  const WeightedPrefilterFn prefilter = ChooseWeightedPrefilter(isa);
+  if (prefilter == nullptr) return -1;
+  return prefilter(codes, wcode, u, w, n, static_cast<float>(bound), first, out);
+}
 
 void SampleClassRow(const Batch& batch, const RowDesc& row, RowStores stores,
                     const ClassPathOptions& options, ClassScratch* s, ThreadPool* pool) {

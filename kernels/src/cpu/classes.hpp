@@ -58,4 +58,11 @@ struct ClassPathOptions {
 void SampleClassRow(const Batch& batch, const RowDesc& row, RowStores stores,
                     const ClassPathOptions& options, ClassScratch* s, ThreadPool* pool);
 
+// The candidate pass's WEIGHTED prefilter (classes.cc), exposed for its tests: writes to `out`
+// the indices first + j of the members (codes[j] == wcode, j < n <= 256) that may have a key
+// E / w at most `bound` given u alone (a superset of those that do), returns how many; -1 when
+// `isa` has no prefilter (portable keys every member).
+int WeightedPrefilter(Isa isa, const uint8_t* codes, uint8_t wcode, const uint32_t* u,
+                      const float* w, int n, double bound, uint32_t first, uint32_t* out);
+
 }  // namespace gpusampler::kernels::cpu
