@@ -901,6 +901,7 @@ WeightedPrefilterFn ChooseWeightedPrefilter(Isa isa) {
 // their exact key; those at most the bound are written one after another from the class's
 // first region of the chunk (the chunk's four lane regions are adjacent, and together hold
 // every member of the chunk), counted in lane 0.
+template <bool kScored>
 void WeightedPrefilterRange(const RowContext& x, Isa isa, WeightedKeysFn weighted_keys,
                             WeightedPrefilterFn prefilter, const uint8_t* codes, int64_t chunk,
                             int32_t wc, const ClassScratch& s, uint64_t* packed, uint64_t* spare,
@@ -938,7 +939,8 @@ void WeightedPrefilterRange(const RowContext& x, Isa isa, WeightedKeysFn weighte
     KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
     ForEachInLanes(tile, tile_end, [&](int64_t i, int q) {
       const int32_t code = codes[i];
-      const uint32_t key = PackedKey32(u[i - tile], scores, i, hard[code]);
+      uint32_t key = u[i - tile];
+      if constexpr (kScored) key = PackedKey32(key, scores, i, hard[code]);
       uint64_t* p = at[q][code];
       *p = PackKey(key, static_cast<uint64_t>(i));
       at[q][code] = p + (key < bound[code]);
@@ -993,7 +995,9 @@ void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chu
   if constexpr (std::is_same_v<Code, uint8_t>) {
     // One WEIGHTED class under a bound, the others packed: the prefilter.
     int32_t wc = -1, bounded = 0, others = 0;
+    bool any_hardest = false;
     for (int32_t c = 0; c < x.num_classes; ++c) {
+      any_hardest = any_hardest || s.mode[c] == kHardest;
       if (s.mode[c] == kWeighted && s.bound[c] != kAnyKey) {
         wc = c;
         ++bounded;
@@ -1003,8 +1007,9 @@ void CandidateRange(const RowContext& x, Isa isa, const Code* codes, int64_t chu
     }
     const WeightedPrefilterFn prefilter = ChooseWeightedPrefilter(isa);
     if (bounded == 1 && others == 0 && weighted_keys != nullptr && prefilter != nullptr) {
-      return WeightedPrefilterRange(x, isa, weighted_keys, prefilter, codes, chunk, wc, s, packed,
-                                    spare, cand, found);
+      auto range = any_hardest ? WeightedPrefilterRange<true> : WeightedPrefilterRange<false>;
+      return range(x, isa, weighted_keys, prefilter, codes, chunk, wc, s, packed, spare, cand,
+                   found);
     }
   }
   if (x.scores != nullptr && (!need_u2 || weighted_keys != nullptr)) {

@@ -220,12 +220,14 @@ TEST_P(ClassesBruteForceTest, RandomSpecsFusedInOneLaunch) {
 // negatives, K well below the negatives. Score layouts: continuous, heavy ties (most negatives
 // on three values: for HARDEST the m-th key is tied and its ties are ranked again by (u, i)),
 // ascending, and one that fools the sample (the highest scores exactly at a stride close to
-// the sampler's, so the bound keeps too few and the exact rerun answers).
+// the sampler's, so the bound keeps too few and the exact rerun answers). Trials 8-11 add a
+// third class, label 2, HARDEST beside the WEIGHTED negatives (both bounded in one row).
 TEST_P(ClassesBruteForceTest, HardestAndWeightedOnLongRowsMatchTheReference) {
   std::mt19937_64 gen(20261203);
-  for (int trial = 0; trial < 8; ++trial) {
+  for (int trial = 0; trial < 12; ++trial) {
     const int layout = trial % 4;
     const Selection selection = trial < 4 ? Selection::kHardest : Selection::kWeighted;
+    const bool third = trial >= 8;
     for (const int64_t n : {int64_t{20000}, int64_t{50000}}) {
       Case c;
       c.dtype = DType::kInt64;
@@ -241,12 +243,21 @@ TEST_P(ClassesBruteForceTest, HardestAndWeightedOnLongRowsMatchTheReference) {
       neg.selection = selection;
       c.spec.classes = {pos, neg};
       c.spec.fill_order = {1, 0};
+      if (third) {
+        ClassSpec hard;
+        hard.labels = {{2, 2}};
+        hard.share = Share::kFraction;
+        hard.fraction = 0.2;
+        hard.selection = Selection::kHardest;
+        c.spec.classes.push_back(hard);
+        c.spec.fill_order = {1, 2, 0};
+      }
       c.feature_row_bytes = 3;
       for (int r = 0; r < 2; ++r) {
         std::vector<int64_t> row(static_cast<size_t>(n));
         std::vector<float> score(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) {
-          row[i] = gen() % 3 == 0 ? 1 : 0;
+          row[i] = gen() % 3 == 0 ? 1 : (third && gen() % 3 == 0 ? 2 : 0);
           const float x = std::uniform_real_distribution<float>(0.0f, 1.0f)(gen);
           switch (layout) {
             case 0:
