@@ -1361,10 +1361,12 @@ class ClassRowSampler {
   // False: no bound (a small class, or a quota near n).
   template <typename Code>
   bool SampledBound(const Code* codes, int32_t c, int64_t n, int64_t m, uint64_t* bound) {
+    // Up to 4096 elements, and a sixteenth of a shorter row: the sample is a fixed cost per
+    // row, so a short row takes fewer (a looser bound costs it less than a longer sample).
     constexpr int64_t kBoundSample = 4096, kMinMembers = 256;
     const int64_t len = row_.length;
     if (n < 4 * kMinMembers || x_.scores == nullptr) return false;
-    const int64_t stride = std::max<int64_t>(1, len / kBoundSample);
+    const int64_t stride = std::max<int64_t>(16, len / kBoundSample);
     std::vector<uint32_t>& index = s_.sample_index;
     index.clear();
     for (int64_t i = stride / 2; i < len; i += stride) {
@@ -1380,14 +1382,23 @@ class ClassRowSampler {
     std::vector<uint64_t>& keys = s_.sample_keys;
     keys.resize(static_cast<size_t>(members));
     if (static_cast<Selection>(x_.table.classes[c].selection) == Selection::kWeighted) {
-      alignas(64) uint32_t u[kTileElements], u2[kTileElements];
+      // The vector keys where the ISA has them (the same bits as WeightedKeyBits).
+      const WeightedKeysFn weighted_keys = ChooseWeightedKeys(options_.isa);
+      alignas(64) uint32_t u[kTileElements] = {}, u2[kTileElements] = {};
+      alignas(64) float w[kTileElements];
+      alignas(64) uint64_t tile_keys[kTileElements];  // whole groups: may write past k
       for (int64_t j = 0; j < members; j += kTileElements) {
         const int64_t k = std::min<int64_t>(kTileElements, members - j);
         const uint32_t* at = index.data() + j;
         KeysOfElements(options_.isa, row_.seed, row_.row_in_request, kSelectionStream, at, k, u);
         KeysOfElements(options_.isa, row_.seed, row_.row_in_request, kWeightStream, at, k, u2);
-        for (int64_t q = 0; q < k; ++q) {
-          keys[j + q] = WeightedKeyBits(WeightedE(u[q], u2[q]), x_.scores[at[q]]);
+        for (int64_t q = 0; q < k; ++q) w[q] = x_.scores[at[q]];
+        if (weighted_keys != nullptr) {
+          weighted_keys(u, u2, w, static_cast<int>(k), tile_keys);
+          std::copy(tile_keys, tile_keys + k, keys.begin() + j);
+        } else {
+          for (int64_t q = 0; q < k; ++q)
+            keys[j + q] = WeightedKeyBits(WeightedE(u[q], u2[q]), w[q]);
         }
       }
     } else {
