@@ -272,7 +272,10 @@ TEST_P(ClassesBruteForceTest, HardestAndWeightedOnLongRowsMatchTheReference) {
               score[i] = static_cast<float>(i) / static_cast<float>(n);
               break;
             default:
-              score[i] = i % (n / 4096) == (n / 4096) / 2 ? 100.0f + x : x;
+              // The CPU's sampling stride (SampledBound): max(16, n / 4096).
+              score[i] = i % std::max<int64_t>(16, n / 4096) == std::max<int64_t>(16, n / 4096) / 2
+                             ? 100.0f + x
+                             : x;
               if (gen() % 50 == 0) score[i] = std::numeric_limits<float>::quiet_NaN();
               break;
           }
