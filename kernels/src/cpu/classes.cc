@@ -60,7 +60,7 @@ enum Mode : uint8_t {
   kUniform = 2,   // u below the class's bound
   kWeighted = 3,  // WeightedKeyBits
   kRanked = 4,    // HardestKey << 32 | u (MIXED)
-  kHardest = 5,   // packed HardestKey << 32 | i, HardestKey at most the class's bound
+  kHardest = 5,   // packed HardestKey << 32 | i, HardestKey below the class's bound
 };
 
 // ---------------------------------------------------------------------------------------------
