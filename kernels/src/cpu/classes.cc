@@ -623,50 +623,72 @@ inline uint32_t PackedKey32(uint32_t key_u, const float* scores, int64_t i, uint
   return (HardestKey(scores[i]) & hard) | (key_u & ~hard);
 }
 
+// The packed candidates' write cursors of one chunk, per (lane, code), with each code's bound
+// and HardestKey mask: a member is stored at its cursor, which advances when its key (u, or
+// HardestKey for kHardest classes) is below the bound. "No class", skipped classes and
+// `to_spare` (a class kept elsewhere, or -1) write to the chunk's spare slot and never advance.
+struct PackedCursors {
+  uint64_t* at[kCountLanes][kMaxCodes];
+  uint64_t bound[kMaxCodes];
+  uint32_t hard[kMaxCodes];
+
+  PackedCursors(const RowContext& x, const ClassScratch& s, int64_t chunk, uint64_t* packed,
+                uint64_t* spare, int32_t to_spare) {
+    bound[0] = 0;
+    hard[0] = 0;
+    for (int q = 0; q < kCountLanes; ++q) at[q][0] = spare;
+    for (int32_t c = 0; c < x.num_classes; ++c) {
+      const bool skip = s.mode[c] == kSkip || c == to_spare;
+      bound[c + 1] = skip ? 0 : s.bound[c];
+      hard[c + 1] = s.mode[c] == kHardest ? ~uint32_t{0} : 0;
+      for (int q = 0; q < kCountLanes; ++q) {
+        at[q][c + 1] = skip ? spare : packed + s.region[RegionAt(x, c, chunk, q)];
+      }
+    }
+  }
+
+  // Element i of lane q, code `code`, u = key_u; kScored: the row has kHardest classes.
+  template <bool kScored>
+  void Store(const float* scores, int64_t i, int q, int32_t code, uint32_t key_u) {
+    uint32_t key = key_u;
+    if constexpr (kScored) key = PackedKey32(key, scores, i, hard[code]);
+    uint64_t* p = at[q][code];
+    *p = PackKey(key, static_cast<uint64_t>(i));
+    at[q][code] = p + (key < bound[code]);
+  }
+
+  // found[q * C + c]: what each (lane, class) kept, for the classes that were not skipped and
+  // not `to_spare`.
+  void Found(const RowContext& x, const ClassScratch& s, int64_t chunk, const uint64_t* packed,
+             int32_t to_spare, int64_t* found) const {
+    const int32_t nc = x.num_classes;
+    for (int32_t c = 0; c < nc; ++c) {
+      if (s.mode[c] == kSkip || c == to_spare) continue;
+      for (int q = 0; q < kCountLanes; ++q) {
+        found[q * nc + c] = at[q][c + 1] - (packed + s.region[RegionAt(x, c, chunk, q)]);
+      }
+    }
+  }
+};
+
 // Pass 3 over one chunk of a row whose classes are all packed (or skipped): every member is
-// stored at its class's cursor for its lane, which advances when its key (u, or HardestKey for
-// kHardest: kScored) is below the class's bound (kKeepAll: always; "no class" and skipped
-// classes: never, into the chunk's spare slot). A cursor stays inside its region: it stores
-// once per member of its lane and advances at most as often.
+// stored at its class's cursor for its lane (PackedCursors). kScored: the row has kHardest
+// classes, whose keys are HardestKey(score).
 template <bool kScored, typename Code>
 void PackedRange(const RowContext& x, Isa isa, bool need_u, const Code* codes, int64_t chunk,
                  const ClassScratch& s, uint64_t* packed, uint64_t* spare, int64_t* found) {
   const RowDesc& row = *x.row;
   const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
-  const int32_t nc = x.num_classes;
-  uint64_t* at[kCountLanes][kMaxCodes];
-  uint64_t bound[kMaxCodes];
-  uint32_t hard[kMaxCodes];
-  bound[0] = 0;
-  hard[0] = 0;
-  for (int q = 0; q < kCountLanes; ++q) at[q][0] = spare;
-  for (int32_t c = 0; c < nc; ++c) {
-    const bool skip = s.mode[c] == kSkip;
-    bound[c + 1] = skip ? 0 : s.bound[c];
-    hard[c + 1] = s.mode[c] == kHardest ? ~uint32_t{0} : 0;
-    for (int q = 0; q < kCountLanes; ++q) {
-      at[q][c + 1] = skip ? spare : packed + s.region[RegionAt(x, c, chunk, q)];
-    }
-  }
+  PackedCursors cursors(x, s, chunk, packed, spare, -1);
   alignas(64) uint32_t u[kTileElements] = {};
   for (int64_t tile = begin; tile < end; tile += kTileElements) {
     const int64_t tile_end = std::min(end, tile + kTileElements);
     if (need_u) KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
     ForEachInLanes(tile, tile_end, [&](int64_t i, int q) {
-      const int32_t code = codes[i];
-      uint32_t key = u[i - tile];
-      if constexpr (kScored) key = PackedKey32(key, x.scores, i, hard[code]);
-      uint64_t* p = at[q][code];
-      *p = PackKey(key, static_cast<uint64_t>(i));
-      at[q][code] = p + (key < bound[code]);
+      cursors.Store<kScored>(x.scores, i, q, codes[i], u[i - tile]);
     });
   }
-  for (int32_t c = 0; c < nc; ++c) {
-    if (s.mode[c] == kSkip) continue;
-    for (int q = 0; q < kCountLanes; ++q) {
-      found[q * nc + c] = at[q][c + 1] - (packed + s.region[RegionAt(x, c, chunk, q)]);
-    }
-  }
+  cursors.Found(x, s, chunk, packed, -1, found);
 }
 
 // Pass 3 over one chunk of a row with WEIGHTED or ranked classes, without a branch on the
@@ -910,20 +932,7 @@ void WeightedPrefilterRange(const RowContext& x, Isa isa, WeightedKeysFn weighte
   const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
   const int32_t nc = x.num_classes;
   const uint8_t wcode = static_cast<uint8_t>(wc + 1);
-  uint64_t* at[kCountLanes][kMaxCodes];
-  uint64_t bound[kMaxCodes];
-  uint32_t hard[kMaxCodes];
-  bound[0] = 0;
-  hard[0] = 0;
-  for (int q = 0; q < kCountLanes; ++q) at[q][0] = spare;
-  for (int32_t c = 0; c < nc; ++c) {
-    const bool skip = s.mode[c] == kSkip || c == wc;
-    bound[c + 1] = skip ? 0 : s.bound[c];
-    hard[c + 1] = s.mode[c] == kHardest ? ~uint32_t{0} : 0;
-    for (int q = 0; q < kCountLanes; ++q) {
-      at[q][c + 1] = skip ? spare : packed + s.region[RegionAt(x, c, chunk, q)];
-    }
-  }
+  PackedCursors cursors(x, s, chunk, packed, spare, wc);
   const uint64_t key_bound = s.bound[wc];
   const float bound_f = static_cast<float>(BitsDouble(key_bound));
   ClassCandidate* rec = cand + s.region[RegionAt(x, wc, chunk, 0)];
@@ -938,12 +947,7 @@ void WeightedPrefilterRange(const RowContext& x, Isa isa, WeightedKeysFn weighte
     const int64_t tile_end = std::min(end, tile + kTileElements);
     KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
     ForEachInLanes(tile, tile_end, [&](int64_t i, int q) {
-      const int32_t code = codes[i];
-      uint32_t key = u[i - tile];
-      if constexpr (kScored) key = PackedKey32(key, scores, i, hard[code]);
-      uint64_t* p = at[q][code];
-      *p = PackKey(key, static_cast<uint64_t>(i));
-      at[q][code] = p + (key < bound[code]);
+      cursors.Store<kScored>(scores, i, q, codes[i], u[i - tile]);
     });
     const int n =
         prefilter(codes + tile, wcode, u, scores + tile, static_cast<int>(tile_end - tile), bound_f,
@@ -960,13 +964,8 @@ void WeightedPrefilterRange(const RowContext& x, Isa isa, WeightedKeysFn weighte
       rec += keys[j] <= key_bound;
     }
   }
-  for (int32_t c = 0; c < nc; ++c) {
-    if (s.mode[c] == kSkip) continue;
-    for (int q = 0; q < kCountLanes; ++q) {
-      found[q * nc + c] = c == wc ? (q == 0 ? rec - rec_first : 0)
-                                  : at[q][c + 1] - (packed + s.region[RegionAt(x, c, chunk, q)]);
-    }
-  }
+  cursors.Found(x, s, chunk, packed, wc, found);
+  for (int q = 0; q < kCountLanes; ++q) found[q * nc + wc] = q == 0 ? rec - rec_first : 0;
 }
 
 // Pass 3 over one chunk: each kept member goes to its class's region for the chunk and lane.
