@@ -144,6 +144,10 @@ const Flag kFlags[] = {
     {"--max-calls", &ServerConfig::max_calls,
      "live Sample and SampleStream calls in all (beyond: RESOURCE_EXHAUSTED with a retry pushback)",
      1, kInt64Max},
+    {"--max-connections", &ServerConfig::max_connections,
+     "connections open on the gRPC port at once; one beyond is closed when accepted (0 = the "
+     "descriptor limit less a quarter, at least 64 kept for the rest; also the most allowed)",
+     0, kInt64Max},
     {"--first-message-timeout-ms", &ServerConfig::first_message_timeout_ms,
      "a SampleStream that sends no message this long ends DEADLINE_EXCEEDED", 1, 86400e3},
     {"--port-file", &ServerConfig::port_file,

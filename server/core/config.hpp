@@ -97,6 +97,9 @@ struct ServerConfig {
   // DEADLINE_EXCEEDED.
   int64_t max_calls = 4096;
   int64_t first_message_timeout_ms = 30000;
+  // Connections open on the gRPC port at once (the server's own listener); 0 = the soft
+  // descriptor limit less a reserve (MaxConnectionsFor), which also caps a value set here.
+  int64_t max_connections = 0;
   // --- Shared memory (SPEC section 9; issue 33) ---
   // Off by default: RegisterRegion is FAILED_PRECONDITION. When on, a client of this host may
   // register a POSIX shm object whose key starts with shm_key_prefix and have answers

@@ -26,6 +26,7 @@
 #include "edge/validate.hpp"
 #include "gpusampler/kernels/device.hpp"
 #include "lifecycle/accept_check.hpp"
+#include "lifecycle/listener.hpp"
 #include "observability/call_metrics.hpp"
 #include "observability/metrics.hpp"
 #include "scheduling/scheduler.hpp"
@@ -352,7 +353,7 @@ Status Server::Start() {
   if (std::string error; !CheckConfig(config_, &error)) {
     return Status(Code::kInvalidArgument, error);
   }
-  RaiseFdLimit();
+  fd_soft_limit_ = RaiseFdLimit().soft;
   ledger_ = std::make_shared<CallLedger>();
   probe_ = std::make_shared<ProbeState>();
   GPUSAMPLER_RETURN_IF_ERROR(StartCredentials());
@@ -485,7 +486,13 @@ Status Server::StartGrpc() {
   // Reflection only when asked for, on this server alone (the global plugin would add it to
   // every server of the process); behind the bearer token like the Sampler methods.
   builder.SetOption(std::make_unique<ReflectionOption>(config_.reflection));
-  builder.AddListeningPort(config_.address, credentials_->server_credentials(), &grpc_port_);
+  // Our own listener (listener.hpp): a connection limit, and no dead port after EMFILE.
+  GPUSAMPLER_RETURN_IF_ERROR(ConnectionListener::Open(config_.address, &listener_));
+  grpc_port_ = listener_->port();
+  std::shared_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+          credentials_->server_credentials());
   builder.RegisterService(service_.get());
   builder.RegisterService(health_.get());
   // Requests are counted and timed from their arrival, before parsing (call_metrics.hpp).
@@ -500,10 +507,39 @@ Status Server::StartGrpc() {
   if (!grpc_server_ || grpc_port_ == 0) {
     return Status(Code::kUnavailable, "cannot listen on " + config_.address);
   }
+  StartListener(std::move(acceptor));
   WatchTransportRejections(servers_before);
   spdlog::info("gRPC listening on port {} ({}), metrics on port {} ({}); warming up", grpc_port_,
                config_.address, metrics_port_, config_.metrics_address);
   return Status::Ok();
+}
+
+void Server::StartListener(
+    std::shared_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor) {
+  const int64_t most = MaxConnectionsFor(fd_soft_limit_);
+  int64_t max_connections = config_.max_connections > 0 ? config_.max_connections : most;
+  if (max_connections > most) {
+    spdlog::warn(
+        "--max-connections {} is more than the file descriptor limit {} allows: {} (the "
+        "limit less a reserve for the rest of the process)",
+        max_connections, fd_soft_limit_, most);
+    max_connections = most;
+  }
+  spdlog::info("at most {} connections on the gRPC port (descriptor limit {})", max_connections,
+               fd_soft_limit_);
+  max_connections_ = max_connections;
+  Metrics* m = metrics_.get();
+  listener_->Start(
+      max_connections,
+      [acceptor](int listener_fd, int fd) {
+        grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters p;
+        p.listener_fd = listener_fd;
+        p.fd = fd;
+        acceptor->HandleNewConnection(&p);
+      },
+      ConnectionListener::Hooks{
+          [m](int64_t open) { m->connections().Set(static_cast<double>(open)); },
+          [m](Refusal why) { m->refused_connections(static_cast<int>(why)).Increment(); }});
 }
 
 void Server::WatchTransportRejections(const std::vector<intptr_t>& servers_before) {
@@ -759,6 +795,9 @@ void Server::StopGrpc(Clock::time_point deadline) {
   if (ledger_ && NoCallOpen(*ledger_, std::chrono::milliseconds(100))) {
     left = Clock::duration::zero();
   }
+  // No connection may reach gRPC once it shuts down (its acceptor would neither take nor
+  // close it).
+  if (listener_) listener_->Stop();
   grpc_server_->Shutdown(std::chrono::system_clock::now() +
                          std::chrono::duration_cast<std::chrono::system_clock::duration>(left));
   grpc_server_->Wait();

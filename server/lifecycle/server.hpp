@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -18,7 +19,10 @@
 
 namespace grpc {
 class Server;
+namespace experimental {
+class ExternalConnectionAcceptor;
 }
+}  // namespace grpc
 namespace prometheus {
 class Exposer;
 }
@@ -35,6 +39,7 @@ struct CallLedger;
 struct ProbeState;
 struct Fleet;
 class AcceptWatch;
+class ConnectionListener;
 
 // Test hook: builds the backend of CPU worker `index` instead of MakeCpuBackend (CPU workers
 // only: a --device cuda-sim server always runs MakeCudaSimBackend).
@@ -52,6 +57,9 @@ class Server {
   Status Start();
 
   int grpc_port() const { return grpc_port_; }
+  // Connections the gRPC port takes at once: --max-connections, or what the descriptor
+  // limit allows (MaxConnectionsFor) when it is 0 or more than that. Set once listening.
+  int64_t max_connections() const { return max_connections_; }
   int metrics_port() const { return metrics_port_; }
   const std::string& backend() const { return backend_; }
 
@@ -84,6 +92,9 @@ class Server {
   void BuildServices(const DeviceSelection& selection, Fleet* fleet);
   Status StartMetricsEndpoint();  // /metrics, /healthz, /readyz and the metrics updater
   Status StartGrpc();             // listening, NOT_SERVING
+  // Hands the listener's connections to gRPC (after BuildAndStart), at most
+  // --max-connections at once.
+  void StartListener(std::shared_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor);
   void WatchTransportRejections(const std::vector<intptr_t>& servers_before);
   Status OpenRepository();  // --dataset-dir
   Status ReportServing();   // SERVING, then the port file
@@ -115,6 +126,9 @@ class Server {
   std::function<int64_t()> calls_seen_;  // calls handed to the service so far (drain)
   int grpc_port_ = 0;
   int metrics_port_ = 0;
+  uint64_t fd_soft_limit_ = 0;  // after RaiseFdLimit
+  int64_t max_connections_ = 0;
+  std::unique_ptr<ConnectionListener> listener_;  // the gRPC port
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

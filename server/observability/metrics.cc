@@ -124,6 +124,8 @@ enum FamilyId : int {
   kShmRegions,       // shared memory (SPEC section 9)
   kShmWrittenBytes,  // shared memory (SPEC section 9)
   kDatasetScanFailures,
+  kConnections,
+  kRefusedConnections,
   kNumFamilies,
 };
 
@@ -268,6 +270,15 @@ const FamilySpec kFamilies[kNumFamilies] = {
      {},
      "Re-scans of --dataset-dir that could not list the directory (EMFILE, "
      "EACCES, ...); the resident datasets were kept."},
+    {"gpusampler_connections",
+     Type::kGauge,
+     {},
+     "Connections open on the gRPC port (at most --max-connections)."},
+    {"gpusampler_refused_connections_total",
+     Type::kCounter,
+     {"reason"},
+     "New gRPC connections closed as soon as they were accepted, by reason (limit: "
+     "--max-connections were open; descriptors: the process was out of file descriptors)."},
 };
 
 bool IsGpuFamily(int id) {
@@ -318,6 +329,9 @@ Metrics::Metrics(const std::vector<std::pair<std::string, std::string>>& devices
   dataset_loads_error_ = Add<prometheus::Counter>(kDatasetLoads, {"error"});
   dataset_evictions_ = Add<prometheus::Counter>(kDatasetEvictions, {});
   dataset_scan_failures_ = Add<prometheus::Counter>(kDatasetScanFailures, {});
+  connections_ = Add<prometheus::Gauge>(kConnections, {});
+  refused_connections_[0] = Add<prometheus::Counter>(kRefusedConnections, {"limit"});
+  refused_connections_[1] = Add<prometheus::Counter>(kRefusedConnections, {"descriptors"});
 }
 
 void Metrics::RegisterFamilies(bool any_gpu) {

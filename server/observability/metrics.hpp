@@ -146,6 +146,10 @@ class Metrics {
   prometheus::Counter& shm_written_bytes() { return *shm_written_bytes_; }
   // Re-scans that could not list --dataset-dir (the resident datasets were kept).
   prometheus::Counter& dataset_scan_failures() { return *dataset_scan_failures_; }
+  // The gRPC port's listener: connections open; connections refused (0: the limit,
+  // 1: out of descriptors).
+  prometheus::Gauge& connections() { return *connections_; }
+  prometheus::Counter& refused_connections(int reason) { return *refused_connections_[reason]; }
 
  private:
   // The steps of the constructor: every family from the table (metrics.cc), then the
@@ -194,6 +198,8 @@ class Metrics {
   prometheus::Counter* dataset_loads_error_ = nullptr;
   prometheus::Counter* dataset_evictions_ = nullptr;
   prometheus::Counter* dataset_scan_failures_ = nullptr;
+  prometheus::Gauge* connections_ = nullptr;
+  std::array<prometheus::Counter*, 2> refused_connections_{};
   std::vector<std::unique_ptr<DeviceMetrics>> devices_;
 
   std::unique_ptr<Nvml> nvml_;
