@@ -203,7 +203,6 @@ void ConnectionListener::Start(int64_t max_connections, Hand hand, Hooks hooks) 
   max_connections_ = std::max<int64_t>(1, max_connections);
   hand_ = std::move(hand);
   hooks_ = std::move(hooks);
-  started_ = true;
   thread_ = std::thread([this] { Loop(); });
 }
 

@@ -91,7 +91,6 @@ class ConnectionListener {
   int64_t last_sweep_ns_ = 0;
   int64_t last_log_ns_[2] = {};
   std::thread thread_;
-  bool started_ = false;
 };
 
 // --max-connections when it is 0 (auto), and the most it may be: the soft descriptor limit
