@@ -294,11 +294,12 @@ void ConnectionListener::AcceptAll(int listener_fd) {
 }
 
 void ConnectionListener::Refuse(int fd, Refusal why) {
-  // Counted before the close, so that whoever sees the connection close sees the count.
+  // Counted, and the hook told, before the close, so that whoever sees the connection close
+  // sees the count (the metric included).
   const int w = static_cast<int>(why);
   const int64_t total = refused_[w].fetch_add(1, std::memory_order_relaxed) + 1;
-  close(fd);
   if (hooks_.on_refused) hooks_.on_refused(why);
+  close(fd);
   const int64_t now = NowNs();
   if (now - last_log_ns_[w] < kLogEveryNs) return;
   last_log_ns_[w] = now;
