@@ -671,9 +671,144 @@ struct PackedCursors {
   }
 };
 
+// ---------------------------------------------------------------------------------------------
+// The packed stores in vector code (AVX-512), for rows of one-byte codes whose packed classes
+// are at most kVectorPacked, all keyed by u (UNIFORM or keep-all; HARDEST keys need the scores):
+// 16 elements a step, per class a member mask (code and u below the bound), the packed words
+// u << 32 | i compressed in a register and written with a masked store of exactly the kept
+// words (no slack past a region; a memory-destination compress is slow on AMD, the register
+// form is not). Each class's candidates of the chunk go one after another from its lane-0
+// region (the chunk's four lane regions are adjacent and together hold its members) and are
+// counted in lane 0: the lanes exist against the scalar loop's store-to-load chain, which the
+// vector form does not have. The selection reads the same set in another order, and the set
+// decides the answer (docs/decisions.md K15).
+constexpr int kVectorPacked = 4;
+
+struct VectorPackedClasses {
+  int num = 0;
+  uint32_t code[kVectorPacked] = {};   // class + 1
+  uint32_t limit[kVectorPacked] = {};  // bound - 1: u <= limit keeps it
+  uint16_t valid[kVectorPacked] = {};  // 0: a bound of 0 keeps nothing
+};
+
+// Stores n (a multiple of 16) elements of a tile starting at element `first`; at[j]: class j's
+// cursor, advanced past what it kept.
+using PackedTileFn = void (*)(const uint8_t* codes, const uint32_t* u, int n, uint32_t first,
+                              const VectorPackedClasses& p, uint64_t** at);
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <int kClasses>
+__attribute__((target("avx512f"))) void PackedTileAvx512(const uint8_t* codes, const uint32_t* u,
+                                                         int n, uint32_t first,
+                                                         const VectorPackedClasses& p,
+                                                         uint64_t** at) {
+  __m512i code_of[kClasses], limit[kClasses];
+  uint64_t* cursor[kClasses];
+  for (int c = 0; c < kClasses; ++c) {
+    code_of[c] = _mm512_set1_epi32(static_cast<int>(p.code[c]));
+    limit[c] = _mm512_set1_epi32(static_cast<int>(p.limit[c]));
+    cursor[c] = at[c];
+  }
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int j = 0; j + 16 <= n; j += 16) {
+    const __m512i code =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j)));
+    const __m512i key = _mm512_loadu_si512(u + j);
+    const __m512i index = _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(first + j)));
+    const __m512i low =
+        _mm512_or_si512(_mm512_slli_epi64(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(key)), 32),
+                        _mm512_cvtepu32_epi64(_mm512_castsi512_si256(index)));
+    const __m512i high = _mm512_or_si512(
+        _mm512_slli_epi64(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(key, 1)), 32),
+        _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(index, 1)));
+    for (int c = 0; c < kClasses; ++c) {
+      const __mmask16 keep = _mm512_cmpeq_epi32_mask(code, code_of[c]) &
+                             _mm512_cmple_epu32_mask(key, limit[c]) & p.valid[c];
+      const auto keep_low = static_cast<__mmask8>(keep),
+                 keep_high = static_cast<__mmask8>(keep >> 8);
+      const int n_low = __builtin_popcount(keep_low), n_high = __builtin_popcount(keep_high);
+      _mm512_mask_storeu_epi64(cursor[c], static_cast<__mmask8>((1u << n_low) - 1),
+                               _mm512_maskz_compress_epi64(keep_low, low));
+      cursor[c] += n_low;
+      _mm512_mask_storeu_epi64(cursor[c], static_cast<__mmask8>((1u << n_high) - 1),
+                               _mm512_maskz_compress_epi64(keep_high, high));
+      cursor[c] += n_high;
+    }
+  }
+  for (int c = 0; c < kClasses; ++c) at[c] = cursor[c];
+}
+#pragma GCC diagnostic pop
+#endif
+
+PackedTileFn ChoosePackedTile(Isa isa, int num_classes) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (isa == Isa::kAvx512 && IsaSupported(Isa::kAvx512)) {
+    switch (num_classes) {
+      case 1:
+        return PackedTileAvx512<1>;
+      case 2:
+        return PackedTileAvx512<2>;
+      case 3:
+        return PackedTileAvx512<3>;
+      case 4:
+        return PackedTileAvx512<4>;
+      default:
+        return nullptr;
+    }
+  }
+#endif
+  (void)isa;
+  (void)num_classes;
+  return nullptr;
+}
+
+// The vector packed stores of a chunk, when its packed classes (those not skipped and not
+// `to_spare`) qualify: every one UNIFORM or keep-all, at most kVectorPacked of them, one-byte
+// codes and an ISA with the vector form. Elements past the tile's last whole step of 16 are
+// stored by the scalar cursors, in lane 0 as well.
+struct VectorPackedStores {
+  PackedTileFn fn = nullptr;
+  VectorPackedClasses classes;
+  int32_t cls[kVectorPacked] = {};
+
+  template <typename Code>
+  VectorPackedStores(const RowContext& x, Isa isa, const ClassScratch& s, int32_t to_spare,
+                     const Code*) {
+    if constexpr (!std::is_same_v<Code, uint8_t>) return;
+    for (int32_t c = 0; c < x.num_classes; ++c) {
+      const uint8_t mode = s.mode[c];
+      if (mode == kSkip || c == to_spare) continue;
+      if ((mode != kUniform && mode != kAll) || classes.num == kVectorPacked) return;
+      const uint64_t bound = std::min<uint64_t>(s.bound[c], kKeepAll);
+      classes.code[classes.num] = static_cast<uint32_t>(c + 1);
+      classes.limit[classes.num] = bound == 0 ? 0 : static_cast<uint32_t>(bound - 1);
+      classes.valid[classes.num] = bound == 0 ? 0 : 0xffff;
+      cls[classes.num++] = c;
+    }
+    if (classes.num > 0) fn = ChoosePackedTile(isa, classes.num);
+  }
+
+  // The tile's elements [tile, tile_end) of the chunk, u of the tile; the cursors' lane 0.
+  void Tile(const uint8_t* codes, const uint32_t* u, int64_t tile, int64_t tile_end,
+            PackedCursors* cursors) const {
+    uint64_t* at[kVectorPacked];
+    for (int j = 0; j < classes.num; ++j) at[j] = cursors->at[0][cls[j] + 1];
+    const int whole = static_cast<int>((tile_end - tile) & ~int64_t{15});
+    fn(codes + tile, u, whole, static_cast<uint32_t>(tile), classes, at);
+    for (int j = 0; j < classes.num; ++j) cursors->at[0][cls[j] + 1] = at[j];
+    for (int64_t i = tile + whole; i < tile_end; ++i) {
+      cursors->Store<false>(nullptr, i, 0, codes[i], u[i - tile]);
+    }
+  }
+};
+
 // Pass 3 over one chunk of a row whose classes are all packed (or skipped): every member is
-// stored at its class's cursor for its lane (PackedCursors). kScored: the row has kHardest
-// classes, whose keys are HardestKey(score).
+// stored at its class's cursor for its lane (PackedCursors), or by the vector stores above.
+// kScored: the row has kHardest classes, whose keys are HardestKey(score).
 template <bool kScored, typename Code>
 void PackedRange(const RowContext& x, Isa isa, bool need_u, const Code* codes, int64_t chunk,
                  const ClassScratch& s, uint64_t* packed, uint64_t* spare, int64_t* found) {
@@ -681,9 +816,16 @@ void PackedRange(const RowContext& x, Isa isa, bool need_u, const Code* codes, i
   const int64_t begin = x.begin(chunk), end = x.begin(chunk + 1);
   PackedCursors cursors(x, s, chunk, packed, spare, -1);
   alignas(64) uint32_t u[kTileElements] = {};
+  const VectorPackedStores vector(x, isa, s, -1, codes);
   for (int64_t tile = begin; tile < end; tile += kTileElements) {
     const int64_t tile_end = std::min(end, tile + kTileElements);
     if (need_u) KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
+    if constexpr (!kScored && std::is_same_v<Code, uint8_t>) {
+      if (vector.fn != nullptr) {
+        vector.Tile(codes, u, tile, tile_end, &cursors);
+        continue;
+      }
+    }
     ForEachInLanes(tile, tile_end, [&](int64_t i, int q) {
       cursors.Store<kScored>(x.scores, i, q, codes[i], u[i - tile]);
     });
@@ -832,7 +974,10 @@ __attribute__((target("avx512f"))) inline int PrefilterGroupAvx512(const uint8_t
   const __m512 x = _mm512_add_ps(_mm512_cvtepu32_ps(a), one);                        // a + 1
   const __m512 e = _mm512_getexp_ps(x);                                         // floor(log2 x)
   const __m512 m = _mm512_getmant_ps(x, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_src);  // [1, 2)
-  const __m512 t = _mm512_div_ps(_mm512_sub_ps(m, one), _mm512_add_ps(m, one));
+  // t = (m - 1) / (m + 1) by the 14-bit reciprocal (relative error < 2^-14, so ln_m's error
+  // < 2 t 2^-14 < 5e-5 for t < 1/3, with the series' < 2e-5: far inside the slack): a
+  // division of 16 floats took about as long as the rest of the group (docs/decisions.md K15).
+  const __m512 t = _mm512_mul_ps(_mm512_sub_ps(m, one), _mm512_rcp14_ps(_mm512_add_ps(m, one)));
   const __m512 t2 = _mm512_mul_ps(t, t);
   __m512 p = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(1.0f / 7.0f), t2), _mm512_set1_ps(0.2f));
   p = _mm512_add_ps(_mm512_mul_ps(p, t2), _mm512_set1_ps(1.0f / 3.0f));
@@ -847,8 +992,12 @@ __attribute__((target("avx512f"))) inline int PrefilterGroupAvx512(const uint8_t
   const __m512i index =
       _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                        _mm512_set1_epi32(static_cast<int>(base)));
-  _mm512_mask_compressstoreu_epi32(out, pass, index);
-  return __builtin_popcount(pass);
+  // The register form of compress and a masked store of exactly the kept lanes: the memory
+  // form is microcoded and slow on AMD.
+  const int kept = __builtin_popcount(pass);
+  _mm512_mask_storeu_epi32(out, static_cast<__mmask16>((1u << kept) - 1),
+                           _mm512_maskz_compress_epi32(pass, index));
+  return kept;
 }
 
 // 8 elements. a + 1 as a float rounded up (it may only make Emin smaller, so the filter stays
@@ -933,37 +1082,60 @@ void WeightedPrefilterRange(const RowContext& x, Isa isa, WeightedKeysFn weighte
   const int32_t nc = x.num_classes;
   const uint8_t wcode = static_cast<uint8_t>(wc + 1);
   PackedCursors cursors(x, s, chunk, packed, spare, wc);
+  const VectorPackedStores vector(x, isa, s, wc, codes);
   const uint64_t key_bound = s.bound[wc];
   const float bound_f = static_cast<float>(BitsDouble(key_bound));
   ClassCandidate* rec = cand + s.region[RegionAt(x, wc, chunk, 0)];
   ClassCandidate* const rec_first = rec;
   const float* scores = x.scores;
+  // The members that passed, gathered over tiles until a whole Philox call group of them
+  // (kKeyBatch) is ready: a tile passes about 17 of its 256 elements at 32 x 1e5, K = 1e4, and
+  // KeysOfElements makes a whole group of 64 calls for any count, so keying each tile's passers
+  // alone cost as much as a key tile (docs/decisions.md K15).
+  constexpr int kKeyBatch = 64;
+  constexpr int kPending = kKeyBatch + kTileElements;  // at most kKeyBatch - 1 + one tile
   alignas(64) uint32_t u[kTileElements] = {};
-  alignas(64) uint32_t pass[kTileElements];
-  alignas(64) uint32_t pu[kTileElements] = {}, pu2[kTileElements] = {};
-  alignas(64) float pw[kTileElements];
-  alignas(64) uint64_t keys[kTileElements];
-  for (int64_t tile = begin; tile < end; tile += kTileElements) {
-    const int64_t tile_end = std::min(end, tile + kTileElements);
-    KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
-    ForEachInLanes(tile, tile_end, [&](int64_t i, int q) {
-      cursors.Store<kScored>(scores, i, q, codes[i], u[i - tile]);
-    });
-    const int n =
-        prefilter(codes + tile, wcode, u, scores + tile, static_cast<int>(tile_end - tile), bound_f,
-                  static_cast<uint32_t>(tile), pass);
-    if (n == 0) continue;
+  alignas(64) uint32_t pass[kPending];
+  alignas(64) uint32_t pu[kPending] = {}, pu2[kPending] = {};
+  alignas(64) float pw[kPending];
+  alignas(64) uint64_t keys[kPending];
+  int pending = 0;
+  // Keys the first n pending members (the weighted keys' last group reads u and u2 up to a
+  // multiple of its lanes: in bounds, kPending is a multiple of 64) and moves the rest down.
+  auto key_pending = [&](int n) {
     KeysOfElements(isa, row.seed, row.row_in_request, kWeightStream, pass, n, pu2);
-    for (int j = 0; j < n; ++j) {
-      pu[j] = u[pass[j] - tile];
-      pw[j] = scores[pass[j]];
-    }
     weighted_keys(pu, pu2, pw, n, keys);
     for (int j = 0; j < n; ++j) {
       *rec = {keys[j], pass[j], 0};
       rec += keys[j] <= key_bound;
     }
+    const int left = pending - n;
+    std::memmove(pass, pass + n, static_cast<size_t>(left) * sizeof(uint32_t));
+    std::memmove(pu, pu + n, static_cast<size_t>(left) * sizeof(uint32_t));
+    std::memmove(pw, pw + n, static_cast<size_t>(left) * sizeof(float));
+    pending = left;
+  };
+  for (int64_t tile = begin; tile < end; tile += kTileElements) {
+    const int64_t tile_end = std::min(end, tile + kTileElements);
+    KeyTile(isa, row.seed, row.row_in_request, kSelectionStream, tile, u);
+    if (!kScored && vector.fn != nullptr) {
+      vector.Tile(codes, u, tile, tile_end, &cursors);
+    } else {
+      ForEachInLanes(tile, tile_end, [&](int64_t i, int q) {
+        cursors.Store<kScored>(scores, i, q, codes[i], u[i - tile]);
+      });
+    }
+    const int n =
+        prefilter(codes + tile, wcode, u, scores + tile, static_cast<int>(tile_end - tile), bound_f,
+                  static_cast<uint32_t>(tile), pass + pending);
+    for (int j = pending; j < pending + n; ++j) {
+      pu[j] = u[pass[j] - tile];
+      pw[j] = scores[pass[j]];
+    }
+    pending += n;
+    if (pending >= kKeyBatch) key_pending(pending & ~(kKeyBatch - 1));
   }
+  if (pending > 0) key_pending(pending);
   cursors.Found(x, s, chunk, packed, wc, found);
   for (int q = 0; q < kCountLanes; ++q) found[q * nc + wc] = q == 0 ? rec - rec_first : 0;
 }
