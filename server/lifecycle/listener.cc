@@ -203,11 +203,6 @@ void ConnectionListener::Start(int64_t max_connections, Hand hand, Hooks hooks) 
   max_connections_ = std::max<int64_t>(1, max_connections);
   hand_ = std::move(hand);
   hooks_ = std::move(hooks);
-  // spdlog builds its registry (and default logger) on first use: here, on the caller's
-  // thread, not first in the listener's thread when descriptors have run out. Built that late,
-  // under EMFILE, UBSan's vptr check of the construction failed ("memory cannot be printed":
-  // its runtime could not read the process's maps) in the out-of-descriptors test.
-  (void)spdlog::default_logger_raw();
   thread_ = std::thread([this] { Loop(); });
 }
 

@@ -960,18 +960,12 @@ int PrefilterGroups(const uint8_t* codes, uint8_t wcode, const uint32_t* u, cons
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-// 16 elements from `base`: the members that pass go to out (compressed), returns how many.
-__attribute__((target("avx512f"))) inline int PrefilterGroupAvx512(const uint8_t* codes,
-                                                                   uint8_t wcode, const uint32_t* u,
-                                                                   const float* w, float bound,
-                                                                   uint32_t base, uint32_t* out) {
-  const __m512i code =
-      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
-  const __mmask16 member = _mm512_cmpeq_epi32_mask(code, _mm512_set1_epi32(wcode));
-  if (member == 0) return 0;
+// The log test of 16 lanes (u, w): Emin(u) <= B w (1 + 2^-10) + 2^-8.
+__attribute__((target("avx512f"))) inline __mmask16 LogTestAvx512(__m512i u, __m512 w,
+                                                                  float bound) {
   const __m512 one = _mm512_set1_ps(1.0f);
-  const __m512i a = _mm512_xor_si512(_mm512_loadu_si512(u), _mm512_set1_epi32(-1));  // ~u
-  const __m512 x = _mm512_add_ps(_mm512_cvtepu32_ps(a), one);                        // a + 1
+  const __m512i a = _mm512_xor_si512(u, _mm512_set1_epi32(-1));                 // ~u
+  const __m512 x = _mm512_add_ps(_mm512_cvtepu32_ps(a), one);                   // a + 1
   const __m512 e = _mm512_getexp_ps(x);                                         // floor(log2 x)
   const __m512 m = _mm512_getmant_ps(x, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_src);  // [1, 2)
   // t = (m - 1) / (m + 1) by the 14-bit reciprocal (relative error < 2^-14, so ln_m's error
@@ -985,18 +979,38 @@ __attribute__((target("avx512f"))) inline int PrefilterGroupAvx512(const uint8_t
   const __m512 ln_m = _mm512_mul_ps(_mm512_add_ps(t, t), p);
   const __m512 ln_x = _mm512_add_ps(_mm512_mul_ps(e, _mm512_set1_ps(0.6931471805599453f)), ln_m);
   const __m512 e_min = _mm512_sub_ps(_mm512_set1_ps(k32Ln2), ln_x);
-  const __m512 limit =
-      _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(bound * kPrefilterSlope), _mm512_loadu_ps(w)),
-                    _mm512_set1_ps(kPrefilterSlack));
-  const __mmask16 pass = member & _mm512_cmp_ps_mask(e_min, limit, _CMP_LE_OQ);
+  const __m512 limit = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(bound * kPrefilterSlope), w),
+                                     _mm512_set1_ps(kPrefilterSlack));
+  return _mm512_cmp_ps_mask(e_min, limit, _CMP_LE_OQ);
+}
+
+// The first, linear stage over 16 elements from `base`: E >= -ln(1 - u / 2^32) >= u / 2^32,
+// so a member whose t = u / 2^32 exceeds B w cannot have key = E / w <= B. A member passes when
+// t (u rounded to a float: relative error 2^-24) is at most B w (1 + 2^-10) + 2^-8, the log
+// test's margin, which covers that rounding and the float product's. The passers' index, u and
+// w are compressed into idx, su and sw (register compress, masked stores); returns how many.
+__attribute__((target("avx512f"))) inline int LinearStageAvx512(const uint8_t* codes, uint8_t wcode,
+                                                                const uint32_t* u, const float* w,
+                                                                float bound, uint32_t base,
+                                                                uint32_t* idx, uint32_t* su,
+                                                                float* sw) {
+  const __m512i code =
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  const __mmask16 member = _mm512_cmpeq_epi32_mask(code, _mm512_set1_epi32(wcode));
+  const __m512i uu = _mm512_loadu_si512(u);
+  const __m512 ww = _mm512_loadu_ps(w);
+  const __m512 t = _mm512_mul_ps(_mm512_cvtepu32_ps(uu), _mm512_set1_ps(0x1p-32f));
+  const __m512 limit = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(bound * kPrefilterSlope), ww),
+                                     _mm512_set1_ps(kPrefilterSlack));
+  const __mmask16 pass = member & _mm512_cmp_ps_mask(t, limit, _CMP_LE_OQ);
   const __m512i index =
       _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                        _mm512_set1_epi32(static_cast<int>(base)));
-  // The register form of compress and a masked store of exactly the kept lanes: the memory
-  // form is microcoded and slow on AMD.
   const int kept = __builtin_popcount(pass);
-  _mm512_mask_storeu_epi32(out, static_cast<__mmask16>((1u << kept) - 1),
-                           _mm512_maskz_compress_epi32(pass, index));
+  const auto first_kept = static_cast<__mmask16>((1u << kept) - 1);
+  _mm512_mask_storeu_epi32(idx, first_kept, _mm512_maskz_compress_epi32(pass, index));
+  _mm512_mask_storeu_epi32(su, first_kept, _mm512_maskz_compress_epi32(pass, uu));
+  _mm512_mask_storeu_ps(sw, first_kept, _mm512_maskz_compress_ps(pass, ww));
   return kept;
 }
 
@@ -1041,11 +1055,42 @@ __attribute__((target("avx2"))) inline int PrefilterGroupAvx2(const uint8_t* cod
   return kept;
 }
 
+// Two stages: the linear test over every element (a multiply, an add and a compare per 16),
+// then the log test only for its passers, about the bound's fraction of the members: the log
+// test over every group was a tenth of the WEIGHTED row (docs/decisions.md K15). n <= 256.
 __attribute__((target("avx512f"))) int WeightedPrefilterAvx512(const uint8_t* codes, uint8_t wcode,
                                                                const uint32_t* u, const float* w,
                                                                int n, float bound, uint32_t first,
                                                                uint32_t* out) {
-  return PrefilterGroups<16, PrefilterGroupAvx512>(codes, wcode, u, w, n, bound, first, out);
+  alignas(64) uint32_t idx[kTileElements], su[kTileElements];
+  alignas(64) float sw[kTileElements];
+  int c = 0, j = 0;
+  for (; j + 16 <= n; j += 16) {
+    c += LinearStageAvx512(codes + j, wcode, u + j, w + j, bound, first + static_cast<uint32_t>(j),
+                           idx + c, su + c, sw + c);
+  }
+  if (j < n) {  // the last partial group, on copies padded with non-members
+    alignas(64) uint8_t tc[16] = {};
+    alignas(64) uint32_t tu[16] = {};
+    alignas(64) float tw[16] = {};
+    std::memcpy(tc, codes + j, static_cast<size_t>(n - j));
+    std::memcpy(tu, u + j, static_cast<size_t>(n - j) * sizeof(uint32_t));
+    std::memcpy(tw, w + j, static_cast<size_t>(n - j) * sizeof(float));
+    c += LinearStageAvx512(tc, wcode, tu, tw, bound, first + static_cast<uint32_t>(j), idx + c,
+                           su + c, sw + c);
+  }
+  int kept = 0;
+  for (int g = 0; g < c; g += 16) {
+    const auto valid = static_cast<__mmask16>(c - g >= 16 ? 0xffff : (1u << (c - g)) - 1);
+    const __mmask16 pass = valid & LogTestAvx512(_mm512_maskz_loadu_epi32(valid, su + g),
+                                                 _mm512_maskz_loadu_ps(valid, sw + g), bound);
+    const int k = __builtin_popcount(pass);
+    _mm512_mask_storeu_epi32(
+        out + kept, static_cast<__mmask16>((1u << k) - 1),
+        _mm512_maskz_compress_epi32(pass, _mm512_maskz_loadu_epi32(valid, idx + g)));
+    kept += k;
+  }
+  return kept;
 }
 
 __attribute__((target("avx2"))) int WeightedPrefilterAvx2(const uint8_t* codes, uint8_t wcode,
