@@ -932,15 +932,15 @@ constexpr float kPrefilterSlope = 1.0f + 0x1p-10f;
 constexpr float kPrefilterSlack = 0x1p-8f;
 constexpr float k32Ln2 = 22.18070977791825f;
 
-// Runs kGroupFn over [0, n) in groups of kGroup, the last one on copies padded with
-// non-members; returns how many passed.
-template <int kGroup, int (*kGroupFn)(const uint8_t*, uint8_t, const uint32_t*, const float*, float,
-                                      uint32_t, uint32_t*)>
-int PrefilterGroups(const uint8_t* codes, uint8_t wcode, const uint32_t* u, const float* w, int n,
-                    float bound, uint32_t first, uint32_t* out) {
+// Calls group(codes, u, w, base, kept) over [0, n) in groups of kGroup elements, the last one
+// on copies padded with non-members; `kept` is the sum of what the earlier calls returned, and
+// so is the result.
+template <int kGroup, typename Group>
+int PrefilterGroups(const uint8_t* codes, const uint32_t* u, const float* w, int n, uint32_t first,
+                    Group&& group) {
   int kept = 0, j = 0;
   for (; j + kGroup <= n; j += kGroup) {
-    kept += kGroupFn(codes + j, wcode, u + j, w + j, bound, first + j, out + kept);
+    kept += group(codes + j, u + j, w + j, first + static_cast<uint32_t>(j), kept);
   }
   if (j < n) {
     alignas(64) uint8_t tc[kGroup] = {};  // 0: no class, never a member
@@ -949,7 +949,7 @@ int PrefilterGroups(const uint8_t* codes, uint8_t wcode, const uint32_t* u, cons
     std::memcpy(tc, codes + j, static_cast<size_t>(n - j));
     std::memcpy(tu, u + j, static_cast<size_t>(n - j) * sizeof(uint32_t));
     std::memcpy(tw, w + j, static_cast<size_t>(n - j) * sizeof(float));
-    kept += kGroupFn(tc, wcode, tu, tw, bound, first + j, out + kept);
+    kept += group(tc, tu, tw, first + static_cast<uint32_t>(j), kept);
   }
   return kept;
 }
@@ -959,6 +959,12 @@ int PrefilterGroups(const uint8_t* codes, uint8_t wcode, const uint32_t* u, cons
 #pragma GCC diagnostic ignored "-Wpsabi"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// B w (1 + 2^-10) + 2^-8: what both tests compare with.
+__attribute__((target("avx512f"))) inline __m512 PrefilterLimitAvx512(__m512 w, float bound) {
+  return _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(bound * kPrefilterSlope), w),
+                       _mm512_set1_ps(kPrefilterSlack));
+}
 
 // The log test of 16 lanes (u, w): Emin(u) <= B w (1 + 2^-10) + 2^-8.
 __attribute__((target("avx512f"))) inline __mmask16 LogTestAvx512(__m512i u, __m512 w,
@@ -979,9 +985,7 @@ __attribute__((target("avx512f"))) inline __mmask16 LogTestAvx512(__m512i u, __m
   const __m512 ln_m = _mm512_mul_ps(_mm512_add_ps(t, t), p);
   const __m512 ln_x = _mm512_add_ps(_mm512_mul_ps(e, _mm512_set1_ps(0.6931471805599453f)), ln_m);
   const __m512 e_min = _mm512_sub_ps(_mm512_set1_ps(k32Ln2), ln_x);
-  const __m512 limit = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(bound * kPrefilterSlope), w),
-                                     _mm512_set1_ps(kPrefilterSlack));
-  return _mm512_cmp_ps_mask(e_min, limit, _CMP_LE_OQ);
+  return _mm512_cmp_ps_mask(e_min, PrefilterLimitAvx512(w, bound), _CMP_LE_OQ);
 }
 
 // The first, linear stage over 16 elements from `base`: E >= -ln(1 - u / 2^32) >= u / 2^32,
@@ -1000,9 +1004,8 @@ __attribute__((target("avx512f"))) inline int LinearStageAvx512(const uint8_t* c
   const __m512i uu = _mm512_loadu_si512(u);
   const __m512 ww = _mm512_loadu_ps(w);
   const __m512 t = _mm512_mul_ps(_mm512_cvtepu32_ps(uu), _mm512_set1_ps(0x1p-32f));
-  const __m512 limit = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(bound * kPrefilterSlope), ww),
-                                     _mm512_set1_ps(kPrefilterSlack));
-  const __mmask16 pass = member & _mm512_cmp_ps_mask(t, limit, _CMP_LE_OQ);
+  const __mmask16 pass =
+      member & _mm512_cmp_ps_mask(t, PrefilterLimitAvx512(ww, bound), _CMP_LE_OQ);
   const __m512i index =
       _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                        _mm512_set1_epi32(static_cast<int>(base)));
@@ -1064,21 +1067,11 @@ __attribute__((target("avx512f"))) int WeightedPrefilterAvx512(const uint8_t* co
                                                                uint32_t* out) {
   alignas(64) uint32_t idx[kTileElements], su[kTileElements];
   alignas(64) float sw[kTileElements];
-  int c = 0, j = 0;
-  for (; j + 16 <= n; j += 16) {
-    c += LinearStageAvx512(codes + j, wcode, u + j, w + j, bound, first + static_cast<uint32_t>(j),
-                           idx + c, su + c, sw + c);
-  }
-  if (j < n) {  // the last partial group, on copies padded with non-members
-    alignas(64) uint8_t tc[16] = {};
-    alignas(64) uint32_t tu[16] = {};
-    alignas(64) float tw[16] = {};
-    std::memcpy(tc, codes + j, static_cast<size_t>(n - j));
-    std::memcpy(tu, u + j, static_cast<size_t>(n - j) * sizeof(uint32_t));
-    std::memcpy(tw, w + j, static_cast<size_t>(n - j) * sizeof(float));
-    c += LinearStageAvx512(tc, wcode, tu, tw, bound, first + static_cast<uint32_t>(j), idx + c,
-                           su + c, sw + c);
-  }
+  const int c = PrefilterGroups<16>(
+      codes, u, w, n, first,
+      [&](const uint8_t* gc, const uint32_t* gu, const float* gw, uint32_t base, int at) {
+        return LinearStageAvx512(gc, wcode, gu, gw, bound, base, idx + at, su + at, sw + at);
+      });
   int kept = 0;
   for (int g = 0; g < c; g += 16) {
     const auto valid = static_cast<__mmask16>(c - g >= 16 ? 0xffff : (1u << (c - g)) - 1);
@@ -1097,7 +1090,11 @@ __attribute__((target("avx2"))) int WeightedPrefilterAvx2(const uint8_t* codes, 
                                                           const uint32_t* u, const float* w, int n,
                                                           float bound, uint32_t first,
                                                           uint32_t* out) {
-  return PrefilterGroups<8, PrefilterGroupAvx2>(codes, wcode, u, w, n, bound, first, out);
+  return PrefilterGroups<8>(
+      codes, u, w, n, first,
+      [&](const uint8_t* gc, const uint32_t* gu, const float* gw, uint32_t base, int at) {
+        return PrefilterGroupAvx2(gc, wcode, gu, gw, bound, base, out + at);
+      });
 }
 #pragma GCC diagnostic pop
 #endif
